@@ -1,0 +1,79 @@
+"""The vocabulary of a numerical contract: tolerances, ULP bounds, rules and profiles.
+
+These are plain frozen dataclasses so that a contract is data that suites, reports and CONTRACT.md all
+read, and no number is ever restated in code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An elementwise bound ``|actual - reference| <= atol + rtol * |reference|``."""
+
+    atol: float
+    rtol: float
+    why: str
+
+    def allowed(self, reference_abs: float) -> float:
+        """The error allowed at an element whose reference magnitude is ``reference_abs``."""
+        return self.atol + self.rtol * reference_abs
+
+    def describe(self) -> str:
+        return f"atol {self.atol:g}, rtol {self.rtol:g}"
+
+
+@dataclass(frozen=True)
+class UlpBound:
+    """At most ``max_ulp`` units in the last place of the output dtype from the correctly rounded value."""
+
+    max_ulp: int
+    why: str
+
+    def describe(self) -> str:
+        return f"<= {self.max_ulp} ULP"
+
+
+Bound = Tolerance | UlpBound
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One clause of the contract; ``id`` is what tests, records and reports call it."""
+
+    id: str
+    title: str
+    statement: str
+
+    @property
+    def axis(self) -> str:
+        return self.id.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named set of bounds: what the output of each dtype must meet.
+
+    ``output`` bounds hold the forward result against the reference; ``gradients`` hold dx and dw
+    against fp32 autograd of the reference.
+    """
+
+    name: str
+    description: str
+    output: Mapping[str, Bound] = field(default_factory=dict)
+    gradients: Mapping[str, Tolerance] = field(default_factory=dict)
+
+    def output_bound(self, dtype_name: str) -> Bound:
+        try:
+            return self.output[dtype_name]
+        except KeyError:
+            raise KeyError(f"profile {self.name!r} has no output bound for dtype {dtype_name!r}") from None
+
+    def gradient_bound(self, dtype_name: str) -> Tolerance:
+        try:
+            return self.gradients[dtype_name]
+        except KeyError:
+            raise KeyError(f"profile {self.name!r} has no gradient bound for dtype {dtype_name!r}") from None

@@ -1,0 +1,1 @@
+"""The conformance harness: backends and their registry, strategies, comparison, report, pytest plugin."""
