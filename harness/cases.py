@@ -1,0 +1,233 @@
+"""The configurations a conformance check runs on, and the tensors they stand for.
+
+Hypothesis draws these small frozen dataclasses; a ``torch.Generator`` on the CPU seeded from them makes
+the tensors, which then move to the device. So a case's ``repr`` is its replay recipe: the same repr gives
+the same bits on any machine (device-side ``randn`` would depend on the GPU).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# Value families of x. Magnitudes stay inside the contract's domain (sum of squares finite in fp32).
+VALUE_FAMILIES: tuple[str, ...] = (
+    "normal",      # standard normal
+    "near_eps",    # mean square comparable to eps: where eps placement shows
+    "tiny",        # far below eps (fp32/bf16 squares go subnormal)
+    "huge",        # large but with a finite fp32 sum of squares
+    "mixed_rows",  # each row at its own scale, 1e-3 .. 1e3
+    "outliers",    # normal with a few entries 100x larger, as in LLM activations
+    "constant",    # every row constant, one value per row
+    "zero_rows",   # normal with some rows entirely zero
+)
+WEIGHT_FAMILIES: tuple[str, ...] = (
+    "normal",      # mean 0: a `1 + weight` kernel is off by O(1)
+    "around_one",  # 1 + 0.1 * normal, the trained-model regime
+    "ones",
+    "with_zeros",  # normal with a quarter of the entries zero
+)
+# Contents a pad row may hold; the last four are outside the domain on purpose.
+PAD_CONTENTS: tuple[str, ...] = ("zeros", "normal", "huge", "dtype_max", "nan", "inf", "neg_inf")
+
+# Largest |x| per family and dtype: fp16 tops out at 65504; fp32 squares overflow past ~1.8e19.
+_HUGE_SCALE = {"float16": 2.0e4, "bfloat16": 1.0e15, "float32": 1.0e15}
+_TINY_SCALE = {"float16": 1.0e-4, "bfloat16": 1.0e-20, "float32": 1.0e-20}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A [rows, dim] batch of x in ``dtype`` and its weight, drawn from ``seed``."""
+
+    dim: int
+    rows: int
+    dtype: str
+    values: str = "normal"
+    weight: str = "normal"
+    eps: float = 1e-6
+    seed: int = 0
+
+    def generator(self, salt: int = 0) -> torch.Generator:
+        return torch.Generator().manual_seed((self.seed * 1_000_003 + salt) % (2**63))
+
+    def x(self, rows: int | None = None, salt: int = 0) -> torch.Tensor:
+        """x on the CPU; ``rows`` and ``salt`` give further batches of the same family."""
+        return make_values(self.values, rows if rows is not None else self.rows, self.dim, self.dtype,
+                           self.eps, self.generator(salt))
+
+    def w(self) -> torch.Tensor:
+        return make_weight(self.weight, self.dim, self.dtype, self.generator(salt=-1))
+
+
+def make_values(family: str, rows: int, dim: int, dtype: str, eps: float,
+                gen: torch.Generator) -> torch.Tensor:
+    """Rows of x from a value family, computed in fp32 on the CPU, then rounded to ``dtype``."""
+    base = torch.randn(rows, dim, generator=gen)
+    if family == "normal":
+        out = base
+    elif family == "near_eps":
+        out = base * math.sqrt(eps)
+    elif family == "tiny":
+        out = base * _TINY_SCALE[dtype]
+    elif family == "huge":
+        out = base.clamp(-3, 3) * _HUGE_SCALE[dtype]
+    elif family == "mixed_rows":
+        span = 2.0 if dtype == "float16" else 3.0
+        out = base * torch.pow(10.0, (torch.rand(rows, 1, generator=gen) * 2 - 1) * span)
+    elif family == "outliers":
+        spikes = torch.rand(rows, dim, generator=gen) < 0.01
+        out = torch.where(spikes, base * 100.0, base)
+    elif family == "constant":
+        out = torch.randn(rows, 1, generator=gen).expand(rows, dim).clone()
+        out[torch.rand(rows, generator=gen) < 0.2] = 0.0
+    elif family == "zero_rows":
+        out = base.clone()
+        out[torch.rand(rows, generator=gen) < 0.25] = 0.0
+    else:
+        raise ValueError(f"unknown value family {family!r}; known: {', '.join(VALUE_FAMILIES)}")
+    return out.to(torch_dtype(dtype))
+
+
+def make_weight(family: str, dim: int, dtype: str, gen: torch.Generator) -> torch.Tensor:
+    base = torch.randn(dim, generator=gen)
+    if family == "normal":
+        out = base
+    elif family == "around_one":
+        out = 1.0 + 0.1 * base
+    elif family == "ones":
+        out = torch.ones(dim)
+    elif family == "with_zeros":
+        out = torch.where(torch.rand(dim, generator=gen) < 0.25, torch.zeros(dim), base)
+    else:
+        raise ValueError(f"unknown weight family {family!r}; known: {', '.join(WEIGHT_FAMILIES)}")
+    return out.to(torch_dtype(dtype))
+
+
+def make_pad(content: str, rows: int, dim: int, dtype: str, gen: torch.Generator) -> torch.Tensor:
+    """Pad rows; their own outputs are never checked, only their effect on real rows."""
+    dt = torch_dtype(dtype)
+    if content == "zeros":
+        return torch.zeros(rows, dim, dtype=dt)
+    if content == "normal":
+        return torch.randn(rows, dim, generator=gen).to(dt)
+    if content == "huge":
+        return (torch.randn(rows, dim, generator=gen).clamp(-3, 3) * _HUGE_SCALE[dtype]).to(dt)
+    fill = {"dtype_max": torch.finfo(dt).max, "nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
+    if content in fill:
+        return torch.full((rows, dim), fill[content], dtype=dt)
+    raise ValueError(f"unknown pad content {content!r}; known: {', '.join(PAD_CONTENTS)}")
+
+
+# --- Axis-A cases: each names the variant it checks -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchSizeCase:
+    """Rows [0:length] alone against the same rows in the whole batch."""
+
+    batch: Batch
+    length: int
+
+
+@dataclass(frozen=True)
+class SliceCase:
+    """Rows [start:start+length] as a view (or a copy) against the whole batch."""
+
+    batch: Batch
+    start: int
+    length: int
+    as_view: bool = True
+
+
+@dataclass(frozen=True)
+class PaddingCase:
+    """``batch`` holds the real rows; pad rows go before and after them."""
+
+    batch: Batch
+    before: int
+    after: int
+    content: str = "zeros"
+
+
+@dataclass(frozen=True)
+class PositionCase:
+    """Row 0 of ``batch`` placed at index ``first`` of one batch and ``second`` of another of equal size."""
+
+    batch: Batch
+    first: int
+    second: int
+
+
+@dataclass(frozen=True)
+class PermutationCase:
+    batch: Batch
+    perm_seed: int = 0
+
+
+@dataclass(frozen=True)
+class LeadingDimsCase:
+    """The batch viewed with leading dims ``shape`` (their product is batch.rows)."""
+
+    batch: Batch
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StridedCase:
+    """``layout``: 'row_stride' (rows inside a wider buffer), 'column_major', or 'fused_heads'
+    ([T, H, dim] sliced out of a wider [T, (H + extra) * dim] projection, as QK-norm sees q)."""
+
+    batch: Batch
+    layout: str
+    extra: int = 1
+    heads: int = 1
+
+
+@dataclass(frozen=True)
+class RepeatCase:
+    batch: Batch
+
+
+# --- Axis-B, semantics and gradient cases ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccuracyCase:
+    batch: Batch
+
+
+@dataclass(frozen=True)
+class NonfiniteCase:
+    """Entries of ``rows_hit`` rows set to ``value`` ('nan', 'inf', 'neg_inf') at ``count`` columns each."""
+
+    batch: Batch
+    value: str
+    rows_hit: int
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class GradientCase:
+    batch: Batch
+    length: int
+
+
+CASE_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (Batch, BatchSizeCase, SliceCase, PaddingCase, PositionCase, PermutationCase,
+                LeadingDimsCase, StridedCase, RepeatCase, AccuracyCase, NonfiniteCase, GradientCase)
+}
+
+
+def parse_case(text: str) -> object:
+    """Rebuild a case from its repr (the ``--replay`` argument); only case types and literals allowed."""
+    try:
+        return eval(text, {"__builtins__": {}, "inf": math.inf, "nan": math.nan}, dict(CASE_TYPES))
+    except Exception as exc:
+        raise ValueError(f"--replay {text!r} is not a case repr: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,220 @@
+"""Comparisons that return a verdict with its statistics; assertions and reports both read the result.
+
+Bitwise means identical bit patterns through integer views: stricter than ``torch.equal`` about -0.0
+and NaN payloads. Tolerance comparisons report max abs/rel error, max ULP in the output dtype, the margin
+(worst error over its allowance) and where it happened, and check NaN/Inf placement separately.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from contract import Bound, Tolerance, UlpBound
+
+_INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
+             torch.float64: torch.int64}
+_BITS = {torch.float32: 32, torch.bfloat16: 16, torch.float16: 16, torch.float64: 64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of a float tensor as unsigned values in int64 (float64 keeps its signed view)."""
+    if t.dtype not in _INT_VIEW:
+        raise TypeError(f"no bit view for dtype {t.dtype}")
+    raw = t.detach().cpu().contiguous().view(_INT_VIEW[t.dtype]).to(torch.int64)
+    width = _BITS[t.dtype]
+    return raw if width == 64 else raw & ((1 << width) - 1)
+
+
+def _hex(pattern: int, dtype: torch.dtype) -> str:
+    return f"0x{pattern & ((1 << _BITS[dtype]) - 1):0{_BITS[dtype] // 4}x}"
+
+
+def ordered_bits(t: torch.Tensor) -> torch.Tensor:
+    """Map bit patterns to integers whose difference counts representable values (ULPs) between floats.
+
+    Sign-magnitude becomes two's complement, so +0 and -0 both map to 0 and adjacent floats differ by 1.
+    """
+    width = _BITS[t.dtype]
+    if width == 64:
+        raise TypeError("ULP distances are taken in the output dtype, not float64")
+    b = bits(t)
+    sign = 1 << (width - 1)
+    magnitude = b & (sign - 1)
+    return torch.where((b & sign) != 0, -magnitude, magnitude)
+
+
+def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Elementwise count of representable values between two tensors of one dtype (int64)."""
+    if actual.dtype != expected.dtype:
+        raise TypeError(f"ULP distance needs one dtype, got {actual.dtype} and {expected.dtype}")
+    return (ordered_bits(actual) - ordered_bits(expected)).abs()
+
+
+def _unravel(flat_index: int, shape: torch.Size) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        index.append(flat_index % size if size else 0)
+        flat_index //= max(size, 1)
+    return tuple(reversed(index))
+
+
+@dataclass(frozen=True)
+class BitwiseResult:
+    """Verdict of a bitwise comparison, with the first differing element's index and bit patterns."""
+
+    equal: bool
+    total: int
+    mismatches: int = 0
+    first_index: tuple[int, ...] | None = None
+    actual_bits: str | None = None
+    expected_bits: str | None = None
+    actual_value: float | None = None
+    expected_value: float | None = None
+    problem: str | None = None  # shape or dtype disagreement: no elementwise comparison possible
+
+    def describe(self) -> str:
+        if self.problem:
+            return f"not equal: {self.problem}"
+        if self.equal:
+            return f"bitwise equal ({self.total} elements)"
+        pct = 100.0 * self.mismatches / max(self.total, 1)
+        return (
+            f"not equal: {self.mismatches} / {self.total} elements ({pct:.2f}%) differ in their bits; "
+            f"first at index {self.first_index}: {self.actual_value!r} ({self.actual_bits}) "
+            f"but expected {self.expected_value!r} ({self.expected_bits})"
+        )
+
+
+def compare_bitwise(actual: torch.Tensor, expected: torch.Tensor) -> BitwiseResult:
+    """Identical shape, dtype and bit patterns; -0.0 differs from +0.0 and NaN payloads count."""
+    total = expected.numel()
+    if actual.dtype != expected.dtype:
+        return BitwiseResult(False, total, total,
+                             problem=f"dtype {actual.dtype}, but expected {expected.dtype}")
+    if tuple(actual.shape) != tuple(expected.shape):
+        return BitwiseResult(False, total, total,
+                             problem=f"shape {tuple(actual.shape)}, but expected {tuple(expected.shape)}")
+    a, e = bits(actual), bits(expected)
+    differ = a != e
+    mismatches = int(differ.sum())
+    if mismatches == 0:
+        return BitwiseResult(True, total)
+    first = int(differ.flatten().nonzero()[0])
+    index = _unravel(first, expected.shape)
+    return BitwiseResult(
+        False, total, mismatches, index,
+        actual_bits=_hex(int(a.flatten()[first]), actual.dtype),
+        expected_bits=_hex(int(e.flatten()[first]), expected.dtype),
+        actual_value=float(actual.detach().flatten()[first].cpu()),
+        expected_value=float(expected.detach().flatten()[first].cpu()),
+    )
+
+
+@dataclass(frozen=True)
+class ToleranceResult:
+    """Verdict of a bound check, with the statistics every report column needs."""
+
+    passed: bool
+    total: int
+    bound: str
+    mismatches: int = 0          # finite elements outside the bound
+    nonfinite_mismatches: int = 0  # NaN/Inf where the reference has none, or the other way round
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    max_ulp: int = 0
+    margin: float = 0.0          # worst error over its allowance: <= 1 passes
+    worst_index: tuple[int, ...] | None = None
+    worst_actual: float | None = None
+    worst_expected: float | None = None
+    first_nonfinite_index: tuple[int, ...] | None = None
+    problem: str | None = None
+
+    def describe(self) -> str:
+        if self.problem:
+            return f"not comparable: {self.problem}"
+        head = "within" if self.passed else "outside"
+        parts = [f"{head} {self.bound}: margin {self.margin:.3g} (worst error / allowed)"]
+        if self.mismatches:
+            pct = 100.0 * self.mismatches / max(self.total, 1)
+            parts.append(f"{self.mismatches} / {self.total} elements ({pct:.2f}%) outside the bound")
+        parts.append(f"max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}, max {self.max_ulp} ULP")
+        if self.worst_index is not None:
+            parts.append(f"worst at index {self.worst_index}: {self.worst_actual!r} "
+                         f"against {self.worst_expected!r}")
+        if self.nonfinite_mismatches:
+            parts.append(f"{self.nonfinite_mismatches} elements have NaN/Inf where the reference does not "
+                         f"(or the reverse), first at index {self.first_nonfinite_index}")
+        return "; ".join(parts)
+
+
+def _nonfinite_class(t: torch.Tensor) -> torch.Tensor:
+    """0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
+    cls = torch.zeros(t.shape, dtype=torch.int8)
+    cls[torch.isnan(t)] = 1
+    cls[torch.isposinf(t)] = 2
+    cls[torch.isneginf(t)] = 3
+    return cls
+
+
+def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
+                   *, correctly_rounded: torch.Tensor | None = None) -> ToleranceResult:
+    """Hold ``actual`` (in its own dtype) to ``bound`` against a float32 or float64 ``reference``.
+
+    ``Tolerance`` bounds compare values; ``UlpBound`` bounds compare ULPs in ``actual.dtype`` against
+    ``correctly_rounded`` (the fp64 oracle) rounded to that dtype, falling back to ``reference``.
+    """
+    total = reference.numel()
+    if tuple(actual.shape) != tuple(reference.shape):
+        return ToleranceResult(False, total, bound.describe(),
+                               problem=f"shape {tuple(actual.shape)}, but expected {tuple(reference.shape)}")
+    if not actual.is_floating_point():
+        return ToleranceResult(False, total, bound.describe(), problem=f"dtype {actual.dtype} is not a float")
+    a = actual.detach().cpu().double()
+    r = reference.detach().cpu().double()
+    a_cls, r_cls = _nonfinite_class(a), _nonfinite_class(r)
+    misplaced = a_cls != r_cls
+    nonfinite_mismatches = int(misplaced.sum())
+    first_nonfinite = (_unravel(int(misplaced.flatten().nonzero()[0]), reference.shape)
+                       if nonfinite_mismatches else None)
+    finite = (a_cls == 0) & (r_cls == 0)
+
+    err = torch.where(finite, (a - r).abs(), torch.zeros_like(a))
+    ref_abs = torch.where(finite, r.abs(), torch.zeros_like(r))
+    rel = torch.where(ref_abs > 0, err / ref_abs.clamp_min(1e-300), torch.where(err > 0, math.inf, 0.0))
+
+    target = correctly_rounded if correctly_rounded is not None else reference
+    rounded = target.detach().cpu().to(actual.dtype)
+    ulps = torch.where(finite, ulp_distance(actual.detach().cpu(), rounded), torch.zeros((), dtype=torch.int64))
+
+    if isinstance(bound, Tolerance):
+        ratio = err / (bound.atol + bound.rtol * ref_abs)
+    elif isinstance(bound, UlpBound):
+        ratio = ulps.double() / bound.max_ulp if bound.max_ulp else torch.where(ulps > 0, math.inf, 0.0)
+    else:
+        raise TypeError(f"unknown bound {bound!r}")
+    outside = finite & (ratio > 1.0)
+    mismatches = int(outside.sum())
+    if total == 0 or not bool(finite.any()):
+        margin, worst = 0.0, None
+    else:
+        ratio = torch.where(finite, ratio, torch.full_like(ratio, -1.0))
+        flat = int(ratio.flatten().argmax())
+        margin, worst = float(ratio.flatten()[flat]), flat
+    return ToleranceResult(
+        passed=mismatches == 0 and nonfinite_mismatches == 0,
+        total=total,
+        bound=bound.describe(),
+        mismatches=mismatches,
+        nonfinite_mismatches=nonfinite_mismatches,
+        max_abs=float(err.max()) if total else 0.0,
+        max_rel=float(rel.max()) if total else 0.0,
+        max_ulp=int(ulps.max()) if total else 0,
+        margin=margin,
+        worst_index=_unravel(worst, reference.shape) if worst is not None else None,
+        worst_actual=float(a.flatten()[worst]) if worst is not None else None,
+        worst_expected=float(r.flatten()[worst]) if worst is not None else None,
+        first_nonfinite_index=first_nonfinite,
+    )

@@ -1,0 +1,182 @@
+"""Hypothesis strategies that draw conformance cases; torch, not Hypothesis, draws the tensors.
+
+Sizes are biased toward where kernels change behaviour: a single row, counts below 16, powers of two and
+their neighbours, multiples of the SM count; and dims toward the target model's 4096 and 128, plus odd
+ones that exercise tail masking.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from contract import DEFAULT_EPS, TARGET_DIMS
+
+from .cases import (
+    PAD_CONTENTS,
+    VALUE_FAMILIES,
+    WEIGHT_FAMILIES,
+    AccuracyCase,
+    Batch,
+    BatchSizeCase,
+    GradientCase,
+    LeadingDimsCase,
+    NonfiniteCase,
+    PaddingCase,
+    PermutationCase,
+    PositionCase,
+    RepeatCase,
+    SliceCase,
+    StridedCase,
+)
+
+# Elements (rows * dim) per batch: 4M keeps a CPU example near 0.1 s and still reaches 32768 rows at dim 128.
+DEFAULT_MAX_ELEMENTS = 1 << 22
+# Interpreted kernels (Triton on the CPU) run per program in Python: a sixteenth of that.
+INTERPRETED_MAX_ELEMENTS = 1 << 18
+MAX_DIM = 8192
+
+# Dims where tails, vector widths and block sizes change.
+EDGE_DIMS = (1, 2, 3, 7, 8, 63, 64, 65, 127, 129, 255, 256, 257, 1000, 1023, 1025, 2047, 2049,
+             4095, 4097, 5120, 8191, 8192)
+# Row counts where kernels switch: tiny batches, powers of two and neighbours, multiples of 132 SMs (H200).
+EDGE_ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 131, 132, 133,
+             255, 256, 257, 264, 511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049, 4096, 8192, 16384, 32768)
+# Qwen3-8B has 32 query heads and 8 key/value heads of 128.
+HEAD_COUNTS = (1, 2, 8, 32)
+
+
+def _check_positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{name}={value} must be at least 1")
+
+
+def dims(*, max_dim: int = MAX_DIM) -> st.SearchStrategy[int]:
+    """A last dim: 4096 and 128 each about a quarter of the time, edge dims, anything up to ``max_dim``."""
+    _check_positive("max_dim", max_dim)
+    targets = [d for d in TARGET_DIMS.values() if d <= max_dim]
+    edges = [d for d in EDGE_DIMS if d <= max_dim]
+    return st.one_of(*(st.just(d) for d in targets), st.sampled_from(edges), st.integers(1, max_dim))
+
+
+def row_counts(*, max_rows: int, min_rows: int = 1) -> st.SearchStrategy[int]:
+    """A row count in [min_rows, max_rows], half the time an edge count."""
+    _check_positive("max_rows", max_rows)
+    if min_rows > max_rows:
+        raise ValueError(f"min_rows={min_rows} is larger than max_rows={max_rows}")
+    edges = [r for r in EDGE_ROWS if min_rows <= r <= max_rows] or [min_rows]
+    return st.one_of(st.sampled_from(edges), st.integers(min_rows, max_rows))
+
+
+def epsilons() -> st.SearchStrategy[float]:
+    """eps from 1e-12 to 0.5: the common 1e-6 and 1e-5, and mantissa * 10^exponent otherwise."""
+    drawn = st.builds(lambda m, e: float(f"{m}e{e}"), st.sampled_from((1, 2.5, 5)), st.integers(-12, -1))
+    return st.one_of(st.just(DEFAULT_EPS), st.just(1e-5), drawn)
+
+
+def max_rows_for(dim: int, max_elements: int) -> int:
+    return max(1, max_elements // dim)
+
+
+@st.composite
+def batches(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+            min_rows: int = 1, dim: int | None = None, values: str | None = None) -> Batch:
+    """A :class:`Batch` of ``dtype``; ``dim`` and ``values`` pin those fields when given."""
+    _check_positive("max_elements", max_elements)
+    d = dim if dim is not None else draw(dims())
+    cap = max(min_rows, max_rows_for(d, max_elements))
+    return Batch(
+        dim=d,
+        rows=draw(row_counts(min_rows=min_rows, max_rows=cap)),
+        dtype=dtype,
+        values=values if values is not None else draw(st.sampled_from(VALUE_FAMILIES)),
+        weight=draw(st.sampled_from(WEIGHT_FAMILIES)),
+        eps=draw(epsilons()),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+def batch_size_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> st.SearchStrategy:
+    """A sub-batch [0:length] of a larger batch; lengths lean small, where reductions re-plan."""
+    return batches(dtype=dtype, max_elements=max_elements, min_rows=2).flatmap(
+        lambda b: st.builds(BatchSizeCase, st.just(b), row_counts(max_rows=b.rows - 1)))
+
+
+@st.composite
+def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> SliceCase:
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2))
+    start = draw(st.integers(1, b.rows - 1))
+    length = draw(row_counts(max_rows=b.rows - start))
+    return SliceCase(b, start, length, as_view=draw(st.booleans()))
+
+
+@st.composite
+def padding_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> PaddingCase:
+    b = draw(batches(dtype=dtype, max_elements=max_elements))
+    room = max(1, max_rows_for(b.dim, max_elements) - b.rows)
+    before = draw(st.one_of(st.just(0), row_counts(max_rows=room)))
+    after = draw(row_counts(max_rows=room)) if before == 0 else draw(st.integers(0, room))
+    return PaddingCase(b, before, after, content=draw(st.sampled_from(PAD_CONTENTS)))
+
+
+@st.composite
+def position_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> PositionCase:
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2))
+    first = draw(st.integers(0, b.rows - 1))
+    second = draw(st.integers(0, b.rows - 1).filter(lambda i: i != first))
+    return PositionCase(b, first, second)
+
+
+def permutation_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> st.SearchStrategy:
+    return st.builds(PermutationCase, batches(dtype=dtype, max_elements=max_elements, min_rows=2),
+                     st.integers(0, 2**32 - 1))
+
+
+@st.composite
+def leading_dims_cases(draw: st.DrawFn, *, dtype: str,
+                       max_elements: int = DEFAULT_MAX_ELEMENTS) -> LeadingDimsCase:
+    """[B, S, dim] or [T, H, dim] shapes; at dim 128 the head counts are QK-norm's."""
+    d = draw(dims())
+    cap = max_rows_for(d, max_elements)
+    inner_choices = st.sampled_from(HEAD_COUNTS) if d == TARGET_DIMS["head_dim"] else row_counts(max_rows=64)
+    inner = min(draw(inner_choices), cap)
+    outer = draw(row_counts(max_rows=max(1, cap // inner)))
+    shape = (outer, inner)
+    if draw(st.booleans()) and outer % 2 == 0:
+        shape = (2, outer // 2, inner)
+    b = draw(batches(dtype=dtype, max_elements=max_elements, dim=d, min_rows=outer * inner))
+    return LeadingDimsCase(Batch(**{**b.__dict__, "rows": outer * inner}), shape)
+
+
+@st.composite
+def strided_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> StridedCase:
+    layout = draw(st.sampled_from(("row_stride", "column_major", "fused_heads")))
+    heads = draw(st.sampled_from(HEAD_COUNTS)) if layout == "fused_heads" else 1
+    b = draw(batches(dtype=dtype, max_elements=max(heads, max_elements // heads)))
+    # An extra of 1 misaligns every row; 8 keeps 16-byte alignment in bf16 and moves only the stride.
+    extra = draw(st.sampled_from((1, 2, 8, 64)))
+    return StridedCase(b, layout, extra=extra, heads=heads)
+
+
+def repeat_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> st.SearchStrategy:
+    return st.builds(RepeatCase, batches(dtype=dtype, max_elements=max_elements))
+
+
+def accuracy_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                   values: str | None = None) -> st.SearchStrategy:
+    return st.builds(AccuracyCase, batches(dtype=dtype, max_elements=max_elements, values=values))
+
+
+@st.composite
+def nonfinite_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> NonfiniteCase:
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values="normal"))
+    rows_hit = draw(st.integers(1, max(1, b.rows // 2)))
+    count = draw(st.integers(1, b.dim))
+    return NonfiniteCase(b, draw(st.sampled_from(("nan", "inf", "neg_inf"))), rows_hit, count)
+
+
+def gradient_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> st.SearchStrategy:
+    """Gradients on normal-scale values: other families make atol meaningless for dx."""
+    families = st.sampled_from(("normal", "outliers", "mixed_rows", "zero_rows"))
+    return families.flatmap(
+        lambda v: batches(dtype=dtype, max_elements=max_elements, min_rows=2, values=v)
+    ).flatmap(lambda b: st.builds(GradientCase, st.just(b), row_counts(max_rows=b.rows - 1)))

@@ -1,0 +1,71 @@
+"""Gradients: fp32 autograd through the reference is the golden source; dx must also be batch-invariant
+and dw bitwise identical run to run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness import strategies
+from harness.checks import REFERENCE, assert_bitwise, assert_within, conformance
+
+
+def _cases(subject):
+    # A quarter of the forward budget: backward keeps several batch-sized tensors alive.
+    return strategies.gradient_cases(dtype=subject.dtype, max_elements=max(1, subject.max_elements // 4))
+
+
+def _no_backward(subject):
+    if subject.backend.supports_backward(subject.device):
+        return None
+    return f"{subject.backend.name} has no backward (its output does not require grad)"
+
+
+def _grads(subject, x, w, g, eps):
+    x = x.detach().requires_grad_(True)
+    w = w.detach().requires_grad_(True)
+    subject.forward(x, w, eps).backward(g)
+    return x.grad, w.grad
+
+
+def _inputs(subject, case):
+    b = case.batch
+    x, w = subject.inputs(b)
+    g = subject.to_device(torch.randn(b.rows, b.dim, generator=b.generator(salt=5)).to(x.dtype))
+    return x, w, g
+
+
+@conformance(_cases, skip_reason=_no_backward)
+def test_gradient_accuracy(subject, case):
+    b = case.batch
+    x, w, g = _inputs(subject, case)
+    dx, dw = _grads(subject, x, w, g, b.eps)
+    x32 = x.detach().float().requires_grad_(True)
+    w32 = w.detach().float().requires_grad_(True)
+    REFERENCE.forward_fp32(x32, w32, b.eps).backward(g.float())
+    bound = subject.profile.gradient_bound(b.dtype)
+    assert_within(subject, "gradients.dx_tolerance", case, actual=dx, reference=x32.grad, bound=bound,
+                  dim=b.dim, what="dx is off fp32 autograd through the reference")
+    assert_within(subject, "gradients.dw_tolerance", case, actual=dw, reference=w32.grad, bound=bound,
+                  dim=b.dim, what=f"dw over {b.rows} rows is off fp32 autograd through the reference")
+
+
+@conformance(_cases, skip_reason=_no_backward)
+def test_dx_batch_invariance(subject, case):
+    b = case.batch
+    x, w, g = _inputs(subject, case)
+    dx_full, _ = _grads(subject, x, w, g, b.eps)
+    n = case.length
+    dx_part, _ = _grads(subject, x[:n].clone(), w, g[:n].clone(), b.eps)
+    assert_bitwise(subject, "gradients.dx_batch_invariance", case, actual=dx_part, expected=dx_full[:n],
+                   dim=b.dim, what=f"dx of rows [0:{n}] alone differs from the same rows in a batch of {b.rows}")
+
+
+@conformance(_cases, skip_reason=_no_backward)
+def test_dw_determinism(subject, case):
+    b = case.batch
+    x, w, g = _inputs(subject, case)
+    _, dw_first = _grads(subject, x, w, g, b.eps)
+    _, dw_second = _grads(subject, x, w, g, b.eps)
+    assert_bitwise(subject, "gradients.dw_determinism", case, actual=dw_second, expected=dw_first, dim=b.dim,
+                   what=f"dw over {b.rows} rows changed between two identical backward passes")
