@@ -112,7 +112,8 @@ SEED = Profile(
     name="seed",
     description="The seed's tolerances, with fp32 calibrated: the default gate.",
     output={
-        "float32": Tolerance(1e-5, 1e-5, "calibrated: independent fp32 kernels differ by a few ULP."),
+        "float32": Tolerance(1e-5, 1e-5, "calibrated: independent fp32 formulas reach margin 0.03 of it "
+                                         "(benchmarks/calibrate.py)."),
         "bfloat16": Tolerance(2e-2, 1.6e-2, "seed value: about two bf16 ULP (2^-8 = 3.9e-3) of slack."),
         "float16": Tolerance(1e-3, 1e-3, "seed value: about two fp16 ULP (2^-11 = 4.9e-4) of slack."),
     },
@@ -121,9 +122,10 @@ SEED = Profile(
 
 STRICT = Profile(
     name="strict",
-    description="At most 1 ULP from the correctly rounded (fp64) value in the output dtype; fp32 as calibrated.",
+    description="At most 1 ULP from the correctly rounded (fp64) value in bf16 and fp16; fp32 as calibrated.",
     output={
-        "float32": UlpBound(4, "fp32 output carries fp32 accumulation; the reference itself reaches 2 ULP."),
+        "float32": UlpBound(8, "fp32 output keeps its fp32 accumulation error: the reference itself reaches "
+                               "4 ULP (benchmarks/calibrate.py); 8 admits one other reduction order."),
         "bfloat16": UlpBound(1, "fp32 accumulation then one rounding to bf16: 1 ULP at a tie at most."),
         "float16": UlpBound(1, "fp32 accumulation then one rounding to fp16: 1 ULP at a tie at most."),
     },

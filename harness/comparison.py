@@ -190,7 +190,8 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
     ulps = torch.where(finite, ulp_distance(actual.detach().cpu(), rounded), torch.zeros((), dtype=torch.int64))
 
     if isinstance(bound, Tolerance):
-        ratio = err / (bound.atol + bound.rtol * ref_abs)
+        # No error is margin 0 even where nothing is allowed; any error where nothing is allowed is inf.
+        ratio = torch.where(err == 0, torch.zeros_like(err), err / (bound.atol + bound.rtol * ref_abs))
     elif isinstance(bound, UlpBound):
         ratio = ulps.double() / bound.max_ulp if bound.max_ulp else torch.where(ulps > 0, math.inf, 0.0)
     else:

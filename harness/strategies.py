@@ -59,12 +59,13 @@ def dims(*, max_dim: int = MAX_DIM) -> st.SearchStrategy[int]:
 
 
 def row_counts(*, max_rows: int, min_rows: int = 1) -> st.SearchStrategy[int]:
-    """A row count in [min_rows, max_rows], half the time an edge count."""
+    """A row count in [min_rows, max_rows]: a third below 16, a third edge counts, a third anything."""
     _check_positive("max_rows", max_rows)
     if min_rows > max_rows:
         raise ValueError(f"min_rows={min_rows} is larger than max_rows={max_rows}")
     edges = [r for r in EDGE_ROWS if min_rows <= r <= max_rows] or [min_rows]
-    return st.one_of(st.sampled_from(edges), st.integers(min_rows, max_rows))
+    small = st.integers(min_rows, min(max_rows, max(min_rows, 15)))
+    return st.one_of(small, st.sampled_from(edges), st.integers(min_rows, max_rows))
 
 
 def epsilons() -> st.SearchStrategy[float]:

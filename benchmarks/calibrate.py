@@ -1,0 +1,83 @@
+"""Calibrate the contract's fp32 numbers: how far the reference is from the correctly rounded value, and
+how far independent fp32 implementations are from the reference. Not a test: it measures and prints.
+
+    python benchmarks/calibrate.py [--device cpu] [--out reports/cpu/calibration.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+
+from backends.native import NativeRMSNormOp, oracle_fp64
+from contract import profile
+from harness.cases import VALUE_FAMILIES, make_values, make_weight
+from harness.comparison import compare_within
+
+REF = NativeRMSNormOp()
+
+
+def independent(name: str, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    if name == "torch formula (rsqrt, mean)":
+        return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+    if name == "F.rms_norm fp32":
+        return F.rms_norm(x32, (x.shape[-1],), w.float(), eps)
+    raise ValueError(name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--rows", type=int, default=512)
+    args = parser.parse_args()
+    dev = torch.device(args.device)
+    seed_fp32 = profile("seed").output_bound("float32")
+    ulp_rows, tol_rows = [], []
+    for dtype in ("float32", "bfloat16", "float16"):
+        for dim in (128, 4096, 1000, 8192):
+            worst_ulp, worst_name = 0, ""
+            for family in VALUE_FAMILIES:
+                for eps in (1e-6, 1e-5, 1e-2):
+                    gen = torch.Generator().manual_seed(dim * 7 + len(family))
+                    x = make_values(family, args.rows, dim, dtype, eps, gen).to(dev)
+                    w = make_weight("normal", dim, dtype, gen).to(dev)
+                    oracle = oracle_fp64(x.float(), w.float(), eps)
+                    out = REF.forward(x, w, eps)
+                    r = compare_within(out, oracle, seed_fp32, correctly_rounded=oracle)
+                    if r.max_ulp >= worst_ulp:
+                        worst_ulp, worst_name = r.max_ulp, f"{family}, eps {eps:g}"
+                    if dtype == "float32":
+                        for name in ("torch formula (rsqrt, mean)", "F.rms_norm fp32"):
+                            ind = independent(name, x, w, eps)
+                            t = compare_within(ind, REF.forward_fp32(x, w, eps), seed_fp32)
+                            tol_rows.append([name, dim, family, eps, t.max_abs, t.max_rel, t.max_ulp, t.margin])
+            ulp_rows.append([dtype, dim, worst_ulp, worst_name])
+    worst = {}
+    for name, dim, family, eps, mabs, mrel, mulp, margin in tol_rows:
+        key = (name, dim)
+        if key not in worst or margin > worst[key][-1]:
+            worst[key] = [name, dim, family, eps, f"{mabs:.3g}", f"{mrel:.3g}", mulp, margin]
+    text = "\n".join([
+        f"# Calibration of the fp32 bounds ({dev}, torch {torch.__version__})", "",
+        "Command: `python benchmarks/calibrate.py --device " + args.device + "`", "",
+        f"Value families: {', '.join(VALUE_FAMILIES)}; eps 1e-6, 1e-5, 1e-2; {args.rows} rows each.", "",
+        "## The reference's own error: forward output against the fp64 oracle rounded to the output dtype", "",
+        tabulate(ulp_rows, ["dtype", "dim", "max ULP", "where"], tablefmt="github"), "",
+        f"## Independent fp32 implementations against the reference (seed bound {seed_fp32.describe()})", "",
+        tabulate(list(worst.values()), ["implementation", "dim", "worst family", "eps", "max abs", "max rel",
+                                        "max ULP", "margin"], tablefmt="github", floatfmt=".3g"), "",
+    ])
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

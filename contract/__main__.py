@@ -1,0 +1,7 @@
+"""``python -m contract [CONTRACT.md] [--check]``: regenerate or check CONTRACT.md's tables."""
+
+import sys
+
+from .render import main
+
+sys.exit(main())

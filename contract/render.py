@@ -1,0 +1,83 @@
+"""CONTRACT.md's tables, rendered from the contract module, so that the words and the data cannot drift.
+
+``python -m contract`` rewrites the generated blocks of CONTRACT.md in place; ``--check`` exits 1 if they
+differ from the module (CI and tests/test_contract_sync.py run that).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tabulate import tabulate
+
+from . import rmsnorm as c
+from .rules import Tolerance, UlpBound
+
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
+
+
+def _rules_table(rules: tuple) -> str:
+    return tabulate([[f"`{r.id}`", r.title, r.statement] for r in rules],
+                    ["rule id", "name", "statement"], tablefmt="github")
+
+
+def _bound(b: Tolerance | UlpBound) -> tuple[str, str]:
+    return (b.describe(), b.why)
+
+
+def render_blocks() -> dict[str, str]:
+    header = "\n".join([
+        f"- **Version:** {c.VERSION}",
+        f"- **Formula:** `{c.FORMULA}`; default eps {c.DEFAULT_EPS:g}.",
+        f"- **Dtypes:** {', '.join(c.DTYPES)}.",
+        "- **Target dims:** " + ", ".join(f"{k} {v}" for k, v in c.TARGET_DIMS.items()) + ".",
+        f"- **Domain:** {c.DOMAIN}",
+    ])
+    bounds_rows = []
+    for prof in c.PROFILES.values():
+        for dtype in c.DTYPES:
+            bounds_rows.append([prof.name, dtype, "output", *_bound(prof.output_bound(dtype))])
+        for dtype in c.DTYPES:
+            bounds_rows.append([prof.name, dtype, "gradients", *_bound(prof.gradient_bound(dtype))])
+    profiles = tabulate([[p.name, p.description] for p in c.PROFILES.values()], ["profile", "meaning"],
+                        tablefmt="github")
+    return {
+        "header": header,
+        "axis_a": _rules_table(c.AXIS_A_VARIANTS),
+        "axis_b": _rules_table(c.AXIS_B_RULES),
+        "profiles": profiles,
+        "bounds": tabulate(bounds_rows, ["profile", "dtype", "applies to", "bound", "why"], tablefmt="github"),
+        "semantics": _rules_table(c.SEMANTIC_RULES),
+        "gradients": _rules_table(c.GRADIENT_RULES),
+    }
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block replaced by what the module says now."""
+    blocks = render_blocks()
+    missing = set(blocks) - {m.group("name") for m in BLOCK.finditer(text)}
+    if missing:
+        raise ValueError(f"CONTRACT.md lacks generated blocks: {', '.join(sorted(missing))}")
+    return BLOCK.sub(lambda m: m.group(1) + blocks[m.group("name")] + "\n" + m.group(4), text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m contract", description=__doc__)
+    parser.add_argument("path", nargs="?", default="CONTRACT.md")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the module")
+    args = parser.parse_args(argv)
+    path = Path(args.path)
+    text = path.read_text()
+    new = render(text)
+    if args.check:
+        if new != text:
+            print(f"{path} is out of date with contract/: run `python -m contract {path}`")
+            return 1
+        print(f"{path} matches contract/ (version {c.VERSION})")
+        return 0
+    path.write_text(new)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,92 @@
+"""The comparison module: bit patterns, signed zeros, NaN payloads, ULP counting, margins, placement."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from contract import Tolerance, UlpBound
+from harness.comparison import bits, compare_bitwise, compare_within, ulp_distance
+
+
+def test_bitwise_equal_tensors():
+    t = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    result = compare_bitwise(t, t.clone())
+    assert result.equal and result.mismatches == 0 and result.total == 32
+
+
+def test_negative_zero_is_not_bitwise_equal_to_zero():
+    a, b = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, -0.0]])
+    assert torch.equal(a, b)  # torch says equal...
+    result = compare_bitwise(a, b)
+    assert not result.equal  # ...the contract does not
+    assert result.first_index == (0, 1)
+    assert (result.actual_bits, result.expected_bits) == ("0x00000000", "0x80000000")
+    assert "1 / 2 elements" in result.describe()
+
+
+def test_nan_payloads_count():
+    quiet = torch.tensor([math.nan])
+    other = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
+    assert torch.isnan(other).all()
+    assert compare_bitwise(quiet, quiet.clone()).equal
+    assert not compare_bitwise(quiet, other).equal
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.bfloat16, 16), (torch.float16, 16), (torch.float32, 32)])
+def test_bits_are_unsigned_patterns(dtype, width):
+    t = torch.tensor([-1.0, 1.0], dtype=dtype)
+    b = bits(t)
+    assert int(b[0]) >> (width - 1) == 1 and int(b[1]) >> (width - 1) == 0
+
+
+def test_dtype_and_shape_mismatch_are_reported():
+    assert "dtype" in compare_bitwise(torch.zeros(2), torch.zeros(2, dtype=torch.float16)).describe()
+    assert "shape" in compare_bitwise(torch.zeros(2), torch.zeros(3)).describe()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_ulp_distance_counts_representable_values(dtype):
+    one = torch.tensor([1.0], dtype=dtype)
+    up = torch.nextafter(one.float(), torch.tensor([2.0])).to(dtype) if dtype == torch.float32 else None
+    if up is None:
+        up = (bits(one) + 1).to(torch.int16).view(dtype)
+    assert int(ulp_distance(up, one)) == 1
+    assert int(ulp_distance(torch.tensor([0.0], dtype=dtype), torch.tensor([-0.0], dtype=dtype))) == 0
+    # Across zero: the smallest positive and negative subnormals are 2 ULP apart.
+    tiny = torch.tensor([1], dtype=torch.int16 if dtype != torch.float32 else torch.int32).view(dtype)
+    assert int(ulp_distance(tiny, -tiny)) == 2
+
+
+def test_tolerance_margin_and_worst_location():
+    ref = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    actual = ref.clone()
+    actual[1, 0] = 3.1  # error 0.1 where 0.01 + 0.01 * 3 = 0.04 is allowed
+    r = compare_within(actual, ref, Tolerance(0.01, 0.01, ""))
+    assert not r.passed and r.mismatches == 1
+    assert r.worst_index == (1, 0)
+    assert r.margin == pytest.approx(0.1 / 0.04, rel=1e-5)
+    assert r.max_abs == pytest.approx(0.1, rel=1e-5)
+    passing = compare_within(ref, ref, Tolerance(0.0, 0.0, ""))
+    assert passing.passed and passing.margin == 0.0
+
+
+def test_nonfinite_placement_is_checked():
+    ref = torch.tensor([math.nan, 1.0, math.inf])
+    assert compare_within(ref.clone(), ref, Tolerance(1, 1, "")).passed
+    moved = torch.tensor([1.0, math.nan, math.inf])
+    r = compare_within(moved, ref, Tolerance(1, 1, ""))
+    assert not r.passed and r.nonfinite_mismatches == 2 and r.first_nonfinite_index == (0,)
+    sign = compare_within(torch.tensor([math.nan, 1.0, -math.inf]), ref, Tolerance(1, 1, ""))
+    assert not sign.passed
+
+
+def test_ulp_bound_against_correctly_rounded_value():
+    oracle = torch.tensor([1.0 + 2**-9], dtype=torch.float64)  # between two bf16 values
+    near = torch.tensor([1.0], dtype=torch.bfloat16)
+    far = torch.tensor([1.0 + 2**-6], dtype=torch.bfloat16)
+    assert compare_within(near, oracle, UlpBound(1, ""), correctly_rounded=oracle).passed
+    r = compare_within(far, oracle, UlpBound(1, ""), correctly_rounded=oracle)
+    assert not r.passed and r.max_ulp >= 2

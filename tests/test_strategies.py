@@ -1,0 +1,104 @@
+"""The strategies: cases are valid and inside their budgets, reprs replay, tensors are reproducible."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness import strategies
+from harness.cases import (
+    PAD_CONTENTS,
+    VALUE_FAMILIES,
+    WEIGHT_FAMILIES,
+    Batch,
+    make_pad,
+    make_values,
+    parse_case,
+)
+
+ALL = [strategies.batch_size_cases, strategies.slice_cases, strategies.padding_cases,
+       strategies.position_cases, strategies.permutation_cases, strategies.leading_dims_cases,
+       strategies.strided_cases, strategies.repeat_cases, strategies.accuracy_cases,
+       strategies.nonfinite_cases, strategies.gradient_cases]
+
+
+@pytest.mark.parametrize("factory", ALL, ids=lambda f: f.__name__)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_cases_are_valid_and_replayable(factory, data):
+    case = data.draw(factory(dtype="bfloat16", max_elements=1 << 16))
+    b = case.batch
+    assert 1 <= b.dim <= strategies.MAX_DIM
+    assert b.rows >= 1 and b.eps > 0
+    assert parse_case(repr(case)) == case
+    if hasattr(case, "length"):
+        assert 1 <= case.length < b.rows + (0 if hasattr(case, "start") else 1)
+    if hasattr(case, "start"):
+        assert 1 <= case.start and case.start + case.length <= b.rows
+    if hasattr(case, "shape"):
+        assert int(torch.tensor(case.shape).prod()) == b.rows
+    if hasattr(case, "first"):
+        assert case.first != case.second and max(case.first, case.second) < b.rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(strategies.batches(dtype="float16", max_elements=1 << 12))
+def test_batches_respect_the_element_budget(batch):
+    assert batch.rows * batch.dim <= max(1 << 12, batch.dim)
+
+
+def test_batches_favour_target_dims_small_and_edge_row_counts():
+    dims: list[int] = []
+    rows: list[int] = []
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(strategies.batches(dtype="bfloat16"))
+    def collect(b):
+        dims.append(b.dim)
+        rows.append(b.rows)
+
+    collect()
+    assert dims.count(4096) > 30 and dims.count(128) > 30
+    assert any(d % 64 for d in dims), "no dim that is not a multiple of 64 was drawn"
+    assert sum(n < 16 for n in rows) > 50
+    assert sum(n in strategies.EDGE_ROWS and n >= 16 for n in rows) > 10
+    assert max(rows) > 1000
+
+
+def test_strategies_name_bad_arguments():
+    with pytest.raises(ValueError, match="max_rows=0"):
+        strategies.row_counts(max_rows=0)
+    with pytest.raises(ValueError, match="min_rows=5 is larger than max_rows=2"):
+        strategies.row_counts(min_rows=5, max_rows=2)
+
+
+@pytest.mark.parametrize("family", VALUE_FAMILIES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_value_families_are_reproducible_and_in_domain(family, dtype):
+    b = Batch(dim=300, rows=20, dtype=dtype, values=family, eps=1e-5, seed=3)
+    x1, x2 = b.x(), b.x()
+    assert torch.equal(x1, x2) and x1.dtype == getattr(torch, dtype)
+    assert torch.isfinite(x1).all()
+    assert torch.isfinite(x1.float().pow(2).sum(-1)).all(), "sum of squares must stay finite in fp32"
+    assert not torch.equal(b.x(salt=1), x1) or family == "constant"
+
+
+@pytest.mark.parametrize("family", WEIGHT_FAMILIES)
+def test_weight_families(family):
+    w = Batch(dim=64, rows=1, dtype="bfloat16", weight=family).w()
+    assert w.shape == (64,) and w.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("content", PAD_CONTENTS)
+def test_pad_contents(content):
+    pad = make_pad(content, 3, 16, "float16", torch.Generator().manual_seed(0))
+    assert pad.shape == (3, 16) and pad.dtype == torch.float16
+
+
+def test_unknown_family_is_named():
+    with pytest.raises(ValueError, match="'bogus'"):
+        make_values("bogus", 1, 1, "float32", 1e-6, torch.Generator())
+    with pytest.raises(ValueError, match="not a case repr"):
+        parse_case("__import__('os')")
