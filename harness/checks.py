@@ -56,8 +56,9 @@ class Subject:
         return self.to_device(batch.x(rows, salt)), self.to_device(batch.w())
 
     def replay_command(self, case: Any) -> str:
-        args = ["pytest", self.nodeid, *self.replay_options, f"--replay={case!r}"]
-        return " ".join(shlex.quote(a) for a in args)
+        """One command, to run from the project root, that re-runs just this case."""
+        args = ["pytest", self.nodeid, *self.replay_options]
+        return " ".join(shlex.quote(a) for a in args) + " --replay=" + _double_quoted(repr(case))
 
     def record(self, rule_id: str, case: Any, dim: int, passed: bool, detail: str,
                result: ToleranceResult | None = None) -> str:
@@ -70,6 +71,13 @@ class Subject:
                                  case=repr(case), detail="" if passed else detail,
                                  replay="" if passed else replay, **stats))
         return replay
+
+
+def _double_quoted(text: str) -> str:
+    """Case reprs hold only names, numbers and single-quoted words: double quotes keep them readable."""
+    if any(ch in text for ch in '"$`\\!'):
+        return shlex.quote(text)
+    return f'"{text}"'
 
 
 def _failure(subject: Subject, rule_id: str, case: Any, what: str, detail: str, replay: str) -> str:

@@ -279,9 +279,24 @@ def not_run_rows(c: Collector) -> list[list[Any]]:
     return rows
 
 
-def failure_rows(c: Collector) -> list[list[Any]]:
-    return [[nodeid, o["outcome"], o.get("reason", ""), o.get("replay", "") or "–"]
-            for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
+def failures(c: Collector) -> list[tuple[str, dict[str, str]]]:
+    return [(nodeid, o) for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
+
+
+def failure_lines(c: Collector, *, markdown: bool) -> list[str]:
+    """Failures as a list, not a table: the replay command must survive copy and paste whole."""
+    lines = []
+    for nodeid, o in failures(c):
+        if markdown:
+            lines.append(f"- `{nodeid}` ({o['outcome']}): {o.get('reason', '')}")
+            if o.get("replay"):
+                lines.append(f"  - replay: `{o['replay']}`")
+        else:
+            lines.append(f"{o['outcome'].upper()} {nodeid}")
+            lines.append(f"  {o.get('reason', '')}")
+            if o.get("replay"):
+                lines.append(f"  replay: {o['replay']}")
+    return lines
 
 
 TABLES: tuple[tuple[str, list[str], Any], ...] = (
@@ -296,8 +311,8 @@ TABLES: tuple[tuple[str, list[str], Any], ...] = (
     ("Other rules (pass/fail)", ["backend", "device", "rule", "checks", "failed", "last failure"],
      other_rule_rows),
     ("Did not run", ["what", "reason", "tests"], not_run_rows),
-    ("Failures and how to replay them", ["test", "outcome", "message", "replay"], failure_rows),
 )
+FAILURES_TITLE = "Failures and how to replay them (from the project root)"
 
 
 def environment_rows(c: Collector) -> list[list[Any]]:
@@ -314,6 +329,7 @@ def render_markdown(c: Collector) -> str:
         rows = rows_of(c)
         lines += [f"## {title}", ""]
         lines += [tabulate(rows, headers, tablefmt="github") if rows else "(none)", ""]
+    lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
     lines += ["margin = worst error / allowed error (<= 1 passes); ULPs are counted in the output dtype "
               "against the reference rounded to it.", ""]
     return "\n".join(lines)
@@ -333,3 +349,8 @@ def render_terminal(c: Collector, *, verbose: bool = True) -> Iterable[str]:
             yield ""
             yield title
             yield tabulate(rows, headers, tablefmt="simple", maxcolwidths=60)
+    lines = failure_lines(c, markdown=False)
+    if lines:
+        yield ""
+        yield FAILURES_TITLE
+        yield from lines

@@ -42,3 +42,13 @@ def make_correct_backend() -> NativeRMSNormOp:
 
 
 correct_instance = NativeRMSNormOp()
+
+
+class CudaOnly(NativeRMSNormOp):
+    """Declares CUDA only: on a CPU it must be skipped with that reason, never run and never passed."""
+
+    name = "cuda_only"
+    devices = ("cuda",)
+
+
+cuda_only = CudaOnly()

@@ -1,0 +1,124 @@
+"""The plugin end to end, through `pytester` subprocesses: options, skip reasons, reports, replay, xdist."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = ROOT / "suites"
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+    def go(*args):
+        return pytester.runpytest_subprocess("--hypothesis-profile=ci", "-p", "no:cacheprovider", *args)
+
+    return go
+
+
+def test_native_passes_prints_tables_and_writes_both_reports(run, pytester):
+    result = run(str(SUITES / "test_axis_b.py"), "--backend=native", "--device=cpu", "-k", "test_output",
+                 "--report=out/r.md", "--report=out/r.json")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*rmsnorm conformance report*", "RMSNorm conformance: PASS*",
+                                 "Tolerance: Axis-B*", "*report written:*r.json"])
+    data = json.loads((pytester.path / "out/r.json").read_text())
+    assert data["verdict"] == "PASS" and data["totals"]["checks"] > 0
+    assert data["environment"]["contract profile"] == "seed"
+    md = (pytester.path / "out/r.md").read_text()
+    assert md.startswith("# RMSNorm conformance report: PASS") and "axis_b.output" in md
+
+
+def test_one_plus_weight_fails_naming_the_rule_with_a_replay_that_reproduces(run, pytester):
+    args = [str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
+            "-k", "plain_weight and float32", "--report=fail.md", "--report=fail.json"]
+    result = run(*args)
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "contract rule semantics.plain_weight (plain weight) broken" in out
+    assert "minimal configuration: AccuracyCase(" in out
+    replay = next(line.split("replay: ", 1)[1] for line in out.splitlines() if "replay: pytest" in line)
+    data = json.loads((pytester.path / "fail.json").read_text())
+    assert data["verdict"] == "FAIL"
+    assert (pytester.path / "fail.md").read_text().startswith("# RMSNorm conformance report: FAIL")
+    # The replay command, run from the project root, runs that one case without a sweep and fails the same way.
+    replayed = subprocess.run([sys.executable, "-m", *shlex.split(replay), "-p", "no:cacheprovider"],
+                              cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "contract rule semantics.plain_weight" in replayed.stdout
+    assert "1 failed" in replayed.stdout
+
+
+def test_batch_dependent_reduction_is_caught_by_axis_a(run):
+    result = run(str(SUITES / "test_axis_a.py"), "--backend=tests.defects:SmallBatchReduction",
+                 "--device=cpu", "-k", "batch_size and float32")
+    assert result.ret == 1
+    assert "contract rule axis_a.batch_size (batch size) broken" in result.stdout.str()
+
+
+def test_a_backend_never_seen_before_runs_by_module_path(run):
+    result = run(str(SUITES / "test_axis_b.py"), "--backend=tests.defects:make_correct_backend",
+                 "--device=cpu")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*", "native*cpu*PASS*"])
+
+
+def test_backend_that_cannot_run_is_skipped_with_its_reason_and_the_run_does_not_pass(run, pytester):
+    result = run(str(SUITES / "test_axis_b.py"), "--backend=tests.defects:cuda_only", "--device=cpu",
+                 "--report=skip.json")
+    assert result.ret == 5
+    out = result.stdout.str()
+    assert "cuda_only runs on cuda, not cpu" in out and "no conformance check ran" in out
+    data = json.loads((pytester.path / "skip.json").read_text())
+    assert data["verdict"] == "NOT RUN"
+    assert all(o["outcome"] == "skipped" for o in data["outcomes"].values())
+
+
+def test_missing_device_is_skipped_with_its_reason(run):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = run(str(SUITES / "test_axis_b.py"), "--backend=native", "--device=cuda")
+    assert result.ret == 5
+    assert "no CUDA device is available on this machine" in result.stdout.str()
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("--backend=nope", "unknown backend 'nope'"),
+    ("--backend=no_such_module:Thing", "cannot import module 'no_such_module'"),
+    ("--device=tpu9", "is not a device"),
+    ("--replay=Bogus(1)", "is not a case repr"),
+])
+def test_bad_options_are_usage_errors_that_say_why(run, option, message):
+    result = run(str(SUITES / "test_axis_b.py"), option)
+    assert result.ret == 4
+    assert message in result.stderr.str() + result.stdout.str()
+
+
+def test_xdist_workers_send_their_records_to_the_report(run, pytester):
+    args = [str(SUITES / "test_axis_a.py"), "--backend=native", "--device=cpu", "-k", "repeat or batch_size"]
+    single = run(*args, "--report=one.json")
+    spread = run(*args, "-n", "2", "--report=two.json")
+    assert single.ret == 0 and spread.ret == 0
+    one = json.loads((pytester.path / "one.json").read_text())
+    two = json.loads((pytester.path / "two.json").read_text())
+    assert two["totals"]["checks"] == one["totals"]["checks"] > 0
+    assert two["totals"]["passed_tests"] == one["totals"]["passed_tests"] == 6
+    spread.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])
+
+
+def test_strict_profile_is_selectable(run):
+    result = run(str(SUITES / "test_axis_b.py"), "--backend=native", "--device=cpu",
+                 "--contract-profile=strict", "-k", "test_output")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*profile strict*"])
