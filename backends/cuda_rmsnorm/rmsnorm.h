@@ -18,18 +18,19 @@ enum class DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 const char* forward(DType dtype, bool out_fp32, const void* x, int64_t x_stride, const void* w, void* y,
                     int64_t y_stride, float* rstd, int64_t rows, int64_t dim, float eps, void* stream);
 
-// How the backward splits rows for dw: `parts` partitions, each written to one row of a
-// [parts, padded_dim] fp32 workspace, which must be zero-filled first when `zero_workspace` is set.
-// Depends on the current device (its multiprocessor count) and on (rows, dim, dtype), nothing else.
+// How the backward splits rows for dw: `parts` partitions of `rows_per_part` contiguous rows (the last
+// may be shorter), each summed into one row of a [parts, padded_dim] fp32 workspace, which must be
+// zero-filled first when `zero_workspace` is set. Depends on the current device (its multiprocessor
+// count) and on (rows, dim, dtype), nothing else.
 const char* backward_plan(DType dtype, bool dy_fp32, int64_t rows, int64_t dim, int64_t* parts,
-                          int64_t* padded_dim, bool* zero_workspace);
+                          int64_t* rows_per_part, int64_t* padded_dim, bool* zero_workspace);
 
 // dx (x's dtype, rows dx_stride apart) and, when dw is not null, dw (weight's dtype) from dy (x's dtype,
 // or fp32 when dy_fp32), x, w and the forward's rstd. `workspace` is the plan's [parts, padded_dim]
-// buffer (ignored when dw is null).
+// buffer and partition (ignored when dw is null).
 const char* backward(DType dtype, bool dy_fp32, const void* dy, int64_t dy_stride, const void* x,
                      int64_t x_stride, const void* w, const float* rstd, void* dx, int64_t dx_stride,
-                     float* workspace, int64_t parts, int64_t padded_dim, void* dw, int64_t rows, int64_t dim,
-                     void* stream);
+                     float* workspace, int64_t parts, int64_t rows_per_part, int64_t padded_dim, void* dw,
+                     int64_t rows, int64_t dim, void* stream);
 
 }  // namespace rmsnorm

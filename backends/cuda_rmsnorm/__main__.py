@@ -1,0 +1,9 @@
+"""Command-line entry: ``python -m backends.cuda_rmsnorm --compile-check`` compiles the sources without a GPU."""
+
+from __future__ import annotations
+
+import sys
+
+from ._build import main
+
+sys.exit(main())

@@ -1,0 +1,217 @@
+"""Building the CUDA extension: the flags, the lazy torch.utils.cpp_extension build, and a compile-only check.
+
+The kernels (rmsnorm_kernels.cu) include no torch header and compile with nvcc alone; the binding
+(binding.cpp) includes only CPU-side torch headers. So the compile check runs on any machine with nvcc
+and a torch wheel, a CPU-only one included, and needs no GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+SOURCE_DIR = Path(__file__).resolve().parent
+KERNELS = "rmsnorm_kernels.cu"
+BINDING = "binding.cpp"
+HEADER = "rmsnorm.h"
+
+# Where the built extension is cached; unset means torch's default (TORCH_EXTENSIONS_DIR or ~/.cache).
+BUILD_DIR_ENV = "RMSNORM_CUDA_BUILD_DIR"
+
+# Hopper machine code plus its PTX, which the driver compiles for newer chips at load time.
+BASE_ARCH = "90"
+
+# torch's own nvcc defaults for extensions, repeated so that the compile check sees the build's flags.
+_TORCH_NVCC_DEFINES = (
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+    "--expt-relaxed-constexpr",
+)
+
+# No --use_fast_math: it flushes denormals and approximates division and sqrt, and the contract wants
+# the correctly rounded operations the kernels spell out.
+_NVCC_OPTIONS = ("-O3", "-lineinfo")
+
+# A build failure is reported in at most this many characters.
+_MESSAGE_LIMIT = 1200
+
+
+def arch_flags(extra_arch: str | None = None) -> list[str]:
+    """-gencode flags: sm_90 code and compute_90 PTX, plus `extra_arch` code (a pre-Hopper device's own)."""
+    flags = [f"-gencode=arch=compute_{BASE_ARCH},code=[sm_{BASE_ARCH},compute_{BASE_ARCH}]"]
+    if extra_arch and extra_arch != BASE_ARCH:
+        flags.append(f"-gencode=arch=compute_{extra_arch},code=sm_{extra_arch}")
+    return flags
+
+
+def nvcc_flags(extra_arch: str | None = None) -> list[str]:
+    """Flags this package adds for nvcc (torch adds its defaults and the C++ standard itself)."""
+    return [*_NVCC_OPTIONS, *arch_flags(extra_arch)]
+
+
+def source_digest() -> str:
+    """A short hash of the sources: a changed header rebuilds too, which torch's own versioning misses."""
+    digest = hashlib.sha256()
+    for name in (HEADER, KERNELS, BINDING):
+        digest.update((SOURCE_DIR / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def extension_name(extra_arch: str | None = None) -> str:
+    archs = BASE_ARCH + (f"_{extra_arch}" if extra_arch and extra_arch != BASE_ARCH else "")
+    return f"rmsnorm_cuda_sm{archs}_{source_digest()}"
+
+
+def shorten(message: str, limit: int = _MESSAGE_LIMIT) -> str:
+    """The compiler's error lines (or the tail when none is marked), at most `limit` characters."""
+    lines = [line.rstrip() for line in message.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
+    picked = errors[:8] if errors else lines[-12:]
+    text = "\n".join(picked)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _failure_output(exc: BaseException) -> str:
+    """The compiler output torch's build error carries in its cause, decoded, else the error itself."""
+    for err in (exc.__cause__, exc.__context__, exc):
+        output = getattr(err, "output", None)
+        if output:
+            return output.decode(errors="replace") if isinstance(output, bytes) else str(output)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def build(extra_arch: str | None = None, *, verbose: bool = False) -> ModuleType:
+    """Compile (or load from the cache) and import the extension; raises RuntimeError with a short reason."""
+    from torch.utils import cpp_extension
+
+    name = extension_name(extra_arch)
+    build_directory = None
+    root = os.environ.get(BUILD_DIR_ENV)
+    if root:
+        build_directory = os.path.join(root, name)
+        os.makedirs(build_directory, exist_ok=True)
+    try:
+        return cpp_extension.load(
+            name=name,
+            sources=[str(SOURCE_DIR / BINDING), str(SOURCE_DIR / KERNELS)],
+            extra_cflags=["-O3"],
+            extra_cuda_cflags=nvcc_flags(extra_arch),
+            extra_include_paths=[str(SOURCE_DIR)],
+            build_directory=build_directory,
+            verbose=verbose,
+        )
+    except Exception as exc:  # any build or import failure becomes the backend's unavailable reason
+        raise RuntimeError(f"building the CUDA extension failed: {shorten(_failure_output(exc))}") from exc
+
+
+# ------------------------------------------------------------------------------------------------------
+# The compile-only check.
+
+
+def find_nvcc() -> str | None:
+    """nvcc from $NVCC, $CUDA_HOME/$CUDA_PATH, the PATH, or /usr/local/cuda, in that order."""
+    candidates = [os.environ.get("NVCC")]
+    candidates += [os.path.join(home, "bin", "nvcc") for home in
+                   (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if home]
+    candidates += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def cxx_standard() -> str:
+    """The C++ standard torch's extension builder uses (C++20 from the torch releases that need it)."""
+    from torch.utils import cpp_extension
+
+    source = Path(cpp_extension.__file__).read_text(encoding="utf-8", errors="replace")
+    return "c++20" if "-std=c++20" in source else "c++17"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What the compile check did: ok, and a report (the compiler's message when not ok)."""
+
+    ok: bool
+    report: str
+
+
+def _run(command: list[str]) -> tuple[int, str, float]:
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    return proc.returncode, (proc.stdout + proc.stderr).strip(), time.perf_counter() - start
+
+
+def compile_check(*, verbose: bool = False, out_dir: str | None = None) -> CheckResult:
+    """nvcc the kernels for sm_90 (+ compute_90 PTX) and compile the binding against torch's headers.
+
+    Nothing is linked or loaded, so no GPU is needed. ``verbose`` adds ptxas's register and spill report.
+    """
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return CheckResult(False, "nvcc not found: set CUDA_HOME or NVCC, or put nvcc on the PATH")
+    import torch
+    from torch.utils import cpp_extension
+
+    std = f"-std={cxx_standard()}"
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-cuda-check-") as tmp:
+        target = Path(out_dir or tmp)
+        target.mkdir(parents=True, exist_ok=True)
+        command = [nvcc, "-c", str(SOURCE_DIR / KERNELS), "-o", str(target / "rmsnorm_kernels.o"),
+                   f"-I{SOURCE_DIR}", std, *_TORCH_NVCC_DEFINES, *nvcc_flags()]
+        if verbose:
+            command.append("-Xptxas=-v")
+        code, output, seconds = _run(command)
+        if code != 0:
+            return CheckResult(False, f"nvcc failed on {KERNELS} ({' '.join(command)}):\n{output}")
+        lines.append(f"{KERNELS}: compiled by {nvcc} for {', '.join(arch_flags())} in {seconds:.1f} s")
+        if verbose and output:
+            lines.append(output)
+
+        cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+        if cxx is None:
+            lines.append(f"{BINDING}: skipped, no host C++ compiler (set CXX)")
+            return CheckResult(True, "\n".join(lines))
+        includes = [f"-I{path}" for path in cpp_extension.include_paths()]
+        includes += [f"-I{sysconfig.get_paths()['include']}", f"-I{SOURCE_DIR}"]
+        command = [cxx, "-fsyntax-only", std, "-DTORCH_EXTENSION_NAME=rmsnorm_compile_check",
+                   "-DTORCH_API_INCLUDE_EXTENSION_H", *includes, str(SOURCE_DIR / BINDING)]
+        code, output, seconds = _run(command)
+        if code != 0:
+            return CheckResult(False, f"{cxx} failed on {BINDING} against torch {torch.__version__}'s headers "
+                                      f"({' '.join(command)}):\n{output}")
+        lines.append(f"{BINDING}: compiled by {cxx} against torch {torch.__version__}'s headers "
+                     f"in {seconds:.1f} s")
+    return CheckResult(True, "\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m backends.cuda_rmsnorm",
+                                     description="Build checks for the CUDA RMSNorm backend.")
+    parser.add_argument("--compile-check", action="store_true",
+                        help="compile the sources for sm_90 (+ PTX) without a GPU; non-zero exit on failure")
+    parser.add_argument("--verbose", action="store_true", help="also print ptxas's register and spill report")
+    parser.add_argument("--out", metavar="DIR", help="keep the object file in DIR (default: a temp dir)")
+    args = parser.parse_args(argv)
+    if not args.compile_check:
+        parser.print_help()
+        return 2
+    result = compile_check(verbose=args.verbose, out_dir=args.out)
+    print(result.report, file=sys.stdout if result.ok else sys.stderr)
+    return 0 if result.ok else 1
