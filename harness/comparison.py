@@ -40,17 +40,18 @@ def ordered_bits(t: torch.Tensor) -> torch.Tensor:
     width = _BITS[t.dtype]
     if width == 64:
         raise TypeError("ULP distances are taken in the output dtype, not float64")
-    b = bits(t)
-    sign = 1 << (width - 1)
-    magnitude = b & (sign - 1)
-    return torch.where((b & sign) != 0, -magnitude, magnitude)
+    raw = t.detach().cpu().contiguous().view(_INT_VIEW[t.dtype])
+    # 16-bit patterns fit int32 with room for differences; 32-bit ones need int64 for the difference.
+    b = raw.to(torch.int32 if width == 16 else torch.int64)
+    magnitude = b & ((1 << (width - 1)) - 1)
+    return torch.where(b < 0, -magnitude, magnitude)
 
 
 def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     """Elementwise count of representable values between two tensors of one dtype (int64)."""
     if actual.dtype != expected.dtype:
         raise TypeError(f"ULP distance needs one dtype, got {actual.dtype} and {expected.dtype}")
-    return (ordered_bits(actual) - ordered_bits(expected)).abs()
+    return (ordered_bits(actual) - ordered_bits(expected)).abs_().to(torch.int64)
 
 
 def _unravel(flat_index: int, shape: torch.Size) -> tuple[int, ...]:
@@ -159,12 +160,19 @@ def _nonfinite_class(t: torch.Tensor) -> torch.Tensor:
     return cls
 
 
+def _safe_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """num / den with 0 where num is 0 (even if den is 0) and inf where only den is 0."""
+    return torch.where(num == 0, torch.zeros((), dtype=num.dtype), num / den)
+
+
 def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
                    *, correctly_rounded: torch.Tensor | None = None) -> ToleranceResult:
     """Hold ``actual`` (in its own dtype) to ``bound`` against a float32 or float64 ``reference``.
 
     ``Tolerance`` bounds compare values; ``UlpBound`` bounds compare ULPs in ``actual.dtype`` against
     ``correctly_rounded`` (the fp64 oracle) rounded to that dtype, falling back to ``reference``.
+    Errors are taken in float32 (float64 for a float64 reference): the rounding of a difference is far
+    below any bound the contract sets.
     """
     total = reference.numel()
     if tuple(actual.shape) != tuple(reference.shape):
@@ -172,50 +180,61 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
                                problem=f"shape {tuple(actual.shape)}, but expected {tuple(reference.shape)}")
     if not actual.is_floating_point():
         return ToleranceResult(False, total, bound.describe(), problem=f"dtype {actual.dtype} is not a float")
-    a = actual.detach().cpu().double()
-    r = reference.detach().cpu().double()
-    a_cls, r_cls = _nonfinite_class(a), _nonfinite_class(r)
-    misplaced = a_cls != r_cls
-    nonfinite_mismatches = int(misplaced.sum())
-    first_nonfinite = (_unravel(int(misplaced.flatten().nonzero()[0]), reference.shape)
-                       if nonfinite_mismatches else None)
-    finite = (a_cls == 0) & (r_cls == 0)
+    if total == 0:
+        return ToleranceResult(True, 0, bound.describe())
+    work = torch.float64 if reference.dtype == torch.float64 else torch.float32
+    a = actual.detach().cpu().to(work)
+    r = reference.detach().cpu().to(work)
+    finite: torch.Tensor | None = None
+    nonfinite_mismatches, first_nonfinite = 0, None
+    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(r).all())):
+        a_cls, r_cls = _nonfinite_class(a), _nonfinite_class(r)
+        misplaced = a_cls != r_cls
+        nonfinite_mismatches = int(misplaced.sum())
+        if nonfinite_mismatches:
+            first_nonfinite = _unravel(int(misplaced.flatten().nonzero()[0]), reference.shape)
+        finite = (a_cls == 0) & (r_cls == 0)
 
-    err = torch.where(finite, (a - r).abs(), torch.zeros_like(a))
-    ref_abs = torch.where(finite, r.abs(), torch.zeros_like(r))
-    rel = torch.where(ref_abs > 0, err / ref_abs.clamp_min(1e-300), torch.where(err > 0, math.inf, 0.0))
+    err = (a - r).abs_()
+    ref_abs = r.abs()
+    if finite is not None:
+        err.masked_fill_(~finite, 0)
+        ref_abs.masked_fill_(~finite, 0)
+    rel = _safe_ratio(err, ref_abs)
 
     target = correctly_rounded if correctly_rounded is not None else reference
-    rounded = target.detach().cpu().to(actual.dtype)
-    ulps = torch.where(finite, ulp_distance(actual.detach().cpu(), rounded), torch.zeros((), dtype=torch.int64))
+    ulps = ulp_distance(actual.detach().cpu(), target.detach().cpu().to(actual.dtype))
+    if finite is not None:
+        ulps.masked_fill_(~finite, 0)
 
     if isinstance(bound, Tolerance):
-        # No error is margin 0 even where nothing is allowed; any error where nothing is allowed is inf.
-        ratio = torch.where(err == 0, torch.zeros_like(err), err / (bound.atol + bound.rtol * ref_abs))
+        ratio = _safe_ratio(err, ref_abs.mul(bound.rtol).add_(bound.atol))
     elif isinstance(bound, UlpBound):
-        ratio = ulps.double() / bound.max_ulp if bound.max_ulp else torch.where(ulps > 0, math.inf, 0.0)
+        ratio = _safe_ratio(ulps.to(work), torch.tensor(float(bound.max_ulp), dtype=work))
     else:
         raise TypeError(f"unknown bound {bound!r}")
-    outside = finite & (ratio > 1.0)
-    mismatches = int(outside.sum())
-    if total == 0 or not bool(finite.any()):
-        margin, worst = 0.0, None
+    if finite is not None:
+        ratio.masked_fill_(~finite, -1.0)
+    flat = ratio.flatten()
+    worst = int(flat.argmax())
+    margin = float(flat[worst])
+    if margin < 0:  # nothing finite to compare
+        margin, worst_index = 0.0, None
     else:
-        ratio = torch.where(finite, ratio, torch.full_like(ratio, -1.0))
-        flat = int(ratio.flatten().argmax())
-        margin, worst = float(ratio.flatten()[flat]), flat
+        worst_index = _unravel(worst, reference.shape)
+    mismatches = int((flat > 1.0).sum())
     return ToleranceResult(
         passed=mismatches == 0 and nonfinite_mismatches == 0,
         total=total,
         bound=bound.describe(),
         mismatches=mismatches,
         nonfinite_mismatches=nonfinite_mismatches,
-        max_abs=float(err.max()) if total else 0.0,
-        max_rel=float(rel.max()) if total else 0.0,
-        max_ulp=int(ulps.max()) if total else 0,
+        max_abs=float(err.max()),
+        max_rel=float(rel.max()),
+        max_ulp=int(ulps.max()),
         margin=margin,
-        worst_index=_unravel(worst, reference.shape) if worst is not None else None,
-        worst_actual=float(a.flatten()[worst]) if worst is not None else None,
-        worst_expected=float(r.flatten()[worst]) if worst is not None else None,
+        worst_index=worst_index,
+        worst_actual=float(a.flatten()[worst]) if worst_index is not None else None,
+        worst_expected=float(r.flatten()[worst]) if worst_index is not None else None,
         first_nonfinite_index=first_nonfinite,
     )

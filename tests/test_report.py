@@ -1,0 +1,78 @@
+"""The report: folding checks, verdicts, JSON round trips, merging, and what the markdown says."""
+
+from __future__ import annotations
+
+import json
+
+from harness.report import Check, Collector, dim_bucket, render_markdown, render_terminal
+
+
+def _check(**over):
+    base = {"backend": "k", "device": "cpu", "dtype": "bfloat16", "dim": 4096, "rule": "axis_b.output",
+            "passed": True, "max_abs": 0.01, "max_rel": 0.002, "max_ulp": 1, "margin": 0.4}
+    return Check(**{**base, **over})
+
+
+def test_checks_fold_into_summaries_with_worst_statistics():
+    c = Collector()
+    c.add(_check())
+    c.add(_check(max_abs=0.02, margin=0.9, max_ulp=2))
+    c.add(_check(dim=1000))
+    (s4096,) = [s for s in c.summaries.values() if s.dim == "4096"]
+    assert (s4096.checks, s4096.max_abs, s4096.margin, s4096.max_ulp) == (2, 0.02, 0.9, 2)
+    assert dim_bucket(128) == "128" and dim_bucket(1000) == "other"
+    assert c.verdict() == "PASS" and c.checks == 3
+
+
+def test_the_last_failure_is_kept_as_the_minimal_case():
+    c = Collector()
+    c.add(_check(passed=False, case="Case(big)", replay="pytest a"))
+    c.add(_check(passed=False, case="Case(small)", replay="pytest b"))
+    (s,) = c.summaries.values()
+    assert (s.failures, s.failing_case, s.replay) == (2, "Case(small)", "pytest b")
+    assert c.verdict() == "FAIL"
+
+
+def test_no_checks_with_conformance_tests_is_not_run():
+    c = Collector(conformance_tests=3)
+    c.add_not_run("cuda", "cpu", "no GPU")
+    assert c.verdict() == "NOT RUN"
+    md = render_markdown(c)
+    assert "NOT RUN" in md and "no GPU" in md
+
+
+def test_json_round_trip_and_merge_add_up():
+    a, b = Collector(), Collector()
+    a.add(_check())
+    b.add(_check(margin=1.5, passed=False, case="C", replay="r"))
+    b.add(_check(rule="axis_a.padding", max_abs=None, max_rel=None, max_ulp=None, margin=None))
+    b.outcomes["t::x"] = {"outcome": "failed", "reason": "boom", "replay": "r", "where": "k-cpu"}
+    merged = Collector.from_json(json.loads(json.dumps(a.to_json())))
+    merged.merge_json(json.loads(json.dumps(b.to_json())))
+    assert merged.checks == 3 and merged.failed_checks == 1 and merged.verdict() == "FAIL"
+    out = next(s for s in merged.summaries.values() if s.rule == "axis_b.output")
+    assert out.margin == 1.5 and out.failing_case == "C"
+
+
+def test_markdown_and_terminal_show_every_table():
+    c = Collector(environment={"torch": "x", "contract version": "1.0.0"})
+    c.add(_check())
+    c.add(_check(rule="axis_a.batch_size", max_abs=None, max_rel=None, max_ulp=None, margin=None,
+                 passed=False, case="BatchSizeCase(...)", replay="pytest x --replay=y"))
+    c.add(_check(rule="semantics.purity", max_abs=None, max_rel=None, max_ulp=None, margin=None))
+    c.outcomes["suites/t.py::test[k]"] = {"outcome": "failed", "reason": "contract rule axis_a.batch_size",
+                                          "replay": "pytest x --replay=y", "where": "k"}
+    md = render_markdown(c)
+    for heading in ("## Environment", "## Verdict per backend and device", "## Tolerance", "## Axis-A",
+                    "## Other rules", "## Did not run", "## Failures"):
+        assert heading in md
+    assert "BatchSizeCase(...)" in md and "`pytest x --replay=y`" in md
+    terminal = "\n".join(render_terminal(c))
+    assert "replay: pytest x --replay=y" in terminal and "FAIL" in terminal
+
+
+def test_write_picks_the_format_by_suffix(tmp_path):
+    c = Collector()
+    c.add(_check())
+    assert json.loads(c.write(tmp_path / "a" / "r.json").read_text())["verdict"] == "PASS"
+    assert c.write(tmp_path / "r.md").read_text().startswith("# RMSNorm conformance report: PASS")
