@@ -7,7 +7,6 @@ and NaN payloads. Tolerance comparisons report max abs/rel error, max ULP in the
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

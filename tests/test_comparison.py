@@ -35,7 +35,7 @@ def test_nan_payloads_count():
     assert not compare_bitwise(quiet, other).equal
 
 
-@pytest.mark.parametrize("dtype,width", [(torch.bfloat16, 16), (torch.float16, 16), (torch.float32, 32)])
+@pytest.mark.parametrize(("dtype", "width"), [(torch.bfloat16, 16), (torch.float16, 16), (torch.float32, 32)])
 def test_bits_are_unsigned_patterns(dtype, width):
     t = torch.tensor([-1.0, 1.0], dtype=dtype)
     b = bits(t)

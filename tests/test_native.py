@@ -57,7 +57,7 @@ def test_differentiable_against_torch_formula():
 
 
 @pytest.mark.parametrize(
-    "x,w,eps,error,words",
+    ("x", "w", "eps", "error", "words"),
     [
         (torch.ones(2, 4), torch.ones(5), 1e-6, ValueError, ["(2, 4)", "(5,)"]),
         (torch.ones(2, 4), torch.ones(1, 4), 1e-6, ValueError, ["(2, 4)", "(1, 4)"]),

@@ -36,7 +36,7 @@ def test_cases_are_valid_and_replayable(factory, data):
     if hasattr(case, "length"):
         assert 1 <= case.length < b.rows + (0 if hasattr(case, "start") else 1)
     if hasattr(case, "start"):
-        assert 1 <= case.start and case.start + case.length <= b.rows
+        assert case.start >= 1 and case.start + case.length <= b.rows
     if hasattr(case, "shape"):
         assert int(torch.tensor(case.shape).prod()) == b.rows
     if hasattr(case, "first"):
