@@ -199,7 +199,7 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None) -> Check
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]``."""
+    """``python -m backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]`` or ``--bench``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m backends.cuda_rmsnorm",
@@ -208,7 +208,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile the sources for sm_90 (+ PTX) without a GPU; non-zero exit on failure")
     parser.add_argument("--verbose", action="store_true", help="also print ptxas's register and spill report")
     parser.add_argument("--out", metavar="DIR", help="keep the object file in DIR (default: a temp dir)")
+    parser.add_argument("--bench", action="store_true",
+                        help="on a GPU: bandwidth against a device copy and latency against F.rms_norm")
     args = parser.parse_args(argv)
+    if args.bench:
+        from ._bench import run
+
+        for line in run():
+            print(line, flush=True)
+        return 0
     if not args.compile_check:
         parser.print_help()
         return 2

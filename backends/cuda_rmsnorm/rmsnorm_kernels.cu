@@ -16,6 +16,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "rmsnorm.h"
@@ -509,12 +510,29 @@ struct Config {
   int rows_per_block;  // rows a block handles at once
 };
 
-Config make_config(int elem_size, int dim, int max_threads_per_row) {
+// TUNING-ONLY (to be removed): overrides read once per process, for measuring alternatives.
+struct Tuning {
+  int fwd_cpt = 2;
+  int bwd_cpt = 2;
+  int min_block = kMinBlockThreads;
+};
+const Tuning& tuning() {
+  static const Tuning t = [] {
+    Tuning v;
+    if (const char* e = getenv("RMSNORM_CUDA_FWD_CPT")) v.fwd_cpt = atoi(e);
+    if (const char* e = getenv("RMSNORM_CUDA_BWD_CPT")) v.bwd_cpt = atoi(e);
+    if (const char* e = getenv("RMSNORM_CUDA_MIN_BLOCK")) v.min_block = atoi(e);
+    return v;
+  }();
+  return t;
+}
+
+Config make_config(int elem_size, int dim, int max_threads_per_row, int target_cpt) {
   Config c{};
   c.vec = 16 / elem_size;
   c.nchunks = (dim + c.vec - 1) / c.vec;
-  // Two chunks (32 bytes) per thread: enough bytes in flight without starving occupancy.
-  const int wanted = (c.nchunks + 1) / 2;
+  // target_cpt chunks (16 bytes each) per thread: enough bytes in flight without starving occupancy.
+  const int wanted = (c.nchunks + target_cpt - 1) / target_cpt;
   int tpr = 1;
   c.tpr_shift = 0;
   while (tpr < wanted && tpr < max_threads_per_row) {
@@ -529,14 +547,17 @@ Config make_config(int elem_size, int dim, int max_threads_per_row) {
     c.cpt = 0;  // the looping kernels use max_threads_per_row threads, one row per block
     tpr = max_threads_per_row;
   }
-  c.threads = tpr < kMinBlockThreads ? kMinBlockThreads : tpr;
+  const int min_block = tuning().min_block;
+  c.threads = tpr < min_block ? min_block : tpr;
   c.rows_per_block = c.threads / tpr;
   return c;
 }
 
-Config forward_config(DType d, int dim) { return make_config(d == DType::kFloat32 ? 4 : 2, dim, kMaxThreadsPerRow); }
+Config forward_config(DType d, int dim) {
+  return make_config(d == DType::kFloat32 ? 4 : 2, dim, kMaxThreadsPerRow, tuning().fwd_cpt);
+}
 Config backward_config(DType d, int dim) {
-  return make_config(d == DType::kFloat32 ? 4 : 2, dim, kMaxBackwardThreadsPerRow);
+  return make_config(d == DType::kFloat32 ? 4 : 2, dim, kMaxBackwardThreadsPerRow, tuning().bwd_cpt);
 }
 
 template <typename T>
