@@ -131,9 +131,10 @@ def test_sources_compile_with_nvcc(tmp_path):
 # ------------------------------------------------------------------------------------------------------
 # On a GPU.
 
-# Dims that take every kernel path: several rows per warp (1, 7, 128), a partial last chunk and rows that
-# are not 16-byte aligned (7, 1001), a block per row (1000, 4096, 8192), four chunks per thread (20000)
-# and the looping kernels (70000).
+# Dims that take every kernel path (bf16 / fp32): one thread per row (1, 7), several rows per warp (128,
+# 1000 bf16), several rows per block across warps (4096 bf16, 1000 fp32), a block per row (8192), a partial
+# last chunk with rows that are not 16-byte aligned (7, 1001), 1024 threads per row (20000 bf16) and the
+# looping kernels (20000 fp32, 70000; the backward from 20000 bf16).
 GPU_DIMS = (1, 7, 128, 1000, 1001, 4096, 8192, 20000, 70000)
 BATCH_SIZES = (1, 2, 3, 8, 15, 17, 255, 256, 257)
 FULL_ROWS = 4100

@@ -199,7 +199,7 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None) -> Check
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]`` or ``--bench``."""
+    """``python -m backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]``, ``--bench`` or ``--smoke``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m backends.cuda_rmsnorm",
@@ -210,11 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", metavar="DIR", help="keep the object file in DIR (default: a temp dir)")
     parser.add_argument("--bench", action="store_true",
                         help="on a GPU: bandwidth against a device copy and latency against F.rms_norm")
+    parser.add_argument("--smoke", action="store_true",
+                        help="on a GPU: launch every kernel variant once (a run for compute-sanitizer)")
     args = parser.parse_args(argv)
-    if args.bench:
-        from ._bench import run
+    if args.bench or args.smoke:
+        from ._bench import run as bench
+        from ._smoke import run as smoke
 
-        for line in run():
+        for line in (bench() if args.bench else smoke()):
             print(line, flush=True)
         return 0
     if not args.compile_check:
