@@ -22,6 +22,7 @@ from contract import Profile, rule
 from .backend import Backend
 from .cases import Batch, torch_dtype
 from .comparison import BitwiseResult, ToleranceResult, compare_bitwise, compare_within
+from .manifest import Manifest
 from .report import Check, Collector
 
 REFERENCE = NativeRMSNormOp()
@@ -40,6 +41,7 @@ class Subject:
     replay_options: list[str]
     max_elements: int
     replay_case: Any = None
+    manifest: Manifest | None = None
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -61,16 +63,30 @@ class Subject:
         return " ".join(shlex.quote(a) for a in args) + " --replay=" + _double_quoted(repr(case))
 
     def record(self, rule_id: str, case: Any, dim: int, passed: bool, detail: str,
-               result: ToleranceResult | None = None) -> str:
+               result: ToleranceResult | None = None) -> tuple[str, str | None]:
+        """Send the verdict to the report; return the replay command and, if a manifest expects this
+        breach, its reason."""
         replay = self.replay_command(case)
         stats = {}
         if result is not None and result.problem is None:
             stats = {"max_abs": result.max_abs, "max_rel": result.max_rel, "max_ulp": result.max_ulp,
                      "margin": result.margin}
+        expected = -1
+        if self.manifest is not None:
+            match = self.manifest.match(self.backend.name, str(self.device), self.dtype, rule_id)
+            expected = -1 if match is None else match
         self.collector.add(Check(self.backend.name, str(self.device), self.dtype, dim, rule_id, passed,
                                  case=repr(case), detail="" if passed else detail,
-                                 replay="" if passed else replay, **stats))
-        return replay
+                                 replay="" if passed else replay, expected=expected, size=case_size(case),
+                                 **stats))
+        reason = self.manifest.entries[expected].reason if expected >= 0 and self.manifest else None
+        return replay, reason
+
+
+def case_size(case: Any) -> int:
+    """Elements in a case's batch: how a report picks the smallest failing case."""
+    batch = getattr(case, "batch", None)
+    return batch.rows * batch.dim if batch is not None else 0
 
 
 def _double_quoted(text: str) -> str:
@@ -80,11 +96,18 @@ def _double_quoted(text: str) -> str:
     return f'"{text}"'
 
 
-def _failure(subject: Subject, rule_id: str, case: Any, what: str, detail: str, replay: str) -> str:
+def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
+          recorded: tuple[str, str | None]) -> None:
+    """Fail the test with the rule, what differed, the case and the replay; xfail if the manifest expects it."""
+    __tracebackhide__ = True
+    replay, expected = recorded
     r = rule(rule_id)
-    return (f"contract rule {rule_id} ({r.title}) broken by backend {subject.backend.name!r} on "
-            f"{subject.device}, {subject.dtype}: {what}\n  {detail}\n  rule: {r.statement}\n"
-            f"  minimal configuration: {case!r}\n  replay: {replay}")
+    message = (f"contract rule {rule_id} ({r.title}) broken by backend {subject.backend.name!r} on "
+               f"{subject.device}, {subject.dtype}: {what}\n  {detail}\n  rule: {r.statement}\n"
+               f"  minimal configuration: {case!r}\n  replay: {replay}")
+    if expected is not None:
+        pytest.xfail(f"expected breach ({expected}): {message}")
+    pytest.fail(message, pytrace=False)
 
 
 def assert_bitwise(subject: Subject, rule_id: str, case: Any, *, actual: torch.Tensor,
@@ -92,9 +115,9 @@ def assert_bitwise(subject: Subject, rule_id: str, case: Any, *, actual: torch.T
     """Fail unless ``actual`` and ``expected`` have identical bits; record the verdict either way."""
     __tracebackhide__ = True
     result = compare_bitwise(actual, expected)
-    replay = subject.record(rule_id, case, dim, result.equal, result.describe())
+    recorded = subject.record(rule_id, case, dim, result.equal, result.describe())
     if not result.equal:
-        pytest.fail(_failure(subject, rule_id, case, what, result.describe(), replay), pytrace=False)
+        _fail(subject, rule_id, case, what, result.describe(), recorded)
     return result
 
 
@@ -106,18 +129,18 @@ def assert_within(subject: Subject, rule_id: str, case: Any, *, actual: torch.Te
     if bound is None:
         bound = subject.profile.output_bound(str(actual.dtype).removeprefix("torch."))
     result = compare_within(actual, reference, bound, correctly_rounded=correctly_rounded)
-    replay = subject.record(rule_id, case, dim, result.passed, result.describe(), result)
+    recorded = subject.record(rule_id, case, dim, result.passed, result.describe(), result)
     if not result.passed:
-        pytest.fail(_failure(subject, rule_id, case, what, result.describe(), replay), pytrace=False)
+        _fail(subject, rule_id, case, what, result.describe(), recorded)
     return result
 
 
 def assert_holds(subject: Subject, rule_id: str, case: Any, *, ok: bool, what: str, dim: int) -> None:
     """Fail unless ``ok``; for rules with no numbers to report (errors raised, dtypes, purity)."""
     __tracebackhide__ = True
-    replay = subject.record(rule_id, case, dim, ok, what)
+    recorded = subject.record(rule_id, case, dim, ok, what)
     if not ok:
-        pytest.fail(_failure(subject, rule_id, case, what, what, replay), pytrace=False)
+        _fail(subject, rule_id, case, what, what, recorded)
 
 
 def reference_fp32(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 
 import torch
@@ -28,18 +29,37 @@ def parse_device_option(value: str | None) -> list[torch.device]:
         if item == "all":
             expanded = default_devices()
         elif item == "cuda":
-            # Without a GPU, keep the request so that it is reported as not run, with the reason.
-            expanded = accelerators() or [torch.device("cuda", 0)]
+            # "This process's GPU": under pytest-xdist each worker takes its own (see worker_device), and
+            # test ids stay the same on every worker, as xdist requires.
+            expanded = [torch.device("cuda")]
         else:
             try:
                 expanded = [torch.device(item)]
             except RuntimeError:
                 raise ValueError(f"--device={value!r}: {item!r} is not a device "
                                  f"(use cpu, cuda, cuda:N or all)") from None
-            if expanded[0].type == "cuda" and expanded[0].index is None:
-                expanded = [torch.device("cuda", 0)]
         devices += [d for d in expanded if d not in devices]
     return devices
+
+
+def worker_index(worker: str | None = None) -> int:
+    """0 outside pytest-xdist; N for worker 'gwN'."""
+    worker = worker if worker is not None else os.environ.get("PYTEST_XDIST_WORKER", "")
+    digits = worker.removeprefix("gw")
+    return int(digits) if digits.isdigit() else 0
+
+
+def worker_device(device: torch.device, *, worker: str | None = None, count: int | None = None) -> torch.device:
+    """The concrete device a test runs on: an index-less 'cuda' becomes this worker's own GPU.
+
+    Worker gwN takes GPU N modulo the GPU count, so `pytest -n 8 --device=cuda` on an 8-GPU host puts one
+    worker on each GPU; explicit `cuda:N` devices are left alone.
+    """
+    if device.type != "cuda" or device.index is not None:
+        return device
+    if count is None:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return torch.device("cuda", worker_index(worker) % count) if count else torch.device("cuda", 0)
 
 
 def device_unavailable_reason(device: torch.device) -> str | None:

@@ -13,7 +13,7 @@ import torch
 
 from contract import VERSION
 
-from .devices import device_name
+from .devices import accelerators, device_name
 
 
 def package_version(name: str) -> str:
@@ -37,6 +37,8 @@ def fingerprint(devices: Iterable[torch.device], extra: dict[str, Any] | None = 
         "hypothesis": package_version("hypothesis"),
     }
     for device in devices:
-        env[f"device {device}"] = device_name(device)
+        concrete = accelerators() if (device.type == "cuda" and device.index is None) else [device]
+        for d in concrete or [device]:
+            env[f"device {d}"] = device_name(d)
     env.update(extra or {})
     return env

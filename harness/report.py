@@ -16,6 +16,8 @@ from tabulate import tabulate
 
 from contract import AXIS_A_VARIANTS, TARGET_DIMS, rule
 
+from .manifest import entry_status
+
 FORMAT = "rmsnorm-conformance-report/1"
 _TARGET_DIM_NAMES = {v: k for k, v in TARGET_DIMS.items()}
 
@@ -42,6 +44,8 @@ class Check:
     max_rel: float | None = None
     max_ulp: int | None = None
     margin: float | None = None
+    expected: int = -1  # index of the known-failure manifest entry that covers this check, or -1
+    size: int = 0  # elements of the case's batch: the smallest failing case is the one a report shows
 
 
 def _max(a: float | None, b: float | None) -> float | None:
@@ -65,15 +69,17 @@ class Summary:
     rule: str
     checks: int = 0
     failures: int = 0
+    expected_failures: int = 0  # failures a known-failure manifest lists: reported, not counted as FAIL
     max_abs: float | None = None
     max_rel: float | None = None
     max_ulp: int | None = None
     margin: float | None = None
     dims: list[int] = field(default_factory=list)
-    # Hypothesis replays the shrunk example last, so the last failure seen is the minimal one.
+    # The smallest failing case seen (ties: the later, as Hypothesis shrinks toward later examples).
     failing_case: str = ""
     failing_detail: str = ""
     replay: str = ""
+    failing_size: int = -1
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -88,20 +94,27 @@ class Summary:
         self.max_ulp = _max(self.max_ulp, check.max_ulp)  # type: ignore[assignment]
         self.margin = _max(self.margin, check.margin)
         if not check.passed:
-            self.failures += 1
-            self.failing_case, self.failing_detail, self.replay = check.case, check.detail, check.replay
+            if check.expected >= 0:
+                self.expected_failures += 1
+            else:
+                self.failures += 1
+            self._keep_smaller(check.case, check.detail, check.replay, check.size)
+
+    def _keep_smaller(self, case: str, detail: str, replay: str, size: int) -> None:
+        if self.failing_size < 0 or size <= self.failing_size:
+            self.failing_case, self.failing_detail, self.replay, self.failing_size = case, detail, replay, size
 
     def merge(self, other: Summary) -> None:
         self.checks += other.checks
         self.failures += other.failures
+        self.expected_failures += other.expected_failures
         self.dims += [d for d in other.dims if d not in self.dims]
         self.max_abs = _max(self.max_abs, other.max_abs)
         self.max_rel = _max(self.max_rel, other.max_rel)
         self.max_ulp = _max(self.max_ulp, other.max_ulp)  # type: ignore[assignment]
         self.margin = _max(self.margin, other.margin)
-        if other.failures:
-            self.failing_case, self.failing_detail, self.replay = (
-                other.failing_case, other.failing_detail, other.replay)
+        if other.failures or other.expected_failures:
+            self._keep_smaller(other.failing_case, other.failing_detail, other.replay, other.failing_size)
 
 
 @dataclass
@@ -115,8 +128,12 @@ class Collector:
     passed_tests: int = 0
     conformance_tests: int = 0
     not_run: list[dict[str, str]] = field(default_factory=list)
+    # Known-failure manifest entries with how often each was breached and how often it passed.
+    expected: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, check: Check) -> None:
+        if 0 <= check.expected < len(self.expected):
+            self.expected[check.expected]["passed" if check.passed else "breached"] += 1
         key = (check.backend, check.device, check.dtype, dim_bucket(check.dim), check.rule)
         if key not in self.summaries:
             self.summaries[key] = Summary(*key)
@@ -155,6 +172,7 @@ class Collector:
             "summaries": [asdict(s) for s in sorted(self.summaries.values(), key=lambda s: s.key)],
             "outcomes": self.outcomes,
             "not_run": self.not_run,
+            "expected": self.expected,
         }
 
     @classmethod
@@ -179,6 +197,13 @@ class Collector:
         self.conformance_tests += totals.get("conformance_tests", 0)
         for entry in data.get("not_run", []):
             self.add_not_run(**entry)
+        for i, entry in enumerate(data.get("expected", [])):
+            if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
+                    **self.expected[i], "breached": 0, "passed": 0}:
+                self.expected[i]["breached"] += entry["breached"]
+                self.expected[i]["passed"] += entry["passed"]
+            else:
+                self.expected.append(dict(entry))
 
     # --- rendering ---------------------------------------------------------------------------
 
@@ -221,8 +246,12 @@ def backend_rows(c: Collector) -> list[list[Any]]:
     rows = []
     for (backend, device), items in sorted(by.items()):
         failed_rules = sorted({s.rule for s in items if s.failures})
+        expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
+        note = ", ".join(failed_rules) or "–"
+        if expected_rules:
+            note += " (expected: " + ", ".join(expected_rules) + ")"
         rows.append([backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
-                     "FAIL" if failed_rules else "PASS", ", ".join(failed_rules) or "–"])
+                     "FAIL" if failed_rules else "PASS", note])
     for entry in c.not_run:
         if (entry["backend"], entry["device"]) not in by:
             rows.append([entry["backend"], entry["device"], 0, 0, "NOT RUN", entry["reason"]])
@@ -279,6 +308,11 @@ def not_run_rows(c: Collector) -> list[list[Any]]:
     return rows
 
 
+def expected_rows(c: Collector) -> list[list[Any]]:
+    return [[e["backend"], e["device"], e.get("dtype", "*"), e["rule"], e["reason"], e["breached"], e["passed"],
+             entry_status(e["breached"], e["passed"])] for e in c.expected]
+
+
 def failures(c: Collector) -> list[tuple[str, dict[str, str]]]:
     return [(nodeid, o) for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
 
@@ -311,6 +345,8 @@ TABLES: tuple[tuple[str, list[str], Any], ...] = (
     ("Other rules (pass/fail)", ["backend", "device", "rule", "checks", "failed", "last failure"],
      other_rule_rows),
     ("Did not run", ["what", "reason", "tests"], not_run_rows),
+    ("Known failures (manifest)", ["backend", "device", "dtype", "rule", "reason", "breached", "passed", "status"],
+     expected_rows),
 )
 FAILURES_TITLE = "Failures and how to replay them (from the project root)"
 
@@ -354,3 +390,11 @@ def render_terminal(c: Collector, *, verbose: bool = True) -> Iterable[str]:
         yield ""
         yield FAILURES_TITLE
         yield from lines
+
+
+if __name__ == "__main__":
+    import sys
+
+    from .matrix import main
+
+    sys.exit(main())

@@ -122,3 +122,47 @@ def test_strict_profile_is_selectable(run):
                  "--contract-profile=strict", "-k", "test_output")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*profile strict*"])
+
+
+MANIFEST = """
+[[expected]]
+backend = "one_plus_weight"
+device = "cpu"
+rule = "semantics.plain_weight"
+reason = "a Gemma-style kernel, kept until it is fixed"
+
+[[expected]]
+backend = "one_plus_weight"
+device = "cpu"
+rule = "semantics.dtype_routing"
+reason = "listed by mistake: this rule holds"
+
+[[expected]]
+backend = "someone_else"
+device = "cuda*"
+rule = "axis_a.*"
+reason = "matches no backend of this run"
+"""
+
+
+def test_known_failure_manifest_turns_listed_breaches_into_xfails(run, pytester):
+    pytester.makefile(".toml", known=MANIFEST)
+    result = run(str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
+                 "-k", "(plain_weight or dtype_routing) and float32", "--known-failures=known.toml",
+                 "--report=m.json")
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "1 xfailed" in out
+    assert "now passes: remove the entry" in out and "matched nothing: check the entry" in out
+    data = json.loads((pytester.path / "m.json").read_text())
+    assert data["verdict"] == "PASS"
+    assert [e["breached"] > 0 for e in data["expected"]] == [True, False, False]
+    assert data["expected"][1]["passed"] > 0
+
+
+def test_a_manifest_with_an_unknown_rule_is_a_usage_error(run, pytester):
+    pytester.makefile(".json", bad='{"expected": [{"backend": "x", "device": "cpu", "rule": "axis_c.*", '
+                                   '"reason": "r"}]}')
+    result = run(str(SUITES / "test_axis_b.py"), "--known-failures=bad.json")
+    assert result.ret == 4
+    assert "matches no contract rule" in result.stderr.str()

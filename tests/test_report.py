@@ -24,12 +24,14 @@ def test_checks_fold_into_summaries_with_worst_statistics():
     assert c.verdict() == "PASS" and c.checks == 3
 
 
-def test_the_last_failure_is_kept_as_the_minimal_case():
+def test_the_smallest_failure_is_kept_as_the_minimal_case():
     c = Collector()
-    c.add(_check(passed=False, case="Case(big)", replay="pytest a"))
-    c.add(_check(passed=False, case="Case(small)", replay="pytest b"))
+    c.add(_check(passed=False, case="Case(big)", replay="pytest a", size=1000))
+    c.add(_check(passed=False, case="Case(small)", replay="pytest b", size=10))
+    c.add(_check(passed=False, case="Case(bigger again)", replay="pytest c", size=500))
+    c.add(_check(passed=False, case="Case(small, later)", replay="pytest d", size=10))
     (s,) = c.summaries.values()
-    assert (s.failures, s.failing_case, s.replay) == (2, "Case(small)", "pytest b")
+    assert (s.failures, s.failing_case, s.replay) == (4, "Case(small, later)", "pytest d")
     assert c.verdict() == "FAIL"
 
 

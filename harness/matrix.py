@@ -1,0 +1,154 @@
+"""The conformance matrix: JSON reports from several runs and devices merged into one markdown table.
+
+Rows are backends on devices; columns are the contract's rules, then max ULP, worst margin and, where a
+benchmark file is given, bandwidth against a device copy. A failing cell points to a footnote holding its
+minimal configuration and replay command.
+
+    python -m harness.report merge reports/cpu/*.json reports/h200/*.json --bench reports/h200/bench.json \\
+        --out reports/matrix.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from contract import ALL_RULES
+
+from .report import FORMAT
+
+_AXIS_LETTER = {"axis_a": "A", "axis_b": "B", "semantics": "S", "gradients": "G"}
+
+
+def _column(rule_id: str, title: str) -> str:
+    return f"{_AXIS_LETTER.get(rule_id.split('.')[0], '?')}: {title}"
+
+
+def _device_label(device: str, environment: dict[str, Any]) -> str:
+    name = environment.get(f"device {device}")
+    return f"{device} ({name})" if name and device != "cpu" else device
+
+
+class Matrix:
+    """Per (backend, device label) and rule: checks, failures, and the minimal failing case."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self.stats: dict[tuple[str, str], dict[str, Any]] = {}
+        self.not_run: dict[tuple[str, str], str] = {}
+        self.sources: list[str] = []
+
+    def add_report(self, data: dict[str, Any], source: str) -> None:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{source} is not a conformance report (format {data.get('format')!r})")
+        self.sources.append(f"{source}: {data.get('verdict')}, {data['environment'].get('date', '?')}, "
+                            f"torch {data['environment'].get('torch', '?')}")
+        env = data.get("environment", {})
+        for s in data.get("summaries", []):
+            row = (s["backend"], _device_label(s["device"], env))
+            cell = self.cells.setdefault(row, {}).setdefault(
+                s["rule"], {"checks": 0, "failures": 0, "expected": 0, "case": "", "replay": "", "size": -1})
+            cell["checks"] += s["checks"]
+            cell["failures"] += s["failures"]
+            cell["expected"] += s.get("expected_failures", 0)
+            size = s.get("failing_size", 0)
+            if (s["failures"] or s.get("expected_failures")) and (cell["size"] < 0 or size <= cell["size"]):
+                cell["case"], cell["replay"], cell["size"] = s["failing_case"], s["replay"], size
+            st = self.stats.setdefault(row, {"max_ulp": None, "margin": None})
+            if s["rule"] == "axis_b.output" and s.get("max_ulp") is not None:
+                st["max_ulp"] = max(st["max_ulp"] or 0, s["max_ulp"])
+            if s.get("margin") is not None and not s["rule"].startswith("gradients."):
+                st["margin"] = max(st["margin"] or 0.0, s["margin"])
+        for entry in data.get("not_run", []):
+            self.not_run[(entry["backend"], _device_label(entry["device"], env))] = entry["reason"]
+
+    def render(self, bench: dict[str, Any] | None = None) -> str:
+        rows, notes = [], []
+        rules = [r for r in ALL_RULES if any(r.id in cells for cells in self.cells.values())]
+        for row in sorted(self.cells):
+            cells = self.cells[row]
+            line = [row[0], row[1]]
+            for r in rules:
+                cell = cells.get(r.id)
+                if cell is None:
+                    line.append("–")
+                elif cell["failures"] or cell["expected"]:
+                    notes.append(f"{row[0]} on {row[1]}, `{r.id}`: {cell['failures'] + cell['expected']} of "
+                                 f"{cell['checks']} checks failed"
+                                 + (" (expected by the manifest)" if not cell["failures"] else "")
+                                 + f"; minimal configuration `{cell['case']}`; replay `{cell['replay']}`")
+                    mark = "xfail" if not cell["failures"] else "FAIL"
+                    line.append(f"{mark} [{len(notes)}]")
+                else:
+                    line.append(f"ok {cell['checks']}")
+            st = self.stats.get(row, {})
+            line.append("–" if st.get("max_ulp") is None else st["max_ulp"])
+            line.append("–" if st.get("margin") is None else f"{st['margin']:.3g}")
+            if bench is not None:
+                line.append(_bandwidth(bench, row[0], row[1]))
+            rows.append(line)
+        for (backend, device), reason in sorted(self.not_run.items()):
+            if (backend, device) not in self.cells:
+                rows.append([backend, device, *(["not run"] * len(rules)), "–", "–",
+                             *(["–"] if bench is not None else [])])
+                notes.append(f"{backend} on {device} did not run: {reason}")
+        headers = ["backend", "device", *(_column(r.id, r.title) for r in rules), "max ULP (B)", "margin"]
+        if bench is not None:
+            headers.append("fwd GB/s bf16 4096 | 128 (x copy)")
+        out = ["# Conformance matrix", "",
+               "Each cell: `ok N` (N checks, all passed), `FAIL [k]` (see note k), `xfail [k]` (a breach the "
+               "known-failure manifest expects), `–` (not checked). max ULP is Axis-B output's worst, in the "
+               "output dtype; margin is the worst error over its allowance across Axis-B and semantics "
+               "(<= 1 passes).", "",
+               tabulate(rows, headers, tablefmt="github"), ""]
+        if notes:
+            out += ["## Notes", "", *(f"{i}. {n}" for i, n in enumerate(notes, 1)), ""]
+        out += ["## Sources", "", *(f"- {s}" for s in self.sources), ""]
+        return "\n".join(out)
+
+
+def _bandwidth(bench: dict[str, Any], backend: str, device: str) -> str:
+    if not device.startswith("cuda"):
+        return "–"
+    parts = []
+    for dim, rows in ((4096, 65536), (128, 2097152)):
+        rec = next((r for r in bench.get("records", []) if r.get("backend") == backend
+                    and r.get("kind", "forward") == "forward" and r.get("dim") == dim and r.get("rows") == rows
+                    and r.get("dtype") in ("bfloat16", "bf16")), None)
+        parts.append("–" if rec is None else f"{rec['gbps']:.0f} ({rec['gbps'] / rec['copy_gbps']:.2f})")
+    return " | ".join(parts)
+
+
+def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None) -> str:
+    matrix = Matrix()
+    for path in paths:
+        matrix.add_report(json.loads(Path(path).read_text()), str(path))
+    bench_data = json.loads(Path(bench).read_text()) if bench else None
+    return matrix.render(bench_data)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report",
+                                     description="Work with conformance reports.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("merge", help="merge JSON reports into one markdown conformance matrix")
+    m.add_argument("reports", nargs="+", help="JSON reports written with --report=PATH.json")
+    m.add_argument("--bench", default=None, help="a benchmark JSON (benchmarks/bench.py) for the GB/s column")
+    m.add_argument("--out", default=None, help="write the matrix here (default: print it)")
+    args = parser.parse_args(argv)
+    try:
+        text = merge(args.reports, bench=args.bench)
+    except (OSError, ValueError, KeyError) as exc:
+        parser.error(str(exc))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+    return 0

@@ -1,0 +1,41 @@
+"""The conformance matrix: merged JSON reports become one table with footnoted failures."""
+
+from __future__ import annotations
+
+import json
+
+from harness.matrix import main, merge
+from harness.report import Check, Collector
+
+
+def _report(path, backend, device, device_name, *, fail_rule=None):
+    c = Collector(environment={"date": "d", "torch": "t", f"device {device}": device_name})
+    for rule in ("axis_a.batch_size", "axis_b.output"):
+        stats = {"max_abs": 0.01, "max_rel": 0.01, "max_ulp": 1, "margin": 0.5} if rule == "axis_b.output" else {}
+        c.add(Check(backend, device, "bfloat16", 4096, rule, True, **stats))
+        if rule == fail_rule:
+            c.add(Check(backend, device, "bfloat16", 4096, rule, False, case="Case(min)", replay="pytest r",
+                        size=4, **stats))
+    c.add_not_run("cuda", "cpu", "cuda runs on cuda, not cpu")
+    path.write_text(json.dumps(c.to_json()))
+    return path
+
+
+def test_merge_puts_each_backend_device_on_a_row_and_footnotes_failures(tmp_path):
+    a = _report(tmp_path / "cpu.json", "native", "cpu", "x86_64")
+    b = _report(tmp_path / "gpu.json", "triton", "cuda:0", "NVIDIA H200", fail_rule="axis_a.batch_size")
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"records": [
+        {"backend": "triton", "kind": "forward", "rows": 65536, "dim": 4096, "dtype": "bfloat16",
+         "gbps": 4000.0, "copy_gbps": 4100.0}]}))
+    text = merge([a, b], bench=bench)
+    assert "| native" in text and "cuda:0 (NVIDIA H200)" in text
+    assert "FAIL [1]" in text and "Case(min)" in text and "pytest r" in text
+    assert "4000 (0.98) | –" in text
+    assert "cuda on cpu did not run: cuda runs on cuda, not cpu" in text
+
+
+def test_merge_command_writes_the_file(tmp_path, capsys):
+    a = _report(tmp_path / "cpu.json", "native", "cpu", "x86_64")
+    assert main(["merge", str(a), "--out", str(tmp_path / "m.md")]) == 0
+    assert (tmp_path / "m.md").read_text().startswith("# Conformance matrix")
