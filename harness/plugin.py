@@ -21,7 +21,7 @@ from .checks import Subject
 from .devices import device_unavailable_reason, parse_device_option, worker_device
 from .environment import fingerprint
 from .manifest import Manifest, entry_status, load_manifest, manifest_rows
-from .registry import known_backend_names, load_backend, parse_backend_option
+from .registry import BUILTIN_BACKENDS, known_backend_names, load_backend, parse_backend_option
 from .report import Collector, render_terminal
 from .strategies import DEFAULT_MAX_ELEMENTS, INTERPRETED_MAX_ELEMENTS
 
@@ -50,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--backend", default=None, metavar="SPEC",
         help="backends to hold to the contract: a name (" + ", ".join(known_backend_names()) + "), a comma "
              "list, 'all', or module.path:attr naming a class, factory or instance "
-             "(default: every backend that can run here).")
+             "(default: each of native, triton, cuda that can run here).")
     group.addoption(
         "--device", default=None, metavar="DEVICE",
         help="devices to run on: cpu, cuda, cuda:N, all, or a comma list (default: the CPU and every GPU).")
@@ -108,7 +108,8 @@ def _unloadable(spec: str, reason: str) -> Backend:
 
 def _resolve_backends(option: str | None, devices: list[torch.device], collector: Collector) -> list[Backend]:
     explicit = bool(option)
-    specs = parse_backend_option(option) if explicit else known_backend_names()
+    # By default: this project's own backends. Adapters and entry-point backends run when named or with 'all'.
+    specs = parse_backend_option(option) if explicit else list(BUILTIN_BACKENDS)
     chosen: list[Backend] = []
     for spec in specs:
         try:
