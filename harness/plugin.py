@@ -165,9 +165,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    state = metafunc.config.stash[STATE]
+    if "parity" in metafunc.fixturenames:
+        pairs = [(device, dtype) for device in state.devices for dtype in DTYPES]
+        metafunc.parametrize("parity", pairs, ids=[f"{d}-{t}" for d, t in pairs], indirect=True)
     if "subject" not in metafunc.fixturenames:
         return
-    state = metafunc.config.stash[STATE]
     params, ids = [], []
     for backend in state.backends:
         for device in state.devices:
@@ -198,6 +201,33 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    profile=profile(config.getoption("--contract-profile")),
                    collector=state.collector, nodeid=request.node.nodeid, replay_options=options,
                    max_elements=max_elements, replay_case=state.replay_case, manifest=state.manifest)
+
+
+@dataclass
+class Parity:
+    """Every selected backend that can run on one device, for the informational cross-backend table."""
+
+    backends: list[Backend]
+    device: torch.device
+    dtype: str
+    collector: Collector
+
+
+@pytest.fixture
+def parity(request: pytest.FixtureRequest) -> Parity:
+    """The backends to compare with each other on one (device, dtype); skipped when fewer than two can run."""
+    device, dtype = request.param
+    device = worker_device(device)
+    state = request.config.stash[STATE]
+    reason = device_unavailable_reason(device)
+    if reason:
+        pytest.skip(reason)
+    runnable = [b for b in state.backends
+                if b.unavailable_reason(device) is None and getattr(torch, dtype) in b.dtypes]
+    if len(runnable) < 2:
+        pytest.skip(f"cross-backend parity needs two backends that run on {device}; "
+                    f"have {', '.join(b.name for b in runnable) or 'none'}")
+    return Parity(runnable, device, dtype, state.collector)
 
 
 def _where(nodeid: str) -> str:
@@ -266,7 +296,8 @@ class ReportHooks:
             self.state.written.append(str(self.collector.write(path)))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or not (self.collector.conformance_tests or self.collector.checks):
+        if self.is_worker or not (self.collector.conformance_tests or self.collector.checks
+                                  or self.collector.parity):
             return
         terminalreporter.write_sep("=", "rmsnorm conformance report")
         for line in render_terminal(self.collector):

@@ -130,6 +130,8 @@ class Collector:
     not_run: list[dict[str, str]] = field(default_factory=list)
     # Known-failure manifest entries with how often each was breached and how often it passed.
     expected: list[dict[str, Any]] = field(default_factory=list)
+    # Informational: how closely backends agree with each other on the same inputs.
+    parity: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, check: Check) -> None:
         if 0 <= check.expected < len(self.expected):
@@ -173,6 +175,7 @@ class Collector:
             "outcomes": self.outcomes,
             "not_run": self.not_run,
             "expected": self.expected,
+            "parity": self.parity,
         }
 
     @classmethod
@@ -197,6 +200,7 @@ class Collector:
         self.conformance_tests += totals.get("conformance_tests", 0)
         for entry in data.get("not_run", []):
             self.add_not_run(**entry)
+        self.parity += data.get("parity", [])
         for i, entry in enumerate(data.get("expected", [])):
             if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
                     **self.expected[i], "breached": 0, "passed": 0}:
@@ -313,6 +317,17 @@ def expected_rows(c: Collector) -> list[list[Any]]:
              entry_status(e["breached"], e["passed"])] for e in c.expected]
 
 
+def parity_rows(c: Collector) -> list[list[Any]]:
+    folded: dict[tuple[str, ...], list[Any]] = {}
+    for p in c.parity:
+        key = (p["device"], p["dtype"], str(p["dim"]), p["pair"])
+        row = folded.setdefault(key, [*key, 0, 0, 0])
+        row[4] += p["equal"]
+        row[5] += p["total"]
+        row[6] = max(row[6], p["max_ulp"])
+    return [[*k, f"{r[4]} / {r[5]}", r[6]] for k, r in sorted(folded.items())]
+
+
 def failures(c: Collector) -> list[tuple[str, dict[str, str]]]:
     return [(nodeid, o) for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
 
@@ -345,6 +360,8 @@ TABLES: tuple[tuple[str, list[str], Any], ...] = (
     ("Other rules (pass/fail)", ["backend", "device", "rule", "checks", "failed", "last failure"],
      other_rule_rows),
     ("Did not run", ["what", "reason", "tests"], not_run_rows),
+    ("Cross-backend parity (informational): the same inputs through each pair of backends",
+     ["device", "dtype", "dim", "pair", "bitwise equal", "max ULP apart"], parity_rows),
     ("Known failures (manifest)", ["backend", "device", "dtype", "rule", "reason", "breached", "passed", "status"],
      expected_rows),
 )

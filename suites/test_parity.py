@@ -1,0 +1,40 @@
+"""Cross-backend parity, for the report: do backends agree bitwise on the same inputs, and if not, by how
+many ULPs. Informational, except for one consequence of Axis-B that must hold: two backends that both meet
+the output bound cannot be further apart than twice it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from contract import Tolerance
+from harness.cases import Batch
+from harness.comparison import compare_within, ulp_distance
+
+# Both target dims, an odd dim and a wide one; batch sizes from one row to many.
+SHAPES = ((1, 4096), (257, 4096), (8192, 128), (3, 1000), (64, 8192))
+
+
+def test_cross_backend_parity(parity, request):
+    profile = request.config.getoption("--contract-profile")
+    from contract import profile as get_profile
+
+    bound = get_profile(profile).output_bound(parity.dtype)
+    doubled = Tolerance(2 * bound.atol, 2 * bound.rtol, "twice the output bound") if isinstance(
+        bound, Tolerance) else None
+    for seed, (rows, dim) in enumerate(SHAPES):
+        batch = Batch(dim=dim, rows=rows, dtype=parity.dtype, values="normal", seed=seed)
+        x, w = batch.x().to(parity.device), batch.w().to(parity.device)
+        outputs = {b.name: b.forward(x, w, batch.eps).cpu() for b in parity.backends}
+        for (a, out_a), (b, out_b) in itertools.combinations(outputs.items(), 2):
+            ulps = ulp_distance(out_a, out_b)
+            parity.collector.parity.append({
+                "device": str(parity.device), "dtype": parity.dtype, "dim": dim, "pair": f"{a} / {b}",
+                "equal": int((ulps == 0).sum()), "total": ulps.numel(), "max_ulp": int(ulps.max())})
+            if doubled is not None:
+                result = compare_within(out_a, out_b.float(), doubled)
+                assert result.passed, f"{a} and {b} on {parity.device}, {parity.dtype}, {rows}x{dim}: " \
+                                      f"{result.describe()}"
+            assert torch.isfinite(out_a).all() and torch.isfinite(out_b).all()
