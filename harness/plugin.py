@@ -156,7 +156,6 @@ def pytest_configure(config: pytest.Config) -> None:
     state.collector.environment = fingerprint(state.devices, {
         "contract profile": config.getoption("--contract-profile"),
         "hypothesis profile": config.getoption("--hypothesis-profile", None) or DEFAULT_HYPOTHESIS_PROFILE,
-        "hypothesis seed": config.getoption("--hypothesis-seed", None) or "derandomized or random",
         "backends": ", ".join(b.name for b in state.backends) or "none",
         "command": "pytest " + " ".join(config.invocation_params.args),
     })
@@ -291,6 +290,9 @@ class ReportHooks:
                 and session.exitstatus == pytest.ExitCode.OK):
             # Every conformance test was skipped: nothing was shown to hold, so the run must not pass.
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+        seed = self.config.getoption("--hypothesis-seed", None)
+        self.collector.environment["hypothesis seed"] = (
+            seed or ("derandomized" if settings().derandomize else "random: printed by Hypothesis on failure"))
         self.collector.environment["exit status"] = int(session.exitstatus)
         for path in self.config.getoption("--report"):
             self.state.written.append(str(self.collector.write(path)))

@@ -1,0 +1,51 @@
+"""The third-party adapters that run on the CPU, through the public interface only, gated by the committed
+known-failure manifest: their measured breaches xfail, and everything else must hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.registry import known_backend_names, load_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = ROOT / "suites"
+MANIFEST = ROOT / "reports" / "known-failures.toml"
+
+
+@pytest.mark.parametrize("name", ["torch_rms_norm", "torch_rms_norm_fp32", "torch_compile", "liger"])
+def test_adapters_are_registered_by_entry_point(name):
+    assert name in known_backend_names()
+    assert load_backend(name).name == name
+
+
+def test_liger_says_why_it_cannot_run_on_the_cpu():
+    reason = load_backend("liger").unavailable_reason(torch.device("cpu"))
+    assert reason and ("interpreter" in reason or "not installed" in reason)
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return lambda *args: pytester.runpytest_subprocess("--hypothesis-profile=ci", "-p", "no:cacheprovider", *args)
+
+
+SELECTION = ["-k", "float32 and (strided_rows or shape_guard or input_errors or test_output or batch_size)"]
+
+
+def test_torch_functional_adapters_pass_the_gate_with_the_manifest(run):
+    result = run(str(SUITES / "test_axis_a.py"), str(SUITES / "test_axis_b.py"), str(SUITES / "test_semantics.py"),
+                 "--backend=torch_rms_norm,torch_rms_norm_fp32", "--device=cpu", f"--known-failures={MANIFEST}",
+                 *SELECTION)
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "xfailed" in out and "breached as expected" in out
+
+
+def test_without_the_manifest_the_same_run_fails_in_the_listed_rules(run):
+    result = run(str(SUITES / "test_semantics.py"), "--backend=torch_rms_norm", "--device=cpu",
+                 "-k", "float32 and shape_guard")
+    assert result.ret == 1
+    assert "contract rule semantics.shape_guard" in result.stdout.str()
