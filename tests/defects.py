@@ -53,9 +53,12 @@ def tree_sum(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-def _normalise(x: torch.Tensor, weight: torch.Tensor, eps: float, sum_of_squares: torch.Tensor) -> torch.Tensor:
-    """The native backend's arithmetic after the reduction, so that a defect differs only where it says."""
-    x32 = x.float()
+def _normalise(x32: torch.Tensor, weight: torch.Tensor, eps: float, sum_of_squares: torch.Tensor) -> torch.Tensor:
+    """The native backend's arithmetic after the reduction, so that a defect differs only where it says.
+
+    ``x32`` must be the one fp32 upcast of x that the reduction also read: autograd casts each upcast's
+    gradient back to x's dtype on its own, so two upcasts would add the two dx terms in bf16.
+    """
     return (x32 / torch.sqrt(sum_of_squares / x32.shape[-1] + eps)) * weight.float()
 
 
@@ -80,7 +83,8 @@ class SmallBatchReduction(NativeRMSNormOp):
         check_inputs(x, weight, eps)
         if _rows(x) >= 16:
             return super().forward_fp32(x, weight, eps)
-        return _normalise(x, weight, eps, sum_of_squares_by_lanes(x.float()))
+        x32 = x.float()
+        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32))
 
 
 class LargeBatchReduction(NativeRMSNormOp):
@@ -97,7 +101,8 @@ class LargeBatchReduction(NativeRMSNormOp):
         check_inputs(x, weight, eps)
         if _rows(x) <= 256:
             return super().forward_fp32(x, weight, eps)
-        return _normalise(x, weight, eps, sum_of_squares_by_lanes(x.float()))
+        x32 = x.float()
+        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32))
 
 
 class AlignmentDependentReduction(NativeRMSNormOp):
@@ -115,7 +120,8 @@ class AlignmentDependentReduction(NativeRMSNormOp):
         check_inputs(x, weight, eps)
         if x.data_ptr() % 16 == 0:
             return super().forward_fp32(x, weight, eps)
-        return _normalise(x, weight, eps, sum_of_squares_by_lanes(x.float()))
+        x32 = x.float()
+        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32))
 
 
 class BatchStatisticLeak(NativeRMSNormOp):
@@ -131,9 +137,10 @@ class BatchStatisticLeak(NativeRMSNormOp):
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        sum_sq = sum_of_squares_fixed_order(x.float())
+        x32 = x.float()
+        sum_sq = sum_of_squares_fixed_order(x32)
         batch_mean = sum_sq.reshape(-1).mean() if sum_sq.numel() else sum_sq.new_zeros(())
-        return _normalise(x, weight, eps, sum_sq + 2.0**-10 * batch_mean)
+        return _normalise(x32, weight, eps, sum_sq + 2.0**-10 * batch_mean)
 
 
 class PositionDependentReduction(NativeRMSNormOp):
@@ -148,12 +155,13 @@ class PositionDependentReduction(NativeRMSNormOp):
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        x32 = x.float().reshape(-1, x.shape[-1])
-        tree = sum_of_squares_fixed_order(x32)
-        lanes = sum_of_squares_by_lanes(x32)
-        odd = (torch.arange(x32.shape[0], device=x.device) % 2 == 1).unsqueeze(-1)
+        x32 = x.float()
+        rows = x32.reshape(-1, x.shape[-1])
+        tree = sum_of_squares_fixed_order(rows)
+        lanes = sum_of_squares_by_lanes(rows)
+        odd = (torch.arange(rows.shape[0], device=x.device) % 2 == 1).unsqueeze(-1)
         sum_sq = torch.where(odd, lanes, tree).reshape(*x.shape[:-1], 1)
-        return _normalise(x, weight, eps, sum_sq)
+        return _normalise(x32, weight, eps, sum_sq)
 
 
 class LeadingDimsReduction(NativeRMSNormOp):
@@ -170,7 +178,8 @@ class LeadingDimsReduction(NativeRMSNormOp):
         check_inputs(x, weight, eps)
         if x.dim() <= 2:
             return super().forward_fp32(x, weight, eps)
-        return _normalise(x, weight, eps, sum_of_squares_by_lanes(x.float()))
+        x32 = x.float()
+        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32))
 
 
 class IgnoresStrides(NativeRMSNormOp):
@@ -214,17 +223,18 @@ class RandomReductionOrder(NativeRMSNormOp):
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        x32 = x.float().reshape(-1, x.shape[-1])
-        dim = x32.shape[-1]
+        x32 = x.float()
+        rows = x32.reshape(-1, x.shape[-1])
+        dim = rows.shape[-1]
         width = -(-dim // self.splits) * self.splits
-        squares = F.pad(x32 * x32, (0, width - dim)).unflatten(-1, (self.splits, width // self.splits))
+        squares = F.pad(rows * rows, (0, width - dim)).unflatten(-1, (self.splits, width // self.splits))
         partials = tree_sum(squares).squeeze(-1)  # one tree per block
         order = torch.rand(partials.shape, generator=self._arrival).argsort(dim=-1).to(partials.device)
         arrived = partials.gather(-1, order)
         total = arrived[:, :1]
         for i in range(1, self.splits):
             total = total + arrived[:, i: i + 1]
-        return _normalise(x, weight, eps, total.reshape(*x.shape[:-1], 1))
+        return _normalise(x32, weight, eps, total.reshape(*x.shape[:-1], 1))
 
 
 # --- Axis-B: accuracy -------------------------------------------------------------------------------------
@@ -245,7 +255,7 @@ class DroppedTailBlock(NativeRMSNormOp):
         check_inputs(x, weight, eps)
         x32 = x.float()
         whole = x32.shape[-1] // self.block * self.block
-        return _normalise(x, weight, eps, sum_of_squares_fixed_order(x32[..., :whole]))
+        return _normalise(x32, weight, eps, sum_of_squares_fixed_order(x32[..., :whole]))
 
 
 class LowPrecisionAccumulation(NativeRMSNormOp):
@@ -261,7 +271,8 @@ class LowPrecisionAccumulation(NativeRMSNormOp):
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        return _normalise(x, weight, eps, sum_of_squares_by_lanes(x.float(), lanes=16, accumulate=x.dtype))
+        x32 = x.float()
+        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32, lanes=16, accumulate=x.dtype))
 
 
 class HalfPrecisionSquares(NativeRMSNormOp):
@@ -276,7 +287,7 @@ class HalfPrecisionSquares(NativeRMSNormOp):
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        return _normalise(x, weight, eps, tree_sum((x * x).float()))
+        return _normalise(x.float(), weight, eps, tree_sum((x * x).float()))
 
 
 # --- Semantics --------------------------------------------------------------------------------------------
@@ -300,8 +311,11 @@ class EpsOutsideSqrt(NativeRMSNormOp):
 
 
 class OnePlusWeight(NativeRMSNormOp):
-    """Breaks semantics.plain_weight: Gemma-style ``(1 + weight)`` scaling where the contract says plain
-    weight (a checkpoint converted between the two conventions without shifting its weights)."""
+    """Breaks semantics.plain_weight: Gemma-style ``(1 + weight)`` scaling where the contract says plain weight.
+
+    Gemma stores ``weight - 1`` and its kernels scale by ``1 + weight``; a kernel or a checkpoint converter
+    that mixes the two conventions is off by the normalised row itself, whatever the weight.
+    """
 
     name = "one_plus_weight"
     breaks = "semantics.plain_weight"
@@ -452,6 +466,23 @@ class _AtomicBroadcast(torch.autograd.Function):
         return total, None, None
 
 
+class LowPrecisionGradientSum(NativeRMSNormOp):
+    """Breaks gradients.dx_tolerance: the two terms of dx are rounded to the input's dtype, then added.
+
+    dx = rstd * (dy * w) - x * rstd^3 * mean(dy * w * x) cancels heavily in rows of small scale; a backward
+    kernel that forms each term in bf16 (or, as here, a forward that upcasts x twice, so that autograd casts
+    each term's gradient back to bf16 before summing them) loses the difference. The forward is exact.
+    """
+
+    name = "low_precision_gradient_sum"
+    breaks = "gradients.dx_tolerance"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        mean_square = sum_of_squares_fixed_order(x.float()) / x.shape[-1]
+        return (x.float() / torch.sqrt(mean_square + eps)) * weight.float()
+
+
 class AtomicWeightGradient(NativeRMSNormOp):
     """Breaks gradients.dw_determinism: dw adds each row's contribution in the order blocks finish.
 
@@ -480,7 +511,7 @@ DEFECTS: tuple[type[NativeRMSNormOp], ...] = (
     DroppedTailBlock, LowPrecisionAccumulation, HalfPrecisionSquares,
     EpsOutsideSqrt, OnePlusWeight, WrongOutputDtype, NoShapeGuard, MutatesInput, WritesBesideInput,
     EmptyBatchCrash, BatchWideNonfiniteGuard, SilentDtypeCast,
-    AtomicWeightGradient,
+    LowPrecisionGradientSum, AtomicWeightGradient,
 )
 
 
@@ -497,7 +528,8 @@ class LaneOrderRMSNorm(NativeRMSNormOp):
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        return _normalise(x, weight, eps, sum_of_squares_by_lanes(x.float()))
+        x32 = x.float()
+        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32))
 
 
 def make_correct_backend() -> NativeRMSNormOp:
