@@ -1,0 +1,391 @@
+"""Bandwidth and latency of every RMSNorm backend that can run here, against a device-to-device copy of the
+same bytes, F.rms_norm and torch.compile of the seed formula, all in one run.
+
+    python benchmarks/bench.py                      # the full run on a GPU: reports/h200/bench.json, .md
+    python benchmarks/bench.py --quick --out /tmp/b.json
+    python benchmarks/bench.py --device cpu --quick # a smoke run of this script on a machine without a GPU
+
+GB/s counts the bytes a kernel must move: forward x read + y written + weight read; backward x and dy read,
+dx written, weight read, dw written. ``copy_gbps`` is ``y.copy_(x)`` over the same x in the same run.
+Forward and backward times are medians of device-event timings after warm-up (triton.testing.do_bench
+where Triton is installed); latency is the median per-call time of back-to-back calls, host overhead
+included, since at a few rows that overhead is what a caller waits for. ``batch_invariant`` is a probe:
+rows [0:b] computed alone, b in 1, 2, 3, 8, 15, against the same rows of the measured batch, bitwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+EPS = 1e-6
+BACKENDS = ("native", "triton", "cuda")
+# Qwen3-8B: the hidden-size norm over 64k tokens, and QK-norm (head_dim 128) over 16k tokens x 128 heads.
+FULL_SHAPES = ((65536, 4096), (2097152, 128))
+QUICK_SHAPES = ((8192, 4096), (262144, 128))
+CPU_SHAPES = ((64, 4096), (2048, 128))
+LATENCY_ROWS = (1, 8, 64, 256)
+LATENCY_DIMS = (4096, 128)
+PROBE_ROWS = (1, 2, 3, 8, 15)
+DEFAULT_OUT = "reports/h200/bench.json"
+
+
+@dataclass
+class Subject:
+    """One thing to time: a backend under test or a peer. ``forward(x, w)`` returns y in x.dtype."""
+
+    name: str
+    kind: str  # "backend" or "peer"
+    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    backward: bool = True
+
+
+def _seed_formula(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def subjects(device: torch.device, *, compile_peer: bool) -> list[Subject]:
+    """The backends that load and can run on ``device`` (the others are printed with their reason), then
+    the peers."""
+    from harness.registry import load_backend
+
+    found: list[Subject] = []
+    for spec in BACKENDS:
+        try:
+            backend = load_backend(spec)
+        except Exception as exc:  # any backend may fail to load; the benchmark goes on without it
+            print(f"skip {spec}: cannot be loaded ({type(exc).__name__}: {exc})")
+            continue
+        reason = backend.unavailable_reason(device)
+        if reason is not None:
+            print(f"skip {spec}: {reason}")
+            continue
+        found.append(Subject(spec, "backend", lambda x, w, b=backend: b.forward(x, w, EPS),
+                             backward=backend.supports_backward(device)))
+    found.append(Subject("F.rms_norm", "peer", lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS)))
+    if compile_peer:
+        import torch._dynamo
+
+        # Every shape and dtype of the run is a new guard; do not let dynamo fall back to eager midway.
+        for knob in ("cache_size_limit", "recompile_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 256)
+        try:  # the backward is timed by repeating it over one graph, which donated buffers forbid
+            import torch._functorch.config
+
+            torch._functorch.config.donated_buffer = False
+        except (ImportError, AttributeError):
+            pass
+        found.append(Subject("torch.compile(seed)", "peer", torch.compile(_seed_formula)))
+    return found
+
+
+# ------------------------------------------------------------------------------------------------------
+# Timing.
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_us(fn: Callable[[], Any], device: torch.device, quick: bool) -> float:
+    """Median time of one call on the device, after warm-up."""
+    if device.type == "cuda":
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            do_bench = None
+        if do_bench is not None:
+            warmup, rep = (5, 20) if quick else (25, 100)
+            return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median")) * 1e3
+        times = []
+        for i in range(10 + (20 if quick else 100)):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            if i >= 10:
+                times.append(start.elapsed_time(end) * 1e3)
+        return statistics.median(times)
+    fn()
+    times = []
+    for _ in range(3 if quick else 10):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
+def per_call_us(fn: Callable[[], Any], device: torch.device, calls: int) -> float:
+    """Back-to-back calls timed as one span, host overhead included: what a small batch costs a caller."""
+    for _ in range(max(calls // 20, 2)):
+        fn()
+    _sync(device)
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / calls
+    start_s = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start_s) * 1e6 / calls
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def probe_batch_invariance(subject: Subject, x: torch.Tensor, w: torch.Tensor, full: torch.Tensor) -> bool:
+    return all(
+        torch.equal(_bits(subject.forward(x[:b].clone(), w)), _bits(full[:b]))
+        for b in PROBE_ROWS if b <= len(x)
+    )
+
+
+# ------------------------------------------------------------------------------------------------------
+# Measurements.
+
+
+def _record(subject: str, kind: str, rows: int, dim: int, dtype: torch.dtype, nbytes: int, us: float,
+            copy_us: float, **extra: Any) -> dict[str, Any]:
+    gbps = nbytes / us / 1e3
+    copy_gbps = nbytes / copy_us / 1e3 if copy_us else None
+    return {
+        "backend": subject, "kind": kind, "rows": rows, "dim": dim,
+        "dtype": str(dtype).removeprefix("torch."),
+        "gbps": round(gbps, 1), "copy_gbps": copy_gbps and round(copy_gbps, 1),
+        "ratio_to_copy": copy_gbps and round(gbps / copy_gbps, 3), "median_us": round(us, 2), **extra,
+    }
+
+
+def _inputs(rows: int, dim: int, dtype: torch.dtype, device: torch.device, grad: bool = False):
+    gen = torch.Generator(device=device).manual_seed(rows * 31 + dim)
+    x = torch.randn(rows, dim, device=device, generator=gen).to(dtype)
+    w = torch.randn(dim, device=device, generator=gen).to(dtype)
+    g = torch.randn(rows, dim, device=device, generator=gen).to(dtype) if grad else None
+    return x, w, g
+
+
+def _attempt(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    try:
+        return fn()
+    except Exception as exc:  # one peer failing (an inductor without a compiler, say) spoils no other number
+        print(f"  {label}: failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+        return None
+
+
+def bench_forward(subjects_: list[Subject], shapes, dtypes, device, quick) -> list[dict[str, Any]]:
+    records = []
+    for dtype in dtypes:
+        for rows, dim in shapes:
+            x, w, _ = _inputs(rows, dim, dtype, device)
+            y = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
+            copy_us = median_us(lambda x=x, y=y: y.copy_(x), device, quick)
+            records.append(_record("copy", "forward", rows, dim, dtype, nbytes, copy_us, copy_us))
+            for s in subjects_:
+                def one(s=s, x=x, w=w, nbytes=nbytes, copy_us=copy_us, rows=rows, dim=dim, dtype=dtype):
+                    full = s.forward(x, w)
+                    invariant = probe_batch_invariance(s, x, w, full)
+                    del full
+                    us = median_us(lambda: s.forward(x, w), device, quick)
+                    return _record(s.name, "forward", rows, dim, dtype, nbytes, us, copy_us,
+                                   batch_invariant=invariant)
+                rec = _attempt(f"forward {s.name} {rows}x{dim} {dtype}", one)
+                if rec:
+                    records.append(rec)
+                    print(f"  forward {s.name:>20} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
+                          f"({rec['ratio_to_copy']:.3f} of copy) invariant={rec['batch_invariant']}")
+            del x, w, y
+            _free(device)
+    return records
+
+
+def bench_backward(subjects_: list[Subject], shapes, dtypes, device, quick) -> list[dict[str, Any]]:
+    records = []
+    for dtype in dtypes:
+        for rows, dim in shapes:
+            x, w, g = _inputs(rows, dim, dtype, device, grad=True)
+            big = torch.empty_like(x)
+            # x and dy read, dx written, weight read, dw written.
+            nbytes = 3 * x.numel() * x.element_size() + 2 * w.numel() * w.element_size()
+            copy_us = median_us(lambda x=x, big=big: big.copy_(x), device, quick)
+            copy_bytes = 2 * x.numel() * x.element_size()
+            copy_gbps = copy_bytes / copy_us / 1e3
+            del big
+            for s in (s for s in subjects_ if s.backward):
+                def one(s=s, x=x, w=w, g=g, nbytes=nbytes, rows=rows, dim=dim, dtype=dtype,
+                        copy_gbps=copy_gbps):
+                    xr, wr = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+                    y = s.forward(xr, wr)
+                    grads = lambda: torch.autograd.grad(y, (xr, wr), g, retain_graph=True)  # noqa: E731
+                    us = median_us(grads, device, quick)
+                    rec = _record(s.name, "backward", rows, dim, dtype, nbytes, us, 0)
+                    rec["copy_gbps"] = round(copy_gbps, 1)
+                    rec["ratio_to_copy"] = round(rec["gbps"] / copy_gbps, 3)
+                    return rec
+                rec = _attempt(f"backward {s.name} {rows}x{dim} {dtype}", one)
+                if rec:
+                    records.append(rec)
+                    print(f"  backward {s.name:>19} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
+                          f"({rec['ratio_to_copy']:.3f} of copy)")
+                _free(device)
+            del x, w, g
+            _free(device)
+    return records
+
+
+def bench_latency(subjects_: list[Subject], dtype, device, quick) -> list[dict[str, Any]]:
+    """Per-call time at small batches, rounds interleaved so that a noisy moment of the host hits all."""
+    records = []
+    calls = 50 if device.type == "cpu" else (200 if quick else 1000)
+    rounds = 3 if quick else 7
+    for dim in LATENCY_DIMS:
+        for rows in LATENCY_ROWS:
+            x, w, _ = _inputs(rows, dim, dtype, device)
+            y = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
+            fns: dict[str, Callable[[], Any]] = {"copy": lambda x=x, y=y: y.copy_(x)}
+            for s in subjects_:
+                fns[s.name] = lambda s=s, x=x, w=w: s.forward(x, w)
+            times: dict[str, list[float]] = {name: [] for name in fns}
+            failed: set[str] = set()
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    if name in failed:
+                        continue
+                    try:
+                        times[name].append(per_call_us(fn, device, calls))
+                    except Exception as exc:
+                        print(f"  latency {name} {rows}x{dim}: failed ({type(exc).__name__}: {exc})")
+                        failed.add(name)
+            medians = {name: statistics.median(t) for name, t in times.items() if t}
+            base = medians.get("F.rms_norm")
+            for name, us in medians.items():
+                rec = _record(name, "latency", rows, dim, dtype, nbytes, us, medians["copy"])
+                rec["rms_norm_us"] = base and round(base, 2)
+                rec["ratio_to_rms_norm"] = base and round(us / base, 3)  # below 1: faster than F.rms_norm
+                records.append(rec)
+            print(f"  latency {rows:>4}x{dim:<5} " + "  ".join(f"{n} {u:.1f}us" for n, u in medians.items()))
+            _free(device)
+    return records
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------------
+# Output.
+
+
+def write_markdown(path: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> None:
+    from tabulate import tabulate
+
+    lines = ["# RMSNorm benchmark", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items()]
+    titles = {
+        "forward": "Forward: GB/s (x read + y written + weight read) and ratio to a copy of the same x",
+        "backward": "Backward (dx + dw): GB/s (x, dy read; dx written; weight read; dw written)",
+        "latency": "Latency: microseconds per call, back to back, host overhead included",
+    }
+    for kind, title in titles.items():
+        rows = [r for r in records if r["kind"] == kind]
+        if not rows:
+            continue
+        if kind == "latency":
+            table = [(r["backend"], r["dtype"], f"{r['rows']}x{r['dim']}", r["median_us"],
+                      r["ratio_to_rms_norm"]) for r in rows]
+            headers = ["backend", "dtype", "shape", "us/call", "vs F.rms_norm"]
+        else:
+            table = [(r["backend"], r["dtype"], f"{r['rows']}x{r['dim']}", r["median_us"], r["gbps"],
+                      r["copy_gbps"], r["ratio_to_copy"]) for r in rows]
+            headers = ["backend", "dtype", "shape", "median us", "GB/s", "copy GB/s", "of copy"]
+            if kind == "forward":
+                table = [(*row, r.get("batch_invariant", "")) for row, r in zip(table, rows, strict=True)]
+                headers.append("batch-invariant (probe)")
+        lines += ["", f"## {title}", "", tabulate(table, headers=headers, tablefmt="github"), ""]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None, help=f"JSON output; bench.md goes beside it (default: "
+                        f"{DEFAULT_OUT} on a GPU, reports/cpu/bench.json on the CPU)")
+    parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions")
+    parser.add_argument("--device", default=None, help="cuda (default where a GPU is visible) or cpu")
+    parser.add_argument("--dtypes", default="bfloat16,float16,float32",
+                        help="comma list; latency uses the first (default: %(default)s)")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
+    args = parser.parse_args(argv)
+
+    if args.device is None and not torch.cuda.is_available():
+        print("bench.py: no CUDA GPU is visible, and the timings this benchmark exists for need one. "
+              "`--device cpu --quick` runs a smoke pass of the script on the CPU instead.")
+        return 0
+    device = torch.device(args.device or "cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("bench.py: --device cuda asked for, but no CUDA GPU is visible.")
+        return 0
+    if device.type == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the Triton backend defines its kernels
+    dtypes = [getattr(torch, name.strip()) for name in args.dtypes.split(",") if name.strip()]
+    shapes = CPU_SHAPES if device.type == "cpu" else QUICK_SHAPES if args.quick else FULL_SHAPES
+    out = Path(args.out or (DEFAULT_OUT if device.type == "cuda" else "reports/cpu/bench.json"))
+    if not out.is_absolute():
+        out = ROOT / out if args.out is None else Path.cwd() / out
+
+    from harness.environment import fingerprint
+
+    found = subjects(device, compile_peer=not args.no_compile)
+    print(f"timing {', '.join(s.name for s in found)} on {device}; shapes {shapes}; dtypes {args.dtypes}")
+    records: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    records += bench_latency(found, dtypes[0], device, args.quick)
+    records += bench_forward(found, shapes, dtypes, device, args.quick)
+    records += bench_backward(found, shapes, dtypes, device, args.quick)
+    env = fingerprint([device], {
+        "command": " ".join(["python", "benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
+        "quick": args.quick,
+        "timing": ("triton.testing.do_bench medians (L2 flushed between calls)" if device.type == "cuda"
+                   else "perf_counter medians") + "; latency: back-to-back calls, host overhead included",
+        "subjects": [s.name for s in found],
+        "seconds": round(time.perf_counter() - start, 1),
+    })
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env["multiprocessors"] = props.multi_processor_count
+        env["memory GiB"] = round(props.total_memory / 2**30, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"records": records, "environment": env}, indent=1) + "\n")
+    write_markdown(out.with_name("bench.md"), records, env)
+    print(f"wrote {out} and {out.with_name('bench.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
