@@ -8,6 +8,7 @@ argument is specialised, so one binary serves every batch and every row is reduc
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from typing import Any, NamedTuple
 
@@ -32,6 +33,7 @@ else:
 # Every access that the kernels vectorise is 16 bytes wide; inputs whose base is not 16-byte aligned are
 # copied (see _rows_2d), so the alignment the binary assumes is always true.
 _ALIGN_BYTES = 16
+_INT32_LIMIT = 2**31
 
 
 class LaunchConfig(NamedTuple):
@@ -139,6 +141,21 @@ if triton is not None:
         else:
             tl.store(ptrs, value.to(ptrs.dtype.element_ty), mask=mask)
 
+    if _INTERPRETED:
+        _SUM_COMBINE = getattr(tl.standard, "_sum_combine", None)
+
+        def _sum(x, axis):  # noqa: ANN001
+            """tl.sum without its jit wrapper, whose every call re-patches triton.language in the interpreter:
+            straight to the reduction that the interpreter runs as one numpy sum."""
+            if _SUM_COMBINE is None:
+                return tl.sum(x, axis=axis)
+            return tl.reduce(x, axis, _SUM_COMBINE)
+    else:
+
+        @triton.jit
+        def _sum(x, axis: tl.constexpr):  # noqa: ANN001
+            return tl.sum(x, axis=axis)
+
     @_device_function
     def _inv_rms(sum_sq, eps, DIM: tl.constexpr):  # noqa: ANN001
         """1 / sqrt(sum_sq / DIM + eps), every step rounded correctly (no approximate rsqrt or division)."""
@@ -164,19 +181,19 @@ if triton is not None:
             col_mask = cols < DIM
             mask = row_mask[:, None] & col_mask[None, :]
             x = _load_f32(x_ptr + x_rows[:, None] + cols[None, :], mask)
-            inv = _inv_rms(tl.sum(x * x, axis=1), eps, DIM)
+            inv = _inv_rms(_sum(x * x, 1), eps, DIM)
             w = _load_f32(w_ptr + cols, col_mask)
             _store_f32(y_ptr + y_rows[:, None] + cols[None, :], (x * inv[:, None]) * w[None, :], mask)
         else:
             # Rows too wide for registers: per-column running sums over the chunks, then one tree; the
             # second pass reads the row again (from L2 at these sizes).
-            acc = tl.zeros([ROWS, BLOCK], tl.float32)
+            acc = tl.full([ROWS, BLOCK], 0.0, tl.float32)
             for c in range(CHUNKS):
                 ccols = c * BLOCK + cols
                 mask = row_mask[:, None] & (ccols < DIM)[None, :]
                 x = _load_f32(x_ptr + x_rows[:, None] + ccols[None, :], mask)
                 acc += x * x
-            inv = _inv_rms(tl.sum(acc, axis=1), eps, DIM)
+            inv = _inv_rms(_sum(acc, 1), eps, DIM)
             for c in range(CHUNKS):
                 ccols = c * BLOCK + cols
                 col_mask = ccols < DIM
@@ -205,7 +222,7 @@ if triton is not None:
         if CHUNKS == 1:
             col_mask = cols < DIM
             w = _load_f32(w_ptr + cols, col_mask)
-            acc = tl.zeros([ROWS, BLOCK], tl.float32)
+            acc = tl.full([ROWS, BLOCK], 0.0, tl.float32)
             for first in range(start, end, ROWS):
                 rows = first + tl.arange(0, ROWS)
                 mask = (rows < end)[:, None] & col_mask[None, :]
@@ -216,15 +233,15 @@ if triton is not None:
                     g_rows = tl.multiple_of(g_rows, VEC)
                 x = _load_f32(x_ptr + x_rows[:, None] + cols[None, :], mask)
                 g = _load_f32(g_ptr + g_rows[:, None] + cols[None, :], mask)
-                inv = _inv_rms(tl.sum(x * x, axis=1), eps, DIM)
+                inv = _inv_rms(_sum(x * x, 1), eps, DIM)
                 xhat = x * inv[:, None]
                 gw = g * w[None, :]
                 if STORE_DX:
-                    dot = tl.div_rn(tl.sum(gw * xhat, axis=1), tl.full([ROWS], DIM, tl.float32))
+                    dot = tl.div_rn(_sum(gw * xhat, 1), tl.full([ROWS], DIM, tl.float32))
                     _store_f32(dx_ptr + (rows * DIM)[:, None] + cols[None, :],
                                (gw - xhat * dot[:, None]) * inv[:, None], mask)
                 acc += g * xhat
-            tl.store(part_ptr + chunk * DIM + cols, tl.sum(acc, axis=0), mask=col_mask)
+            tl.store(part_ptr + chunk * DIM + cols, _sum(acc, 0), mask=col_mask)
         else:
             # Wide rows, one at a time: a first pass for the two row sums, a second for dx; the partial row
             # (zeroed by the caller) is read, added to and written back by this program alone.
@@ -234,8 +251,8 @@ if triton is not None:
                 if VEC > 1:
                     x_row = tl.multiple_of(x_row, VEC)
                     g_row = tl.multiple_of(g_row, VEC)
-                acc_sq = tl.zeros([BLOCK], tl.float32)
-                acc_dot = tl.zeros([BLOCK], tl.float32)
+                acc_sq = tl.full([BLOCK], 0.0, tl.float32)
+                acc_dot = tl.full([BLOCK], 0.0, tl.float32)
                 for c in range(CHUNKS):
                     ccols = c * BLOCK + cols
                     col_mask = ccols < DIM
@@ -244,8 +261,8 @@ if triton is not None:
                     w = _load_f32(w_ptr + ccols, col_mask)
                     acc_sq += x * x
                     acc_dot += (g * w) * x
-                inv = _inv_rms(tl.sum(acc_sq, axis=0), eps, DIM)
-                dot = tl.div_rn(tl.sum(acc_dot, axis=0) * inv, DIM * 1.0)
+                inv = _inv_rms(_sum(acc_sq, 0), eps, DIM)
+                dot = tl.div_rn(_sum(acc_dot, 0) * inv, DIM * 1.0)
                 for c in range(CHUNKS):
                     ccols = c * BLOCK + cols
                     col_mask = ccols < DIM
@@ -266,31 +283,36 @@ if triton is not None:
         """dw[cols] = the fp32 partial rows added in a fixed order: CHUNK_TILE running sums, then a tree."""
         cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         col_mask = cols < DIM
-        acc = tl.zeros([CHUNK_TILE, BLOCK], tl.float32)
+        acc = tl.full([CHUNK_TILE, BLOCK], 0.0, tl.float32)
         for first in range(0, n_chunks, CHUNK_TILE):
             chunks = first + tl.arange(0, CHUNK_TILE)
             mask = (chunks < n_chunks)[:, None] & col_mask[None, :]
             offsets = (chunks.to(tl.int64) * DIM)[:, None] + cols[None, :]
             acc += tl.load(part_ptr + offsets, mask=mask, other=0.0)
-        _store_f32(dw_ptr + cols, tl.sum(acc, axis=0), col_mask)
+        _store_f32(dw_ptr + cols, _sum(acc, 0), col_mask)
 
 
 class _Launcher:
-    """Launches one kernel: through Triton the first time per configuration, then straight through the
-    compiled kernel's own launcher.
+    """Launches one kernel: through Triton the first time per binary, then straight through the compiled
+    kernel's own launcher.
 
     Triton's ``kernel[grid](...)`` binds and specialises every argument in Python on every call, which at a
     few rows costs more than the kernel itself. These kernels specialise nothing at runtime (pointers are
-    always 16-byte aligned, integers are never specialised), so the binary Triton compiled for a key below
-    is the one it would pick again; later calls hand the arguments to its launcher directly. Under the
-    interpreter, or while a launch hook (a profiler) is installed, every call goes through Triton.
+    always 16-byte aligned, integers are never specialised), so a binary is named by what Triton would key
+    it on: the pointer dtypes, whether each integer needs 64 bits, the constexprs and the warp count. Later
+    calls with the same name hand the arguments to that binary's launcher directly. Under the interpreter,
+    or while a launch hook (a profiler) is installed, every call goes through Triton.
     """
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
+        params = list(inspect.signature(kernel.fn).parameters.values())
+        constexpr = ["constexpr" in str(p.annotation) for p in params]
+        self._runtime = constexpr.index(True)  # the kernels list their constexprs last
+        assert all(constexpr[self._runtime :]), "constexpr parameters must come last"
         self._compiled: dict[tuple, tuple | None] = {}
 
-    def __call__(self, grid: int, args: tuple, key: tuple, num_warps: int, device: torch.device) -> None:
+    def __call__(self, grid: int, args: tuple, num_warps: int, device: torch.device) -> None:
         if _INTERPRETED:
             # NaN and Inf inputs are part of the contract; numpy's warnings about them are noise here.
             with np.errstate(all="ignore"):
@@ -298,10 +320,16 @@ class _Launcher:
             return
         if device.index != torch.cuda.current_device():
             with torch.cuda.device(device):
-                self(grid, args, key, num_warps, device)
+                self(grid, args, num_warps, device)
             return
-        # Triton passes a runtime int as i32 or i64 depending on its value: a different binary.
-        key = (device.index, key, tuple(type(a) is int and a >= 2**31 for a in args))
+        key = (
+            device.index,
+            num_warps,
+            args[self._runtime :],
+            # Triton types an int as i64 from 2**31 on: a different binary.
+            tuple([a.dtype if isinstance(a, torch.Tensor) else type(a) is int and a >= _INT32_LIMIT
+                   for a in args[: self._runtime]]),
+        )
         entry = self._compiled.get(key)
         if entry is not None and not _launch_hooks_installed():
             run, function, packed = entry
@@ -311,9 +339,10 @@ class _Launcher:
         compiled = self.kernel[(grid,)](*args, num_warps=num_warps, enable_fp_fusion=False)
         if key not in self._compiled:
             try:
-                self._compiled[key] = (compiled.run, compiled.function, compiled.packed_metadata)
+                entry = (compiled.run, compiled.function, compiled.packed_metadata)
             except AttributeError:  # a Triton whose compiled kernels look different: stay on its own path
-                self._compiled[key] = None
+                entry = None
+            self._compiled[key] = entry
 
 
 def _launch_hooks_installed() -> bool:
@@ -329,20 +358,13 @@ if triton is not None:
 
 def _rows_2d(t: torch.Tensor, dim: int, vec: int) -> tuple[torch.Tensor, int]:
     """``t`` as [n_rows, dim] rows with unit column stride, a 16-byte-aligned start and a row stride that
-    is a multiple of ``vec``; strided rows are used in place, anything else is copied once.
+    is a multiple of ``vec``: strided rows are used in place, anything else is copied once.
 
-    The copy is what keeps the kernels' alignment assumption true: its bits are those of any contiguous copy.
+    The copy is what keeps the kernels' alignment assumption true; its bits are those of any contiguous copy.
     """
-    try:
-        rows = t.view(-1, dim)
-    except RuntimeError:  # leading dims that no single row stride describes
-        rows = t.reshape(-1, dim)
+    rows = t if t.dim() == 2 else t.reshape(-1, dim)  # reshape copies only what no row stride describes
     stride = rows.stride(0) if rows.shape[0] > 1 else dim
-    if (
-        (rows.stride(1) != 1 and dim > 1)
-        or stride % vec
-        or rows.data_ptr() % _ALIGN_BYTES
-    ):
+    if (rows.stride(1) != 1 and dim > 1) or stride % vec or rows.data_ptr() % _ALIGN_BYTES:
         rows = rows.clone(memory_format=torch.contiguous_format)
         stride = dim
     return rows, stride
@@ -354,41 +376,31 @@ def _aligned_weight(weight: torch.Tensor) -> torch.Tensor:
     return weight
 
 
-def _device_ready(device: torch.device) -> None:
-    """Raise the backend's own reason when the kernels cannot run on ``device``."""
-    reason = TritonRMSNormOp.unavailable_reason(device)
-    if reason is not None:
-        raise RuntimeError(reason)
-
-
 def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype) -> torch.Tensor:
     """Launch the forward kernel on validated inputs; zero rows return an empty tensor without a launch."""
-    dim = x.shape[-1]
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    dim = x.shape[-1]
     cfg = launch_config(dim, x.dtype)
     x2, stride = _rows_2d(x, dim, cfg.vec)
-    w = _aligned_weight(weight)
     n_rows = x2.shape[0]
     y = torch.empty((n_rows, dim), dtype=out_dtype, device=x.device)
     _launch_fwd(
         -(-n_rows // cfg.rows),
-        (x2, w, y, n_rows, stride, eps, dim, cfg.block, cfg.rows, cfg.chunks, cfg.vec),
-        (x.dtype, out_dtype, cfg),
+        (x2, _aligned_weight(weight), y, n_rows, stride, eps, dim, cfg.block, cfg.rows, cfg.chunks, cfg.vec),
         cfg.num_warps,
         x.device,
     )
-    return y.view(x.shape)
+    return y if x.dim() == 2 else y.view(x.shape)
 
 
 def _backward(
     x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor, eps: float, need_dx: bool, need_dw: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    dim = x.shape[-1]
+    """dx (in x.dtype) and dw (in weight.dtype), each only if asked for."""
     if x.numel() == 0:
-        dx = torch.empty_like(x) if need_dx else None
-        dw = torch.zeros_like(weight) if need_dw else None
-        return dx, dw
+        return (torch.empty_like(x) if need_dx else None), (torch.zeros_like(weight) if need_dw else None)
+    dim = x.shape[-1]
     cfg = launch_config(dim, x.dtype, backward=True)
     x2, x_stride = _rows_2d(x, dim, cfg.vec)
     g2, g_stride = _rows_2d(grad, dim, cfg.vec)
@@ -402,28 +414,25 @@ def _backward(
         n_chunks,
         (x2, w, g2, dx, partials, n_rows, x_stride, g_stride, chunk_rows, eps,
          dim, cfg.block, cfg.rows, cfg.chunks, cfg.vec, need_dx),
-        (x.dtype, grad.dtype, cfg, need_dx),
         cfg.num_warps,
         x.device,
     )
     dw = None
     if need_dw:
         dw = torch.empty_like(w)
-        block, chunk_tile = _dw_reduce_shape(dim, n_chunks)
+        block, chunk_tile = _dw_reduce_shape(dim)
         _launch_dw(
             -(-dim // block),
             (partials, dw, n_chunks, dim, block, chunk_tile),
-            (weight.dtype, block, chunk_tile),
             4,
             x.device,
         )
     return (dx.view(x.shape) if need_dx else None), dw
 
 
-def _dw_reduce_shape(dim: int, n_chunks: int) -> tuple[int, int]:
-    """(columns per program, partial rows per step) for the dw reduction; n_chunks only bounds the step
-    under the interpreter, where it is at most a handful."""
-    if _INTERPRETED:
+def _dw_reduce_shape(dim: int) -> tuple[int, int]:
+    """(columns per program, partial rows added per step) for the dw reduction."""
+    if _INTERPRETED:  # a handful of partial rows: one program, one step
         return min(_next_pow2(dim), 1 << 16), _next_pow2(_INTERP_MAX_DW_CHUNKS)
     return min(_next_pow2(dim), 256), 16
 
@@ -473,8 +482,10 @@ class TritonRMSNormOp:
         x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None
     ) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        if _IMPORT_ERROR is not None or (x.device.type == "cpu" and not _INTERPRETED):
-            _device_ready(x.device)
+        if x.device.type != "cuda" or _IMPORT_ERROR is not None:
+            reason = TritonRMSNormOp.unavailable_reason(x.device)
+            if reason is not None:
+                raise RuntimeError(reason)
         out_dtype = out_dtype or x.dtype
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
             return _RMSNormFunction.apply(x, weight, float(eps), out_dtype)

@@ -21,6 +21,8 @@ if not torch.cuda.is_available():  # Triton reads this when the kernels are defi
 
 pytest.importorskip("triton", reason="triton is not installed")
 
+import triton.language as tl
+
 import backends.triton_rmsnorm as tr
 from backends.native import NativeRMSNormOp
 from contract import profile
@@ -174,6 +176,50 @@ def test_imports_without_triton():
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_direct_launch_keys_name_every_binary(monkeypatch):
+    """A launch reuses a compiled binary only when everything Triton would key that binary on is the same:
+    pointer dtypes, constexprs, warps, and whether an integer needs 64 bits (a fake kernel stands in)."""
+    through_triton, direct = [], []
+
+    class Compiled:
+        function, packed_metadata = "function", "metadata"
+
+        @staticmethod
+        def run(*args):
+            direct.append(args[9:])
+
+    class FakeKernel:
+        @staticmethod
+        def fn(x_ptr, n_rows, eps, DIM: tl.constexpr, FLAG: tl.constexpr):
+            pass
+
+        def __getitem__(self, grid):
+            return lambda *args, **options: through_triton.append(args) or Compiled()
+
+    monkeypatch.setattr(tr, "_INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    launch = tr._Launcher(FakeKernel())
+    device = torch.device("cpu")
+    x16, x32 = torch.empty(4, dtype=torch.float16), torch.empty(4)
+    calls = [
+        ((x16, 10, 1e-6, 128, True), "triton"),
+        ((x16, 99, 1e-5, 128, True), "direct"),  # other runtime values: the same binary
+        ((x32, 10, 1e-6, 128, True), "triton"),  # another pointer dtype
+        ((x16, 10, 1e-6, 136, True), "triton"),  # another constexpr
+        ((x16, 10, 1e-6, 128, False), "triton"),
+        ((x16, 2**31, 1e-6, 128, True), "triton"),  # an i64 integer
+        ((x16, 2**40, 1e-6, 128, True), "direct"),
+    ]
+    for args, route in calls:
+        before = (len(through_triton), len(direct))
+        launch(1, args, 4, device)
+        took = "triton" if len(through_triton) > before[0] else "direct"
+        assert took == route, f"{args[1:]} went {took}, expected {route}"
+    launch(1, calls[0][0], 8, device)
+    assert len(direct) == 2, "another warp count is another binary"
 
 
 @pytest.mark.parametrize("device", DEVICES)
