@@ -223,7 +223,8 @@ if triton is not None:
             col_mask = cols < DIM
             w = _load_f32(w_ptr + cols, col_mask)
             acc = tl.full([ROWS, BLOCK], 0.0, tl.float32)
-            for first in range(start, end, ROWS):
+            first = start
+            while first < end:
                 rows = first + tl.arange(0, ROWS)
                 mask = (rows < end)[:, None] & col_mask[None, :]
                 x_rows = rows * x_row_stride
@@ -241,11 +242,13 @@ if triton is not None:
                     _store_f32(dx_ptr + (rows * DIM)[:, None] + cols[None, :],
                                (gw - xhat * dot[:, None]) * inv[:, None], mask)
                 acc += g * xhat
+                first += ROWS
             tl.store(part_ptr + chunk * DIM + cols, _sum(acc, 0), mask=col_mask)
         else:
             # Wide rows, one at a time: a first pass for the two row sums, a second for dx; the partial row
             # (zeroed by the caller) is read, added to and written back by this program alone.
-            for row in range(start, end):
+            row = start
+            while row < end:
                 x_row = row * x_row_stride
                 g_row = row * g_row_stride
                 if VEC > 1:
@@ -274,6 +277,7 @@ if triton is not None:
                         _store_f32(dx_ptr + row * DIM + ccols, ((g * w) - xhat * dot) * inv, col_mask)
                     part = tl.load(part_ptr + chunk * DIM + ccols, mask=col_mask, other=0.0)
                     tl.store(part_ptr + chunk * DIM + ccols, part + g * xhat, mask=col_mask)
+                row += 1
 
     @triton.jit(do_not_specialize=["n_chunks"])
     def _rms_norm_dw_kernel(
@@ -284,11 +288,13 @@ if triton is not None:
         cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         col_mask = cols < DIM
         acc = tl.full([CHUNK_TILE, BLOCK], 0.0, tl.float32)
-        for first in range(0, n_chunks, CHUNK_TILE):
+        first = 0
+        while first < n_chunks:
             chunks = first + tl.arange(0, CHUNK_TILE)
             mask = (chunks < n_chunks)[:, None] & col_mask[None, :]
             offsets = (chunks.to(tl.int64) * DIM)[:, None] + cols[None, :]
             acc += tl.load(part_ptr + offsets, mask=mask, other=0.0)
+            first += CHUNK_TILE
         _store_f32(dw_ptr + cols, _sum(acc, 0), col_mask)
 
 
