@@ -59,13 +59,15 @@ def _seed_formula(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.T
     return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
-def subjects(device: torch.device, *, compile_peer: bool) -> list[Subject]:
+def subjects(
+    device: torch.device, *, backends: tuple[str, ...] = BACKENDS, compile_peer: bool
+) -> list[Subject]:
     """The backends that load and can run on ``device`` (the others are printed with their reason), then
     the peers."""
     from harness.registry import load_backend
 
     found: list[Subject] = []
-    for spec in BACKENDS:
+    for spec in backends:
         try:
             backend = load_backend(spec)
         except Exception as exc:  # any backend may fail to load; the benchmark goes on without it
@@ -342,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="bfloat16,float16,float32",
                         help="comma list; latency uses the first (default: %(default)s)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
+    parser.add_argument(
+        "--backends", default=",".join(BACKENDS),
+        help="backends to load, by registry name or module:attr (default: %(default)s; "
+             "the cuda backend builds its extension on first use, which can take minutes)")
     args = parser.parse_args(argv)
 
     if args.device is None and not torch.cuda.is_available():
@@ -362,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.environment import fingerprint
 
-    found = subjects(device, compile_peer=not args.no_compile)
+    specs = tuple(spec.strip() for spec in args.backends.split(",") if spec.strip())
+    found = subjects(device, backends=specs, compile_peer=not args.no_compile)
     print(f"timing {', '.join(s.name for s in found)} on {device}; shapes {shapes}; dtypes {args.dtypes}")
     start = time.perf_counter()
     env = fingerprint([device], {
