@@ -199,7 +199,7 @@ def test_direct_launch_keys_name_every_binary(monkeypatch):
             return lambda *args, **options: through_triton.append(args) or Compiled()
 
     monkeypatch.setattr(tr, "_INTERPRETED", False)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: None, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
     launch = tr._Launcher(FakeKernel())
     device = torch.device("cpu")
