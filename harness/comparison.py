@@ -184,10 +184,13 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
     work = torch.float64 if reference.dtype == torch.float64 else torch.float32
     a = actual.detach().cpu().to(work)
     r = reference.detach().cpu().to(work)
+    # Where the reference lies beyond the output dtype's range, the correctly rounded output is +-Inf:
+    # placement is judged against the reference rounded to the output dtype.
+    r_out = reference.detach().cpu().to(actual.dtype)
     finite: torch.Tensor | None = None
     nonfinite_mismatches, first_nonfinite = 0, None
-    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(r).all())):
-        a_cls, r_cls = _nonfinite_class(a), _nonfinite_class(r)
+    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(r_out).all())):
+        a_cls, r_cls = _nonfinite_class(a), _nonfinite_class(r_out)
         misplaced = a_cls != r_cls
         nonfinite_mismatches = int(misplaced.sum())
         if nonfinite_mismatches:

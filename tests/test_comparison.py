@@ -90,3 +90,12 @@ def test_ulp_bound_against_correctly_rounded_value():
     assert compare_within(near, oracle, UlpBound(1, ""), correctly_rounded=oracle).passed
     r = compare_within(far, oracle, UlpBound(1, ""), correctly_rounded=oracle)
     assert not r.passed and r.max_ulp >= 2
+
+
+def test_reference_beyond_the_output_range_expects_inf():
+    """An fp16 output can only be Inf where the true value exceeds 65504: that is correct, not a breach."""
+    reference = torch.tensor([70000.0, -1.0e6, 1.0])
+    actual = torch.tensor([math.inf, -math.inf, 1.0], dtype=torch.float16)
+    assert compare_within(actual, reference, Tolerance(1e-3, 1e-3, "")).passed
+    finite_but_wrong = torch.tensor([65504.0, -math.inf, 1.0], dtype=torch.float16)
+    assert not compare_within(finite_but_wrong, reference, Tolerance(1e-3, 1e-3, "")).passed
