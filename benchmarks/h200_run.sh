@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU evidence in reports/h200/, in one go: conformance of the project's backends with each pytest-xdist
 # worker on its own GPU, the third-party adapters, and the bandwidth benchmark against a device copy.
-#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites adapters bench; default all)
+#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites bench adapters; default all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-stages=${*:-suites adapters bench}
+stages=${*:-suites bench adapters}
 workers=$(( $(python3 -c 'import torch; print(torch.cuda.device_count())') * 2 ))
 
 nvidia-smi -L
@@ -21,7 +21,7 @@ for stage in $stages; do
         --hypothesis-profile=ci --report="$OUT/conformance.md" --report="$OUT/conformance.json" ;;
     adapters)
       # SIGINT, not SIGTERM, on timeout: pytest then still writes the report, marked as interrupted.
-      timeout -s INT 300 python3 -m pytest suites --backend=torch_rms_norm,torch_rms_norm_fp32,torch_compile,liger \
+      timeout -s INT 240 python3 -m pytest suites --backend=torch_rms_norm,torch_rms_norm_fp32,torch_compile,liger \
         --device=cuda -n "$workers" -q -p no:cacheprovider --hypothesis-profile=ci \
         --report="$OUT/adapters.md" --report="$OUT/adapters.json" ;;
     bench)
