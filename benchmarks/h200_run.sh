@@ -21,7 +21,10 @@ for stage in $stages; do
         --hypothesis-profile=ci --report="$OUT/conformance.md" --report="$OUT/conformance.json" ;;
     adapters)
       # SIGINT, not SIGTERM, on timeout: pytest then still writes the report, marked as interrupted.
-      timeout -s INT 240 python3 -m pytest suites --backend=torch_rms_norm,torch_rms_norm_fp32,torch_compile,liger \
+      # Module paths rather than entry-point names: they work without installing the project.
+      adapters=backends.torch_functional:TorchRMSNorm,backends.torch_functional:TorchRMSNormUpcast
+      adapters=$adapters,backends.torch_compile:CompiledSeedFormula,backends.liger:LigerRMSNorm
+      timeout -s INT 240 python3 -m pytest suites --backend="$adapters" \
         --device=cuda -n "$workers" -q -p no:cacheprovider --hypothesis-profile=ci \
         --report="$OUT/adapters.md" --report="$OUT/adapters.json" ;;
     bench)
