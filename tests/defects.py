@@ -271,6 +271,8 @@ class LowPrecisionAccumulation(NativeRMSNormOp):
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
+        if x.dtype == torch.float32:  # the accumulator has x's type: for fp32 this is the native kernel
+            return super().forward_fp32(x, weight, eps)
         x32 = x.float()
         return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32, lanes=16, accumulate=x.dtype))
 

@@ -1,0 +1,237 @@
+"""How fast the suites catch each planted defect of tests/defects.py: examples to the first failing check, and the
+wall time of the run that tests/test_detection.py makes for it. A measurement, not a test.
+
+    python benchmarks/detection.py [--seeds 10] [--max-examples 100] [--out reports/cpu/detection.md]
+
+Two measurements per defect, each on the suite test of the rule the defect breaks, in all three dtypes:
+
+- ``ci``: the derandomized ``ci`` profile, exactly as tests/test_detection.py runs it (``-x``): which dtype
+  sweep failed first, after how many examples, and the run's wall time (pytest start-up included).
+- seeded: the ``ci`` settings with the derandomization off, ``--hypothesis-seed=0..N-1``, up to
+  ``--max-examples`` examples a sweep and no shrinking, so that "examples needed" is measured rather than
+  cut off at 12. A defect's count for a seed is the fewest examples any of its dtype sweeps needed (the
+  sweeps are independent; under pytest-xdist they run side by side).
+
+An example is one drawn configuration: consecutive checks of the same case count once. The counts come from a
+small pytest plugin (``COUNTER_PLUGIN`` below) that wraps the harness's check recorder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SEEDED_PROFILE = "detection-seeded"
+DEFAULT_MAX_EXAMPLES = 100  # far past ci's 12: a count near it means the defect is caught by luck
+DTYPES = ("float32", "bfloat16", "float16")
+
+# The counting plugin, written to a scratch folder called ``tests`` for each run. Hypothesis mines literals
+# from every local module it sees and draws them as values, so a plugin imported from this file would
+# change the very examples it counts (a ci run here would no longer be the ci run tests/test_detection.py
+# makes); modules under a ``tests`` folder are exempt. It wraps the harness's check recorder: an example
+# is a run of consecutive checks of one case, counted per node until the node's first failing check.
+# Other dtype sweeps of the same (backend, test) stop once they have run as many examples as the best so
+# far, since they can no longer need fewer. It also registers the seeded profile: ci's settings, not
+# derandomized, stopping at the first failure without shrinking it.
+COUNTER_PLUGIN = f"""
+import inspect, json, os
+from pathlib import Path
+
+import pytest
+from hypothesis import Phase, settings
+
+import harness.plugin
+from harness.checks import Subject
+
+settings.register_profile(
+    "{SEEDED_PROFILE}", parent=settings.get_profile("ci"), derandomize=False, database=None,
+    max_examples=int(os.environ.get("RMSNORM_DETECTION_MAX_EXAMPLES", "12")),
+    phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False)
+
+NODES, BEST = {{}}, {{}}
+_record = Subject.record
+_signature = inspect.signature(_record)
+
+
+def _counted(subject, rule_id, case, *args, **kwargs):
+    node = NODES.setdefault(subject.nodeid, {{
+        "backend": subject.backend.name, "test": subject.nodeid.split("[")[0].split("::")[-1],
+        "dtype": subject.dtype, "examples": 0, "first_failure": None, "rule": None, "last": None}})
+    text = repr(case)
+    if text != node["last"]:
+        node["examples"] += 1
+        node["last"] = text
+    passed = _signature.bind(subject, rule_id, case, *args, **kwargs).arguments["passed"]
+    key = (node["backend"], node["test"])
+    if not passed and node["first_failure"] is None:
+        node["first_failure"], node["rule"] = node["examples"], rule_id
+        BEST[key] = min(BEST.get(key, node["examples"]), node["examples"])
+    if node["first_failure"] is None and key in BEST and node["examples"] >= BEST[key]:
+        pytest.skip("another dtype sweep caught it in fewer examples")
+    return _record(subject, rule_id, case, *args, **kwargs)
+
+
+Subject.record = _counted
+
+
+def pytest_sessionfinish(session):
+    for node in NODES.values():
+        node.pop("last", None)
+    Path(os.environ["RMSNORM_DETECTION_LOG"]).write_text(json.dumps(NODES, indent=1))
+"""
+
+
+# --- the script ----------------------------------------------------------------------------------------------
+
+
+def _defects() -> list[type]:
+    from tests.defects import DEFECTS
+
+    return list(DEFECTS)
+
+
+def _rule_tests() -> dict[str, tuple[str, str]]:
+    from tests.test_detection import RULE_TESTS
+
+    return RULE_TESTS
+
+
+def _pytest(args: list[str], tmp: Path, log: Path, env: dict[str, str] | None = None) -> tuple[int, str, float, dict]:
+    """pytest in a subprocess from the scratch folder ``tmp`` (as tests/test_detection.py runs it), with the
+    counting plugin; returns the exit status, the output, the wall time and the plugin's per-node counts."""
+    plugin_dir = tmp / "tests"
+    plugin_dir.mkdir(exist_ok=True)
+    (plugin_dir / "rmsnorm_detection_counter.py").write_text(COUNTER_PLUGIN)
+    cmd = [sys.executable, "-m", "pytest", *args, "--device=cpu", "-p", "no:cacheprovider",
+           "-p", "rmsnorm_detection_counter", "-q"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(plugin_dir)]),
+           "RMSNORM_DETECTION_LOG": str(log), **(env or {})}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    nodes = json.loads(log.read_text()) if log.exists() else {}
+    return proc.returncode, proc.stdout, wall, nodes
+
+
+def measure_ci(defect: type, tmp: Path) -> dict[str, Any]:
+    """The derandomized ci run that tests/test_detection.py makes for ``defect``, counted."""
+    suite, test = _rule_tests()[defect.breaks]
+    code, out, wall, nodes = _pytest(
+        [str(ROOT / "suites" / suite), "-k", test, f"--backend=tests.defects:{defect.__name__}",
+         "--hypothesis-profile=ci", "-x"], tmp, tmp / f"ci-{defect.__name__}.json")
+    first = next((n for n in nodes.values() if n["first_failure"] is not None), None)
+    return {"caught": code == 1 and f"contract rule {defect.breaks} " in out and first is not None
+            and first["rule"] == defect.breaks,
+            "examples": first["first_failure"] if first else None, "dtype": first["dtype"] if first else None,
+            "wall": wall}
+
+
+def measure_seed(defects: list[type], seed: int, max_examples: int, tmp: Path) -> dict[str, dict[str, Any]]:
+    """One run for all defects under one seed: per defect, the fewest examples any dtype sweep needed."""
+    rule_tests = _rule_tests()
+    node_ids = []
+    for defect in defects:
+        suite, test = rule_tests[defect.breaks]
+        node_ids += [f"{ROOT / 'suites' / suite}::{test}[{defect.name}-cpu-{dtype}]" for dtype in DTYPES]
+    backends = ",".join(f"tests.defects:{d.__name__}" for d in defects)
+    _, _, _, nodes = _pytest(
+        [*node_ids, f"--backend={backends}", f"--hypothesis-profile={SEEDED_PROFILE}",
+         f"--hypothesis-seed={seed}"], tmp, tmp / f"seed-{seed}.json",
+        {"RMSNORM_DETECTION_MAX_EXAMPLES": str(max_examples)})
+    result = {}
+    for defect in defects:
+        mine = [n for n in nodes.values() if n["backend"] == defect.name and n["first_failure"] is not None
+                and n["rule"] == defect.breaks]
+        best = min((n["first_failure"] for n in mine), default=None)
+        result[defect.__name__] = {"examples": best,
+                                   "dtypes": sorted({n["dtype"] for n in mine if n["first_failure"] == best})}
+    return result
+
+
+def _fmt(values: list[int | None], cap: int) -> tuple[str, str]:
+    caught = [v for v in values if v is not None]
+    if not caught:
+        return f">{cap}", f">{cap}"
+    median = statistics.median([v if v is not None else cap + 1 for v in values])
+    worst = f">{cap}" if len(caught) < len(values) else str(max(caught))
+    return (f"{median:g}" if median <= cap else f">{cap}"), worst
+
+
+def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: float) -> str:
+    from tabulate import tabulate
+
+    table = []
+    for r in rows:
+        ci = f"{r['ci']['examples']} ({r['ci']['dtype']})" if r["ci"]["caught"] else "not caught"
+        median, worst = _fmt(r["seeded"], args.max_examples)
+        caught = sum(v is not None for v in r["seeded"])
+        table.append([r["name"], f"`{r['breaks']}`", r["test"], ci, median, worst,
+                      f"{caught}/{len(r['seeded'])}", ", ".join(r["dtypes"]) or "–", f"{r['ci']['wall']:.1f}"])
+    headers = ["defect", "breaks", "suite test", "ci: examples (dtype)", "seeded: median", "seeded: worst",
+               "seeds caught", "dtypes that caught it", "ci wall (s)"]
+    command = (f"python benchmarks/detection.py --seeds {args.seeds} --max-examples {args.max_examples}"
+               + (f" --out {args.out}" if args.out else ""))
+    return "\n".join([
+        "# Detection power: examples the suites need to catch each planted defect", "",
+        f"Command: `{command}`", "",
+        "Each defect of tests/defects.py runs the suite test of the rule it breaks, in float32, bfloat16 and "
+        "float16. *ci*: the derandomized `ci` profile as tests/test_detection.py runs it (`-x`), the examples "
+        "its first failing sweep needed, and the wall time of that run with pytest start-up. *seeded*: the "
+        f"`ci` settings with `--hypothesis-seed=0..{args.seeds - 1}` instead of derandomization, no "
+        f"shrinking, at most {args.max_examples} examples a sweep; a seed's count is the fewest examples any "
+        "dtype sweep needed. An example is one drawn configuration.", "",
+        tabulate(table, headers, tablefmt="github"), "",
+        f"Sum of the ci wall times: {total_ci_wall:.0f} s on {os.cpu_count()} CPU cores.", "",
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=10, help="Hypothesis seeds for the seeded runs (default: 10)")
+    parser.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES,
+                        help=f"examples a seeded sweep may run (default: {DEFAULT_MAX_EXAMPLES})")
+    parser.add_argument("--defect", action="append", default=[], help="only these defects (class names)")
+    parser.add_argument("--out", default=None, help="write the markdown table here")
+    args = parser.parse_args()
+    if args.seeds < 1 or args.max_examples < 1:
+        parser.error(f"--seeds={args.seeds} and --max-examples={args.max_examples} must both be at least 1")
+    defects = [d for d in _defects() if not args.defect or d.__name__ in args.defect]
+    rule_tests = _rule_tests()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for defect in defects:
+            ci = measure_ci(defect, tmp)
+            print(f"ci  {defect.__name__}: {ci}", flush=True)
+            rows.append({"name": defect.__name__, "breaks": defect.breaks, "test": rule_tests[defect.breaks][1],
+                         "ci": ci, "seeded": [], "dtypes": set()})
+        for seed in range(args.seeds):
+            per_defect = measure_seed(defects, seed, args.max_examples, tmp)
+            for row in rows:
+                got = per_defect[row["name"]]
+                row["seeded"].append(got["examples"])
+                row["dtypes"].update(got["dtypes"])
+            print(f"seed {seed}: " + ", ".join(f"{k} {v['examples']}" for k, v in per_defect.items()), flush=True)
+    for row in rows:
+        row["dtypes"] = sorted(row["dtypes"])
+    text = render(rows, args, sum(r["ci"]["wall"] for r in rows))
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
