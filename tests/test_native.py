@@ -74,3 +74,28 @@ def test_bad_input_is_named(x, w, eps, error, words):
         OP.forward(x, w, eps)
     for word in words:
         assert word in str(info.value)
+
+
+def test_backward_is_batch_invariant_and_deterministic_by_construction():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, 4096, generator=g)
+    w = torch.randn(4096, generator=g)
+    dy = torch.randn(300, 4096, generator=g)
+
+    def grads(rows):
+        xr = x[:rows].clone().requires_grad_()
+        wr = w.clone().requires_grad_()
+        OP.forward_fp32(xr, wr).backward(dy[:rows])
+        return xr.grad, wr.grad
+
+    dx_full, dw_full = grads(300)
+    for b in (1, 2, 3, 15, 17, 256):
+        assert compare_bitwise(grads(b)[0], dx_full[:b]).equal, b
+    assert compare_bitwise(grads(300)[1], dw_full).equal
+
+
+def test_empty_batch_backward():
+    x = torch.zeros(0, 8, requires_grad=True)
+    w = torch.ones(8, requires_grad=True)
+    OP.forward_fp32(x, w).sum().backward()
+    assert x.grad.shape == (0, 8) and torch.equal(w.grad, torch.zeros(8))
