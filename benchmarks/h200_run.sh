@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU evidence in reports/h200/, in one go: conformance of the project's backends with each pytest-xdist
 # worker on its own GPU, the third-party adapters, and the bandwidth benchmark against a device copy.
-#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites bench adapters; default all)
+#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites bench adapters zoo; default the first three)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200}
@@ -29,6 +29,8 @@ for stage in $stages; do
         --report="$OUT/adapters.md" --report="$OUT/adapters.json" ;;
     bench)
       python3 benchmarks/bench.py --out "$OUT/bench.json" ;;
+    zoo)
+      python3 benchmarks/zoo_on_device.py --device cuda --jobs 8 --out "$OUT/zoo.md" ;;
   esac
   echo "stage $stage: exit $?, $(( $(date +%s) - start )) s"
 done
