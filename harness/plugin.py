@@ -4,7 +4,6 @@ Hypothesis profiles, and the report at the end of the run (gathered from pytest-
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +27,6 @@ from .strategies import DEFAULT_MAX_ELEMENTS, INTERPRETED_MAX_ELEMENTS
 # Triton reads this when its kernels are defined: on a machine with no GPU, run them in the interpreter.
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
-
-WORKER_OUTPUT_KEY = "rmsnorm_conformance"
 
 _HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large,
            HealthCheck.filter_too_much]
@@ -198,7 +195,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                f"--contract-profile={config.getoption('--contract-profile')}"]
     return Subject(backend=backend, device=device, dtype=dtype,
                    profile=profile(config.getoption("--contract-profile")),
-                   collector=state.collector, nodeid=request.node.nodeid, replay_options=options,
+                   collector=_test_records(request, state), nodeid=request.node.nodeid, replay_options=options,
                    max_elements=max_elements, replay_case=state.replay_case, manifest=state.manifest)
 
 
@@ -226,7 +223,29 @@ def parity(request: pytest.FixtureRequest) -> Parity:
     if len(runnable) < 2:
         pytest.skip(f"cross-backend parity needs two backends that run on {device}; "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
-    return Parity(runnable, device, dtype, state.collector)
+    return Parity(runnable, device, dtype, _test_records(request, state))
+
+
+RECORDS = pytest.StashKey[Collector]()
+RECORDS_PROPERTY = "rmsnorm_conformance_records"
+
+
+def _test_records(request: pytest.FixtureRequest, state: RunState) -> Collector:
+    """A collector for one test's checks. They travel to the report inside the test's own report
+    (``user_properties``), so pytest-xdist carries them to the controller as each test ends, and an
+    interrupted run still reports every test that finished."""
+    records = Collector(expected=manifest_rows(state.manifest) if state.manifest else [])
+    request.node.stash[RECORDS] = records
+    return records
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    records = item.stash.get(RECORDS, None)
+    if report.when == "call" and records is not None:
+        report.user_properties.append((RECORDS_PROPERTY, records.to_json()))
 
 
 def _where(nodeid: str) -> str:
@@ -249,12 +268,14 @@ class ReportHooks:
         self.collector = state.collector
         self.is_worker = _is_worker(config)
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.collector.conformance_tests += sum(1 for item in items if item.get_closest_marker("conformance"))
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.is_worker:  # the controller receives every worker's reports and records them once
             return
+        if report.when == "setup" and "conformance" in report.keywords:
+            self.collector.conformance_tests += 1
+        for name, value in report.user_properties:
+            if name == RECORDS_PROPERTY:
+                self.collector.merge_json(value)
         outcomes = self.collector.outcomes
         if hasattr(report, "wasxfail"):  # a breach the known-failure manifest expects
             outcomes[report.nodeid] = {"outcome": "xfailed", "reason": str(report.wasxfail)[:300],
@@ -273,18 +294,9 @@ class ReportHooks:
                 "outcome": "failed" if report.when == "call" else "error",
                 "reason": first[:300], "replay": _replay_line(text), "where": _where(report.nodeid)}
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """pytest-xdist, on the controller: fold a finished worker's records into the report."""
-        raw = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
-        if raw:
-            self.collector.merge_json(json.loads(raw))
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
-            self.config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(  # type: ignore[attr-defined]
-                self.collector.to_json())
             return
         if (self.collector.conformance_tests and not self.collector.checks
                 and session.exitstatus == pytest.ExitCode.OK):
