@@ -171,7 +171,7 @@ def test_a_manifest_with_an_unknown_rule_is_a_usage_error(run, pytester):
 def test_records_travel_with_each_test_so_a_stopped_xdist_run_still_reports(run, pytester):
     result = run(str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
                  "-k", "plain_weight or dtype_routing", "-n", "2", "-x", "--report=stopped.json")
-    assert result.ret == 1
+    assert result.ret in (1, 2)  # xdist reports a run stopped by -x as interrupted
     data = json.loads((pytester.path / "stopped.json").read_text())
     assert data["verdict"] == "FAIL" and data["totals"]["failed_checks"] > 0
     assert any(s["rule"] == "semantics.plain_weight" and s["failures"] for s in data["summaries"])
