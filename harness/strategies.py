@@ -107,11 +107,16 @@ def batch_size_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT
     (16 for torch's CUDA reduction, 256 for an autotuner's key, ...). So half the time the whole batch
     takes half to all of the element budget: one small sub-batch then straddles nearly every T at once.
     """
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2))
+    b = _widened(draw, draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2)), max_elements)
+    return BatchSizeCase(b, draw(row_counts(max_rows=b.rows - 1)))
+
+
+def _widened(draw: st.DrawFn, b: Batch, max_elements: int) -> Batch:
+    """``b``, or half the time ``b`` with half to all of the budget's rows: see :func:`batch_size_cases`."""
     cap = max_rows_for(b.dim, max_elements)
     if cap > b.rows and draw(st.booleans()):
         b = replace(b, rows=draw(st.integers(max(b.rows, cap // 2), cap)))
-    return BatchSizeCase(b, draw(row_counts(max_rows=b.rows - 1)))
+    return b
 
 
 def _misaligned_dims(dtype: str) -> list[int]:
@@ -203,14 +208,16 @@ def nonfinite_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_
     return NonfiniteCase(b, draw(st.sampled_from(("nan", "inf", "neg_inf"))), rows_hit, count)
 
 
-def gradient_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> st.SearchStrategy:
+@st.composite
+def gradient_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> GradientCase:
     """Gradients on normal-scale values: other families make atol meaningless for dx.
 
     Half the draws are mixed_rows: rows of small scale have a large rstd, and dx's two terms, each of
     order rstd, cancel there; a backward that rounds them before adding them fails only on such rows.
+    ``length`` (the sub-batch whose dx must not change) is drawn as in :func:`batch_size_cases`.
     """
-    families = st.one_of(st.sampled_from(("normal", "outliers", "mixed_rows", "zero_rows")),
-                         st.just("mixed_rows"))
-    return families.flatmap(
-        lambda v: batches(dtype=dtype, max_elements=max_elements, min_rows=2, values=v)
-    ).flatmap(lambda b: st.builds(GradientCase, st.just(b), row_counts(max_rows=b.rows - 1)))
+    values = draw(st.one_of(st.sampled_from(("normal", "outliers", "mixed_rows", "zero_rows")),
+                            st.just("mixed_rows")))
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values=values))
+    b = _widened(draw, b, max_elements)
+    return GradientCase(b, draw(row_counts(max_rows=b.rows - 1)))

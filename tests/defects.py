@@ -18,21 +18,19 @@ from backends.validation import check_inputs
 # --- Reduction orders: alternatives to the native pairwise tree -----------------------------------------
 
 
-def sum_of_squares_by_lanes(x32: torch.Tensor, lanes: int = 64,
-                            accumulate: torch.dtype = torch.float32) -> torch.Tensor:
-    """Sum of squares over the last dim, keepdim, as a GPU block reduces a row: lane ``i`` sums columns
-    ``i, i + lanes, ...`` left to right, then the lanes are summed left to right.
+def sum_by_lanes(values: torch.Tensor, lanes: int = 64, accumulate: torch.dtype = torch.float32) -> torch.Tensor:
+    """Sum over the last dim, keepdim, as a GPU block reduces a row: lane ``i`` sums columns ``i, i + lanes,
+    ...`` left to right, then the lanes are summed left to right.
 
     Built from elementwise adds only, so its order depends on the dim alone: batch-invariant by construction,
     yet a different order from the native tree, hence other low bits. ``accumulate`` rounds every partial
     sum to that dtype, as a kernel whose accumulator registers are narrower than fp32 does.
     """
-    squares = x32 * x32
-    dim = squares.shape[-1]
+    dim = values.shape[-1]
     width = -(-dim // lanes) * lanes
     if width != dim:
-        squares = F.pad(squares, (0, width - dim))  # +0.0 changes no sum of squares
-    blocks = squares.unflatten(-1, (width // lanes, lanes))
+        values = F.pad(values, (0, width - dim))
+    blocks = values.unflatten(-1, (width // lanes, lanes))
     acc = blocks[..., 0, :].to(accumulate)
     for i in range(1, width // lanes):
         acc = (acc.float() + blocks[..., i, :]).to(accumulate)
@@ -42,8 +40,15 @@ def sum_of_squares_by_lanes(x32: torch.Tensor, lanes: int = 64,
     return total.float()
 
 
+def sum_of_squares_by_lanes(x32: torch.Tensor, lanes: int = 64,
+                            accumulate: torch.dtype = torch.float32) -> torch.Tensor:
+    """:func:`sum_by_lanes` of the squares: the reduction order the order-switching defects switch to."""
+    return sum_by_lanes(x32 * x32, lanes, accumulate)
+
+
 def tree_sum(values: torch.Tensor) -> torch.Tensor:
-    """The native backend's pairwise tree over the last dim, keepdim, for values that are already squared."""
+    """The native backend's pairwise tree over the last dim, keepdim, of values that are already squared
+    (or any values: padding adds +0.0, which changes no sum but a -0.0 one)."""
     width = 1 << (values.shape[-1] - 1).bit_length()
     if width != values.shape[-1]:
         values = F.pad(values, (0, width - values.shape[-1]))
@@ -292,6 +297,24 @@ class HalfPrecisionSquares(NativeRMSNormOp):
         return _normalise(x.float(), weight, eps, tree_sum((x * x).float()))
 
 
+class RoundedForwardFp32(NativeRMSNormOp):
+    """Breaks axis_b.forward_fp32: ``forward_fp32`` is ``forward(...).float()``, the low-precision output upcast.
+
+    The shortcut of a kernel library with one kernel per input dtype: the "fp32" entry point returns bf16
+    values in an fp32 tensor, 2^-9 off where a caller (a loss, a logit) asked for fp32 accuracy. fp32
+    inputs are unaffected.
+    """
+
+    name = "rounded_forward_fp32"
+    breaks = "axis_b.forward_fp32"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return super().forward_fp32(x, weight, eps).to(x.dtype)
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return self.forward(x, weight, eps).float()
+
+
 # --- Semantics --------------------------------------------------------------------------------------------
 
 
@@ -485,6 +508,44 @@ class LowPrecisionGradientSum(NativeRMSNormOp):
         return (x.float() / torch.sqrt(mean_square + eps)) * weight.float()
 
 
+class _RowCountBackward(torch.autograd.Function):
+    """The native forward with a hand-written backward whose dot product re-plans below 16 rows."""
+
+    @staticmethod
+    def forward(ctx, x32: torch.Tensor, weight32: torch.Tensor, eps: float) -> torch.Tensor:
+        denom = torch.sqrt(sum_of_squares_fixed_order(x32) / x32.shape[-1] + eps)
+        ctx.save_for_backward(x32, weight32, denom)
+        return (x32 / denom) * weight32
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x32, weight32, denom = ctx.saved_tensors
+        dim = x32.shape[-1]
+        gw = grad * weight32
+        # dx = gw / denom - x * mean(gw * x) / denom^3: the mean is the reduction that re-plans.
+        few_rows = grad.numel() // dim < 16
+        dot = (sum_by_lanes if few_rows else tree_sum)(gw * x32)
+        dx = gw / denom - x32 * (dot / dim) / (denom * denom * denom)
+        dw = (grad * (x32 / denom)).reshape(-1, dim).sum(0)
+        return dx, dw, None
+
+
+class SmallBatchBackward(NativeRMSNormOp):
+    """Breaks gradients.dx_batch_invariance: below 16 rows the backward's dot product runs in another order.
+
+    A backward kernel with its own launch heuristic (split the row across more lanes when rows are few, as
+    the forward must not): the forward is batch-invariant and exact, but a row's dx bits change with the
+    batch it was trained in.
+    """
+
+    name = "small_batch_backward"
+    breaks = "gradients.dx_batch_invariance"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _RowCountBackward.apply(x.float(), weight.float(), eps)
+
+
 class AtomicWeightGradient(NativeRMSNormOp):
     """Breaks gradients.dw_determinism: dw adds each row's contribution in the order blocks finish.
 
@@ -510,10 +571,10 @@ class AtomicWeightGradient(NativeRMSNormOp):
 DEFECTS: tuple[type[NativeRMSNormOp], ...] = (
     SmallBatchReduction, LargeBatchReduction, AlignmentDependentReduction, BatchStatisticLeak,
     PositionDependentReduction, LeadingDimsReduction, IgnoresStrides, RandomReductionOrder,
-    DroppedTailBlock, LowPrecisionAccumulation, HalfPrecisionSquares,
+    DroppedTailBlock, LowPrecisionAccumulation, HalfPrecisionSquares, RoundedForwardFp32,
     EpsOutsideSqrt, OnePlusWeight, WrongOutputDtype, NoShapeGuard, MutatesInput, WritesBesideInput,
     EmptyBatchCrash, BatchWideNonfiniteGuard, SilentDtypeCast,
-    LowPrecisionGradientSum, AtomicWeightGradient,
+    LowPrecisionGradientSum, SmallBatchBackward, AtomicWeightGradient,
 )
 
 
