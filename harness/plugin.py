@@ -306,6 +306,13 @@ class ReportHooks:
         self.collector.environment["hypothesis seed"] = (
             seed or ("derandomized" if settings().derandomize else "random: printed by Hypothesis on failure"))
         self.collector.environment["exit status"] = int(session.exitstatus)
+        outcomes = self.collector.outcomes.values()
+        unrun = session.testscollected - len(outcomes) - self.collector.passed_tests
+        if unrun > 0:
+            # Stopped early (-x, Ctrl-C, a timeout): say how much of the run is missing from this report.
+            self.collector.add_not_run("remaining tests", "all", f"{unrun} of {session.testscollected} collected "
+                                       f"tests did not run: the run stopped early (exit status "
+                                       f"{int(session.exitstatus)})")
         for path in self.config.getoption("--report"):
             self.state.written.append(str(self.collector.write(path)))
 

@@ -175,3 +175,12 @@ def test_records_travel_with_each_test_so_a_stopped_xdist_run_still_reports(run,
     data = json.loads((pytester.path / "stopped.json").read_text())
     assert data["verdict"] == "FAIL" and data["totals"]["failed_checks"] > 0
     assert any(s["rule"] == "semantics.plain_weight" and s["failures"] for s in data["summaries"])
+
+
+def test_a_run_stopped_early_says_how_many_tests_did_not_run(run, pytester):
+    result = run(str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
+                 "-k", "plain_weight or dtype_routing", "-x", "--report=early.json")
+    assert result.ret == 1
+    data = json.loads((pytester.path / "early.json").read_text())
+    (entry,) = [e for e in data["not_run"] if e["backend"] == "remaining tests"]
+    assert "did not run: the run stopped early" in entry["reason"]
