@@ -30,8 +30,13 @@ def _column(rule_id: str, title: str) -> str:
 
 
 def _device_label(device: str, environment: dict[str, Any]) -> str:
+    """GPUs of one model share a row: under pytest-xdist each worker's tests land on its own GPU."""
     name = environment.get(f"device {device}")
-    return f"{device} ({name})" if name and device != "cpu" else device
+    return f"{device.split(':')[0]} ({name})" if name and device != "cpu" else device
+
+
+# The benchmark's names for the peers it times, as the adapters name them.
+_BENCH_ALIASES = {"F.rms_norm": "torch_rms_norm", "torch.compile(seed)": "torch_compile"}
 
 
 class Matrix:
@@ -46,9 +51,9 @@ class Matrix:
     def add_report(self, data: dict[str, Any], source: str) -> None:
         if data.get("format") != FORMAT:
             raise ValueError(f"{source} is not a conformance report (format {data.get('format')!r})")
-        self.sources.append(f"{source}: {data.get('verdict')}, {data['environment'].get('date', '?')}, "
-                            f"torch {data['environment'].get('torch', '?')}")
         env = data.get("environment", {})
+        self.sources.append(f"{source}: {data.get('verdict')}, exit status {env.get('exit status', '?')}, "
+                            f"{env.get('date', '?')}, torch {env.get('torch', '?')}")
         for s in data.get("summaries", []):
             row = (s["backend"], _device_label(s["device"], env))
             cell = self.cells.setdefault(row, {}).setdefault(
@@ -117,7 +122,8 @@ def _bandwidth(bench: dict[str, Any], backend: str, device: str) -> str:
         return "–"
     parts = []
     for dim, rows in ((4096, 65536), (128, 2097152)):
-        rec = next((r for r in bench.get("records", []) if r.get("backend") == backend
+        rec = next((r for r in bench.get("records", []) if _BENCH_ALIASES.get(r.get("backend"), r.get("backend"))
+                    == backend
                     and r.get("kind", "forward") == "forward" and r.get("dim") == dim and r.get("rows") == rows
                     and r.get("dtype") in ("bfloat16", "bf16")), None)
         parts.append("–" if rec is None else f"{rec['gbps']:.0f} ({rec['gbps'] / rec['copy_gbps']:.2f})")

@@ -29,7 +29,7 @@ def test_merge_puts_each_backend_device_on_a_row_and_footnotes_failures(tmp_path
         {"backend": "triton", "kind": "forward", "rows": 65536, "dim": 4096, "dtype": "bfloat16",
          "gbps": 4000.0, "copy_gbps": 4100.0}]}))
     text = merge([a, b], bench=bench)
-    assert "| native" in text and "cuda:0 (NVIDIA H200)" in text
+    assert "| native" in text and "cuda (NVIDIA H200)" in text
     assert "FAIL [1]" in text and "Case(min)" in text and "pytest r" in text
     assert "4000 (0.98) | –" in text
     assert "cuda on cpu did not run: cuda runs on cuda, not cpu" in text
