@@ -252,10 +252,16 @@ def _where(nodeid: str) -> str:
     return nodeid.rsplit("[", 1)[1].rstrip("]") if "[" in nodeid else ""
 
 
+def _plain(line: str) -> str:
+    """A failure line without the `| ` margins pytest draws around exception groups (Hypothesis's
+    FlakyFailure, when a nondeterministic kernel fails only some of the time)."""
+    return line.strip().lstrip("|+-").strip()
+
+
 def _replay_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip().startswith("replay: "):
-            return line.strip().removeprefix("replay: ")
+    for line in map(_plain, text.splitlines()):
+        if line.startswith("replay: "):
+            return line.removeprefix("replay: ")
     return ""
 
 
@@ -288,7 +294,7 @@ class ReportHooks:
                                        "where": _where(report.nodeid)}
         elif report.failed:
             text = report.longreprtext or ""
-            lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+            lines = [_plain(ln) for ln in text.splitlines() if _plain(ln)]
             first = next((ln for ln in lines if "contract rule" in ln), lines[-1] if lines else "")
             outcomes[report.nodeid] = {
                 "outcome": "failed" if report.when == "call" else "error",

@@ -9,6 +9,8 @@ import torch
 from harness import strategies
 from harness.checks import REFERENCE, assert_bitwise, assert_within, conformance
 
+REPEATS = 3  # atomics' arrival order can agree with the first pass by chance
+
 
 def _cases(subject):
     # A quarter of the forward budget: backward keeps several batch-sized tensors alive.
@@ -66,6 +68,7 @@ def test_dw_determinism(subject, case):
     b = case.batch
     x, w, g = _inputs(subject, case)
     _, dw_first = _grads(subject, x, w, g, b.eps)
-    _, dw_second = _grads(subject, x, w, g, b.eps)
-    assert_bitwise(subject, "gradients.dw_determinism", case, actual=dw_second, expected=dw_first, dim=b.dim,
-                   what=f"dw over {b.rows} rows changed between two identical backward passes")
+    for attempt in range(1, REPEATS + 1):
+        _, dw_again = _grads(subject, x, w, g, b.eps)
+        assert_bitwise(subject, "gradients.dw_determinism", case, actual=dw_again, expected=dw_first, dim=b.dim,
+                       what=f"dw over {b.rows} rows changed on backward pass {attempt + 1} of identical passes")
