@@ -9,7 +9,7 @@ import itertools
 
 import torch
 
-from contract import Tolerance
+from contract import Tolerance, profile
 from harness.cases import Batch
 from harness.comparison import compare_within, ulp_distance
 
@@ -18,10 +18,7 @@ SHAPES = ((1, 4096), (257, 4096), (8192, 128), (3, 1000), (64, 8192))
 
 
 def test_cross_backend_parity(parity, request):
-    profile = request.config.getoption("--contract-profile")
-    from contract import profile as get_profile
-
-    bound = get_profile(profile).output_bound(parity.dtype)
+    bound = profile(request.config.getoption("--contract-profile")).output_bound(parity.dtype)
     doubled = Tolerance(2 * bound.atol, 2 * bound.rtol, "twice the output bound") if isinstance(
         bound, Tolerance) else None
     for seed, (rows, dim) in enumerate(SHAPES):
