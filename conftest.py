@@ -1,3 +1,2 @@
-"""Load the conformance plugin for runs from the repository root (`pytest suites`, `pytest tests`)."""
-
-pytest_plugins = ("harness.plugin",)
+"""Runs from the repository root need nothing here: the installed package's ``pytest11`` entry point loads the
+plugin (``pip install -e .``), exactly as it does for a kernel author's repository."""

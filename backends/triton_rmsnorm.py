@@ -509,7 +509,7 @@ class TritonRMSNormOp:
         if device.type == "cpu" and not _INTERPRETED:
             return (
                 "Triton runs on the CPU only in its interpreter, and TRITON_INTERPRET was not '1' when "
-                "backends.triton_rmsnorm was imported"
+                "rmsnorm_conformance.backends.triton_rmsnorm was imported"
             )
         if device.type == "cuda" and not torch.cuda.is_available():
             return "no CUDA GPU is visible to torch"

@@ -64,7 +64,7 @@ def subjects(
 ) -> list[Subject]:
     """The backends that load and can run on ``device`` (the others are printed with their reason), then
     the peers."""
-    from harness.registry import load_backend
+    from rmsnorm_conformance.harness.registry import load_backend
 
     found: list[Subject] = []
     for spec in backends:
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     if not out.is_absolute():
         out = ROOT / out if args.out is None else Path.cwd() / out
 
-    from harness.environment import fingerprint
+    from rmsnorm_conformance.harness.environment import fingerprint
 
     specs = tuple(spec.strip() for spec in args.backends.split(",") if spec.strip())
     found = subjects(device, backends=specs, compile_peer=not args.no_compile)

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 
-from backends.native import NativeRMSNormOp, oracle_fp64
-from contract import profile
-from harness.cases import VALUE_FAMILIES, make_values, make_weight
-from harness.comparison import compare_within
+from rmsnorm_conformance.backends.native import NativeRMSNormOp, oracle_fp64
+from rmsnorm_conformance.contract import profile
+from rmsnorm_conformance.harness.cases import VALUE_FAMILIES, make_values, make_weight
+from rmsnorm_conformance.harness.comparison import compare_within
 
 REF = NativeRMSNormOp()
 

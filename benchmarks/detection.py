@@ -54,8 +54,8 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
-import harness.plugin
-from harness.checks import Subject
+import rmsnorm_conformance.harness.plugin
+from rmsnorm_conformance.harness.checks import Subject
 
 settings.register_profile(
     "{SEEDED_PROFILE}", parent=settings.get_profile("ci"), derandomize=False, database=None,
@@ -132,7 +132,7 @@ def measure_ci(defect: type, tmp: Path) -> dict[str, Any]:
     suite, test = _rule_tests()[defect.breaks]
     code, out, wall, nodes = _pytest(
         [str(ROOT / "suites" / suite), "-k", test, f"--backend=tests.defects:{defect.__name__}",
-         "--hypothesis-profile=ci", "-x"], tmp, tmp / f"ci-{defect.__name__}.json")
+         "--sweep=ci", "-x"], tmp, tmp / f"ci-{defect.__name__}.json")
     ordered = list(nodes.values())  # in the order the sweeps ran
     at = next((i for i, n in enumerate(ordered) if n["first_failure"] is not None), None)
     first = ordered[at] if at is not None else None

@@ -18,14 +18,14 @@ for stage in $stages; do
   case $stage in
     suites)
       python3 -m pytest suites --backend=native,triton,cuda --device=cuda -n "$workers" -q -p no:cacheprovider \
-        --hypothesis-profile=ci --report="$OUT/conformance.md" --report="$OUT/conformance.json" ;;
+        --sweep=ci --report="$OUT/conformance.md" --report="$OUT/conformance.json" ;;
     adapters)
       # SIGINT, not SIGTERM, on timeout: pytest then still writes the report, marked as interrupted.
       # Module paths rather than entry-point names: they work without installing the project.
       adapters=backends.torch_functional:TorchRMSNorm,backends.torch_functional:TorchRMSNormUpcast
       adapters=$adapters,backends.torch_compile:CompiledSeedFormula,backends.liger:LigerRMSNorm
       timeout -s INT 240 python3 -m pytest suites --backend="$adapters" \
-        --device=cuda -n "$workers" -q -p no:cacheprovider --hypothesis-profile=ci \
+        --device=cuda -n "$workers" -q -p no:cacheprovider --sweep=ci \
         --report="$OUT/adapters.md" --report="$OUT/adapters.json" ;;
     bench)
       python3 benchmarks/bench.py --out "$OUT/bench.json" ;;

@@ -11,7 +11,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from backends.torch_compile import CompiledSeedFormula
+from rmsnorm_conformance.backends.torch_compile import CompiledSeedFormula
 
 
 def differing(a: torch.Tensor, b: torch.Tensor) -> int:

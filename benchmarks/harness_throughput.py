@@ -29,7 +29,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "r.json"
         cmd = [sys.executable, "-m", "pytest", "suites", f"--backend={args.backend}", f"--device={args.device}",
-               f"--hypothesis-profile={args.profile}", f"--report={report}", "-q", "-p", "no:cacheprovider"]
+               f"--sweep={args.profile}", f"--report={report}", "-q", "-p", "no:cacheprovider"]
         if args.workers:
             cmd += ["-n", str(args.workers)]
         start = time.perf_counter()

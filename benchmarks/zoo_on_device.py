@@ -26,7 +26,7 @@ from tests.test_detection import RULE_TESTS  # noqa: E402
 def run_one(defect: type, device: str) -> list[object]:
     suite, test = RULE_TESTS[defect.breaks]
     cmd = [sys.executable, "-m", "pytest", f"suites/{suite}", "-k", test, f"--backend=tests.defects:{defect.__name__}",
-           f"--device={device}", "--hypothesis-profile=ci", "-x", "-q", "-p", "no:cacheprovider"]
+           f"--device={device}", "--sweep=ci", "-x", "-q", "-p", "no:cacheprovider"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT),
                                                                                 **_env()})

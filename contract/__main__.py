@@ -1,4 +1,4 @@
-"""``python -m contract [CONTRACT.md] [--check]``: regenerate or check CONTRACT.md's tables."""
+"""``rmsnorm-conformance contract [CONTRACT.md] [--check]``: regenerate or check CONTRACT.md's tables."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """CONTRACT.md's tables, rendered from the contract module, so that the words and the data cannot drift.
 
-``python -m contract`` rewrites the generated blocks of CONTRACT.md in place; ``--check`` exits 1 if they
+``rmsnorm-conformance contract`` rewrites the generated blocks of CONTRACT.md in place; ``--check`` exits 1 if they
 differ from the module (CI and tests/test_contract_sync.py run that).
 """
 
@@ -65,7 +65,7 @@ def render(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m contract", description=__doc__)
+    parser = argparse.ArgumentParser(prog="rmsnorm-conformance contract", description=__doc__)
     parser.add_argument("path", nargs="?", default="CONTRACT.md")
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the module")
     args = parser.parse_args(argv)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     new = render(text)
     if args.check:
         if new != text:
-            print(f"{path} is out of date with contract/: run `python -m contract {path}`")
+            print(f"{path} is out of date with contract/: run `rmsnorm-conformance contract {path}`")
             return 1
         print(f"{path} matches contract/ (version {c.VERSION})")
         return 0

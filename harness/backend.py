@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from contract import DTYPES
+from rmsnorm_conformance.contract import DTYPES
 
 ALL_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in DTYPES)
 

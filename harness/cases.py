@@ -223,11 +223,3 @@ CASE_TYPES: dict[str, type] = {
     for cls in (Batch, BatchSizeCase, SliceCase, PaddingCase, PositionCase, PermutationCase,
                 LeadingDimsCase, StridedCase, RepeatCase, AccuracyCase, NonfiniteCase, GradientCase)
 }
-
-
-def parse_case(text: str) -> object:
-    """Rebuild a case from its repr (the ``--replay`` argument); only case types and literals allowed."""
-    try:
-        return eval(text, {"__builtins__": {}, "inf": math.inf, "nan": math.nan}, dict(CASE_TYPES))
-    except Exception as exc:
-        raise ValueError(f"--replay {text!r} is not a case repr: {type(exc).__name__}: {exc}") from None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from contract import Bound, Tolerance, UlpBound
+from rmsnorm_conformance.contract import Bound, Tolerance, UlpBound
 
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
              torch.float64: torch.int64}

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from contract import VERSION
+from rmsnorm_conformance.contract import VERSION
 
 from .devices import accelerators, device_name
 

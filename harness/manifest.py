@@ -21,7 +21,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from contract import ALL_RULES
+from rmsnorm_conformance.contract import ALL_RULES
 
 _KNOWN_RULES = [r.id for r in ALL_RULES]
 

@@ -4,7 +4,7 @@ Rows are backends on devices; columns are the contract's rules, then max ULP, wo
 benchmark file is given, bandwidth against a device copy. A failing cell points to a footnote holding its
 minimal configuration and replay command.
 
-    python -m harness.report merge reports/cpu/*.json reports/h200/*.json --bench reports/h200/bench.json \\
+    rmsnorm-conformance merge reports/cpu/*.json reports/h200/*.json --bench reports/h200/bench.json \\
         --out reports/matrix.md
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from contract import ALL_RULES
+from rmsnorm_conformance.contract import ALL_RULES
 
-from .report import FORMAT
+from .records import FORMAT
 
 _AXIS_LETTER = {"axis_a": "A", "axis_b": "B", "semantics": "S", "gradients": "G"}
 
@@ -139,10 +139,9 @@ def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None) -> st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.report",
-                                     description="Work with conformance reports.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("merge", help="merge JSON reports into one markdown conformance matrix")
+    parser = argparse.ArgumentParser(prog="rmsnorm-conformance merge",
+                                     description="Merge JSON reports into one markdown conformance matrix.")
+    m = parser
     m.add_argument("reports", nargs="+", help="JSON reports written with --report=PATH.json")
     m.add_argument("--bench", default=None, help="a benchmark JSON (benchmarks/bench.py) for the GB/s column")
     m.add_argument("--out", default=None, help="write the matrix here (default: print it)")

@@ -24,9 +24,9 @@ ENTRY_POINT_GROUP = "rmsnorm_conformance.backends"
 class OpBackend(enum.Enum):
     """Every backend this project ships, as ``"module:attr"`` import paths."""
 
-    PYTORCH_NATIVE_RMS_NORM = "backends.native:NativeRMSNormOp"
-    TRITON_RMS_NORM = "backends.triton_rmsnorm:TritonRMSNormOp"
-    CUDA_RMS_NORM = "backends.cuda_rmsnorm:CudaRMSNormOp"
+    PYTORCH_NATIVE_RMS_NORM = "rmsnorm_conformance.backends.native:NativeRMSNormOp"
+    TRITON_RMS_NORM = "rmsnorm_conformance.backends.triton_rmsnorm:TritonRMSNormOp"
+    CUDA_RMS_NORM = "rmsnorm_conformance.backends.cuda_rmsnorm:CudaRMSNormOp"
 
     @property
     def short_name(self) -> str:

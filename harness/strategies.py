@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from contract import DEFAULT_EPS, TARGET_DIMS
+from rmsnorm_conformance.contract import DEFAULT_EPS, TARGET_DIMS
 
 from .cases import (
     PAD_CONTENTS,

@@ -7,9 +7,19 @@ from __future__ import annotations
 
 import torch
 
-from harness import strategies
-from harness.cases import make_pad
-from harness.checks import assert_bitwise, conformance
+from rmsnorm_conformance.harness import strategies
+from rmsnorm_conformance.harness.cases import (
+    BatchSizeCase,
+    LeadingDimsCase,
+    PaddingCase,
+    PermutationCase,
+    PositionCase,
+    RepeatCase,
+    SliceCase,
+    StridedCase,
+    make_pad,
+)
+from rmsnorm_conformance.harness.checks import assert_bitwise, conformance
 
 REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
 
@@ -18,18 +28,18 @@ def _budget(subject):
     return {"dtype": subject.dtype, "max_elements": subject.max_elements}
 
 
-@conformance(lambda s: strategies.batch_size_cases(**_budget(s)))
+@conformance("axis_a.batch_size", BatchSizeCase, lambda s: strategies.batch_size_cases(**_budget(s)))
 def test_batch_size(subject, case):
     x, w = subject.inputs(case.batch)
     eps = case.batch.eps
     full = subject.forward(x, w, eps)
     alone = subject.forward(x[: case.length].clone(), w, eps)
-    assert_bitwise(subject, "axis_a.batch_size", case, actual=alone, expected=full[: case.length],
+    assert_bitwise(subject, case, actual=alone, expected=full[: case.length],
                    what=f"rows [0:{case.length}] alone differ from the same rows in a batch of "
                         f"{case.batch.rows}", dim=case.batch.dim)
 
 
-@conformance(lambda s: strategies.slice_cases(**_budget(s)))
+@conformance("axis_a.slice_offset", SliceCase, lambda s: strategies.slice_cases(**_budget(s)))
 def test_slice_offset(subject, case):
     x, w = subject.inputs(case.batch)
     eps = case.batch.eps
@@ -37,13 +47,13 @@ def test_slice_offset(subject, case):
     part = x[case.start: case.start + case.length]
     out = subject.forward(part if case.as_view else part.clone(), w, eps)
     kind = "view" if case.as_view else "copy"
-    assert_bitwise(subject, "axis_a.slice_offset", case, actual=out,
+    assert_bitwise(subject, case, actual=out,
                    expected=full[case.start: case.start + case.length],
                    what=f"rows [{case.start}:{case.start + case.length}] as a {kind} differ from the same "
                         f"rows of the whole batch", dim=case.batch.dim)
 
 
-@conformance(lambda s: strategies.padding_cases(**_budget(s)))
+@conformance("axis_a.padding", PaddingCase, lambda s: strategies.padding_cases(**_budget(s)))
 def test_padding(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -53,12 +63,12 @@ def test_padding(subject, case):
     padded = torch.cat([subject.to_device(before), x, subject.to_device(after)])
     alone = subject.forward(x, w, b.eps)
     out = subject.forward(padded, w, b.eps)[case.before: case.before + b.rows]
-    assert_bitwise(subject, "axis_a.padding", case, actual=out, expected=alone,
+    assert_bitwise(subject, case, actual=out, expected=alone,
                    what=f"{b.rows} real rows between {case.before} and {case.after} pad rows of "
                         f"{case.content} differ from the real rows alone", dim=b.dim)
 
 
-@conformance(lambda s: strategies.position_cases(**_budget(s)))
+@conformance("axis_a.position", PositionCase, lambda s: strategies.position_cases(**_budget(s)))
 def test_position(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -69,12 +79,12 @@ def test_position(subject, case):
 
     first = subject.forward(placed(case.first), w, b.eps)[case.first]
     second = subject.forward(placed(case.second), w, b.eps)[case.second]
-    assert_bitwise(subject, "axis_a.position", case, actual=second, expected=first,
+    assert_bitwise(subject, case, actual=second, expected=first,
                    what=f"one row at index {case.second} differs from the same row at index {case.first} "
                         f"of a batch of {b.rows}", dim=b.dim)
 
 
-@conformance(lambda s: strategies.permutation_cases(**_budget(s)))
+@conformance("axis_a.permutation", PermutationCase, lambda s: strategies.permutation_cases(**_budget(s)))
 def test_permutation(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -82,17 +92,17 @@ def test_permutation(subject, case):
     perm = subject.to_device(perm)
     out = subject.forward(x[perm], w, b.eps)
     expected = subject.forward(x, w, b.eps)[perm]
-    assert_bitwise(subject, "axis_a.permutation", case, actual=out, expected=expected,
+    assert_bitwise(subject, case, actual=out, expected=expected,
                    what=f"permuting {b.rows} rows changed output bits", dim=b.dim)
 
 
-@conformance(lambda s: strategies.leading_dims_cases(**_budget(s)))
+@conformance("axis_a.leading_dims", LeadingDimsCase, lambda s: strategies.leading_dims_cases(**_budget(s)))
 def test_leading_dims(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
     flat = subject.forward(x, w, b.eps)
     shaped = subject.forward(x.view(*case.shape, b.dim), w, b.eps)
-    assert_bitwise(subject, "axis_a.leading_dims", case, actual=shaped.reshape(-1, b.dim), expected=flat,
+    assert_bitwise(subject, case, actual=shaped.reshape(-1, b.dim), expected=flat,
                    what=f"x viewed as {[*case.shape, b.dim]} differs from the flat [{b.rows}, {b.dim}]",
                    dim=b.dim)
 
@@ -116,7 +126,7 @@ def _strided_view(case, x):
     raise ValueError(f"unknown layout {case.layout!r}")
 
 
-@conformance(lambda s: strategies.strided_cases(**_budget(s)))
+@conformance("axis_a.strided_rows", StridedCase, lambda s: strategies.strided_cases(**_budget(s)))
 def test_strided_rows(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -124,12 +134,12 @@ def test_strided_rows(subject, case):
     contiguous = view.contiguous()
     out = subject.forward(view, w, b.eps)
     expected = subject.forward(contiguous, w, b.eps)
-    assert_bitwise(subject, "axis_a.strided_rows", case, actual=out, expected=expected,
+    assert_bitwise(subject, case, actual=out, expected=expected,
                    what=f"{case.layout} layout with strides {tuple(view.stride())} differs from a "
                         f"contiguous copy", dim=b.dim)
 
 
-@conformance(lambda s: strategies.repeat_cases(**_budget(s)))
+@conformance("axis_a.repeat", RepeatCase, lambda s: strategies.repeat_cases(**_budget(s)))
 def test_repeat(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -140,5 +150,5 @@ def test_repeat(subject, case):
     for attempt in range(1, REPEATS + 1):
         subject.forward(other, w, b.eps)
         again = subject.forward(x, w, b.eps)
-        assert_bitwise(subject, "axis_a.repeat", case, actual=again, expected=first,
+        assert_bitwise(subject, case, actual=again, expected=first,
                        what=f"repeat {attempt} of the same call gave different bits", dim=b.dim)

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from harness import strategies
-from harness.checks import assert_within, conformance, correctly_rounded, reference_fp32
+from rmsnorm_conformance.harness import strategies
+from rmsnorm_conformance.harness.cases import AccuracyCase
+from rmsnorm_conformance.harness.checks import assert_within, conformance, correctly_rounded, reference_fp32
 
 
 def _budget(subject):
     return {"dtype": subject.dtype, "max_elements": subject.max_elements}
 
 
-@conformance(lambda s: strategies.accuracy_cases(**_budget(s)))
+@conformance("axis_b.output", AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
 def test_output(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
     out = subject.forward(x, w, b.eps)
     oracle = correctly_rounded(x, w, b.eps) if subject.profile.name == "strict" else None
-    assert_within(subject, "axis_b.output", case, actual=out, reference=reference_fp32(x, w, b.eps),
+    assert_within(subject, case, actual=out, reference=reference_fp32(x, w, b.eps),
                   correctly_rounded=oracle, dim=b.dim,
                   what=f"{b.dtype} output of {b.rows}x{b.dim} '{b.values}' rows (eps={b.eps:g}) "
                        f"is off the fp32 reference")
@@ -26,13 +27,14 @@ def _no_forward_fp32(subject):
     return None if subject.backend.has_forward_fp32 else f"{subject.backend.name} has no forward_fp32"
 
 
-@conformance(lambda s: strategies.accuracy_cases(**_budget(s)), skip_reason=_no_forward_fp32)
+@conformance("axis_b.forward_fp32", AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)),
+             skip_reason=_no_forward_fp32)
 def test_forward_fp32(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
     out = subject.backend.forward_fp32(x, w, b.eps)
     bound = subject.profile.output_bound("float32")
     oracle = correctly_rounded(x, w, b.eps) if subject.profile.name == "strict" else None
-    assert_within(subject, "axis_b.forward_fp32", case, actual=out, reference=reference_fp32(x, w, b.eps),
+    assert_within(subject, case, actual=out, reference=reference_fp32(x, w, b.eps),
                   bound=bound, correctly_rounded=oracle, dim=b.dim,
                   what=f"forward_fp32 of {b.dtype} input is off the fp32 reference")

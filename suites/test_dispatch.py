@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.registry import OpBackend, kernel_registry
+from rmsnorm_conformance.harness.registry import OpBackend, kernel_registry
 
 
 def test_cpu_dispatch_is_native():

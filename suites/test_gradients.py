@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from harness import strategies
-from harness.checks import REFERENCE, assert_bitwise, assert_within, conformance
+from rmsnorm_conformance.harness import strategies
+from rmsnorm_conformance.harness.cases import GradientCase
+from rmsnorm_conformance.harness.checks import REFERENCE, assert_bitwise, assert_within, conformance
 
 REPEATS = 3  # atomics' arrival order can agree with the first pass by chance
 
@@ -37,7 +38,7 @@ def _inputs(subject, case):
     return x, w, g
 
 
-@conformance(_cases, skip_reason=_no_backward)
+@conformance(("gradients.dx_tolerance", "gradients.dw_tolerance"), GradientCase, _cases, skip_reason=_no_backward)
 def test_gradient_accuracy(subject, case):
     b = case.batch
     x, w, g = _inputs(subject, case)
@@ -46,29 +47,29 @@ def test_gradient_accuracy(subject, case):
     w32 = w.detach().float().requires_grad_(True)
     REFERENCE.forward_fp32(x32, w32, b.eps).backward(g.float())
     bound = subject.profile.gradient_bound(b.dtype)
-    assert_within(subject, "gradients.dx_tolerance", case, actual=dx, reference=x32.grad, bound=bound,
+    assert_within(subject, case, rule="gradients.dx_tolerance", actual=dx, reference=x32.grad, bound=bound,
                   dim=b.dim, what="dx is off fp32 autograd through the reference")
-    assert_within(subject, "gradients.dw_tolerance", case, actual=dw, reference=w32.grad, bound=bound,
+    assert_within(subject, case, rule="gradients.dw_tolerance", actual=dw, reference=w32.grad, bound=bound,
                   dim=b.dim, what=f"dw over {b.rows} rows is off fp32 autograd through the reference")
 
 
-@conformance(_cases, skip_reason=_no_backward)
+@conformance("gradients.dx_batch_invariance", GradientCase, _cases, skip_reason=_no_backward)
 def test_dx_batch_invariance(subject, case):
     b = case.batch
     x, w, g = _inputs(subject, case)
     dx_full, _ = _grads(subject, x, w, g, b.eps)
     n = case.length
     dx_part, _ = _grads(subject, x[:n].clone(), w, g[:n].clone(), b.eps)
-    assert_bitwise(subject, "gradients.dx_batch_invariance", case, actual=dx_part, expected=dx_full[:n],
+    assert_bitwise(subject, case, actual=dx_part, expected=dx_full[:n],
                    dim=b.dim, what=f"dx of rows [0:{n}] alone differs from the same rows in a batch of {b.rows}")
 
 
-@conformance(_cases, skip_reason=_no_backward)
+@conformance("gradients.dw_determinism", GradientCase, _cases, skip_reason=_no_backward)
 def test_dw_determinism(subject, case):
     b = case.batch
     x, w, g = _inputs(subject, case)
     _, dw_first = _grads(subject, x, w, g, b.eps)
     for attempt in range(1, REPEATS + 1):
         _, dw_again = _grads(subject, x, w, g, b.eps)
-        assert_bitwise(subject, "gradients.dw_determinism", case, actual=dw_again, expected=dw_first, dim=b.dim,
+        assert_bitwise(subject, case, actual=dw_again, expected=dw_first, dim=b.dim,
                        what=f"dw over {b.rows} rows changed on backward pass {attempt + 1} of identical passes")

@@ -9,10 +9,10 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from contract import profile
-from harness import strategies
-from harness.cases import AccuracyCase, NonfiniteCase
-from harness.checks import assert_bitwise, assert_holds, assert_within, conformance, reference_fp32
+from rmsnorm_conformance.contract import profile
+from rmsnorm_conformance.harness import strategies
+from rmsnorm_conformance.harness.cases import AccuracyCase, NonfiniteCase
+from rmsnorm_conformance.harness.checks import assert_bitwise, assert_holds, assert_within, conformance, reference_fp32
 
 SMALL = 1 << 14  # elements: these checks are about behaviour, not scale
 
@@ -21,17 +21,28 @@ def _budget(subject):
     return {"dtype": subject.dtype, "max_elements": subject.max_elements}
 
 
-@conformance(lambda s: strategies.accuracy_cases(**_budget(s), values="near_eps"))
+def _small(subject):
+    """Accuracy cases within SMALL elements."""
+    return strategies.accuracy_cases(dtype=subject.dtype, max_elements=SMALL)
+
+
+def _small_any(subject):
+    """Batches of any value family within SMALL elements."""
+    return st.builds(AccuracyCase, strategies.batches(dtype=subject.dtype, max_elements=SMALL))
+
+
+@conformance("semantics.eps_inside_sqrt", AccuracyCase,
+             lambda s: strategies.accuracy_cases(**_budget(s), values="near_eps"))
 def test_eps_inside_sqrt(subject, case):
     """Rows whose mean square is comparable to eps: eps outside the sqrt is off by up to sqrt(2)."""
     b = case.batch
     x, w = subject.inputs(b)
-    assert_within(subject, "semantics.eps_inside_sqrt", case, actual=subject.forward(x, w, b.eps),
+    assert_within(subject, case, actual=subject.forward(x, w, b.eps),
                   reference=reference_fp32(x, w, b.eps), dim=b.dim,
                   what=f"rows with mean(x^2) near eps={b.eps:g} are off the reference")
 
 
-@conformance(lambda s: strategies.accuracy_cases(**_budget(s)))
+@conformance("semantics.plain_weight", AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
 def test_plain_weight(subject, case):
     """A zero weight zeroes the output; a `1 + weight` kernel returns the normalised rows instead."""
     b = case.batch
@@ -39,11 +50,12 @@ def test_plain_weight(subject, case):
     out = subject.forward(x, torch.zeros_like(w), b.eps)
     finite_rows = torch.isfinite(x).all(dim=-1, keepdim=True).expand_as(x)
     nonzero = int(((out != 0) & finite_rows).sum())
-    assert_holds(subject, "semantics.plain_weight", case, ok=nonzero == 0, dim=b.dim,
+    assert_holds(subject, case, ok=nonzero == 0, dim=b.dim,
                  what=f"weight = 0 left {nonzero} of {out.numel()} outputs nonzero")
 
 
-@conformance(lambda s: strategies.accuracy_cases(**_budget(s), values="normal"))
+@conformance("semantics.independent_formula", AccuracyCase,
+             lambda s: strategies.accuracy_cases(**_budget(s), values="normal"))
 def test_independent_formula(subject, case):
     """The seed's own formula in fp32 torch ops, held to the seed bound whatever the profile (its rounding
     differs from the reference's)."""
@@ -51,12 +63,12 @@ def test_independent_formula(subject, case):
     x, w = subject.inputs(b)
     x32 = x.float()
     formula = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + b.eps) * w.float()
-    assert_within(subject, "semantics.independent_formula", case, actual=subject.forward(x, w, b.eps),
+    assert_within(subject, case, actual=subject.forward(x, w, b.eps),
                   reference=formula, bound=profile("seed").output_bound(b.dtype), dim=b.dim,
                   what="the output disagrees with x * rsqrt(mean(x^2) + eps) * w computed directly")
 
 
-@conformance(lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=SMALL))
+@conformance("semantics.dtype_routing", AccuracyCase, _small)
 def test_dtype_routing(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -64,11 +76,11 @@ def test_dtype_routing(subject, case):
     out = subject.forward(x3, w, b.eps)
     got = (out.dtype, tuple(out.shape), out.device.type)
     want = (x.dtype, tuple(x3.shape), x.device.type)
-    assert_holds(subject, "semantics.dtype_routing", case, ok=got == want, dim=b.dim,
+    assert_holds(subject, case, ok=got == want, dim=b.dim,
                  what=f"forward returned (dtype, shape, device) {got}, but should be {want}")
     if subject.backend.has_forward_fp32:
         out32 = subject.backend.forward_fp32(x3, w, b.eps)
-        assert_holds(subject, "semantics.dtype_routing", case, ok=out32.dtype == torch.float32, dim=b.dim,
+        assert_holds(subject, case, ok=out32.dtype == torch.float32, dim=b.dim,
                      what=f"forward_fp32 returned {out32.dtype}, but should be torch.float32")
 
 
@@ -86,7 +98,7 @@ def _shape_text(shape) -> str:
     return ", ".join(str(s) for s in shape)
 
 
-@conformance(lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=SMALL))
+@conformance("semantics.shape_guard", AccuracyCase, _small)
 def test_shape_guard(subject, case):
     b = case.batch
     x, _ = subject.inputs(b)
@@ -96,12 +108,12 @@ def test_shape_guard(subject, case):
     for bad in wrong:
         ok, message = _raises(lambda bad=bad: subject.forward(x, bad, b.eps), ValueError)
         named = _shape_text(x.shape) in message and _shape_text(bad.shape) in message
-        assert_holds(subject, "semantics.shape_guard", case, ok=ok and named, dim=b.dim,
+        assert_holds(subject, case, ok=ok and named, dim=b.dim,
                      what=f"weight of shape {tuple(bad.shape)} with x of shape {tuple(x.shape)}: "
                           + (message if not ok else f"ValueError {message!r} does not name both shapes"))
 
 
-@conformance(lambda s: strategies.accuracy_cases(**_budget(s)))
+@conformance("semantics.purity", AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
 def test_purity(subject, case):
     """Inputs live inside guard buffers; after the call every byte of both buffers must be unchanged."""
     b = case.batch
@@ -115,17 +127,17 @@ def test_purity(subject, case):
     w_in.copy_(w)
     x_before, w_before = x_buffer.clone(), w_buffer.clone()
     out = subject.forward(x_in, w_in, b.eps)
-    assert_bitwise(subject, "semantics.purity", case, actual=x_buffer, expected=x_before, dim=b.dim,
+    assert_bitwise(subject, case, actual=x_buffer, expected=x_before, dim=b.dim,
                    what="x, or memory beside it, changed during the call")
-    assert_bitwise(subject, "semantics.purity", case, actual=w_buffer, expected=w_before, dim=b.dim,
+    assert_bitwise(subject, case, actual=w_buffer, expected=w_before, dim=b.dim,
                    what="weight, or memory beside it, changed during the call")
     storage = out.untyped_storage().data_ptr()
     aliased = storage in (x_buffer.untyped_storage().data_ptr(), w_buffer.untyped_storage().data_ptr())
-    assert_holds(subject, "semantics.purity", case, ok=not aliased, dim=b.dim,
+    assert_holds(subject, case, ok=not aliased, dim=b.dim,
                  what="the output shares storage with an input")
 
 
-@conformance(lambda s: st.builds(AccuracyCase, strategies.batches(dtype=s.dtype, max_elements=SMALL)))
+@conformance("semantics.empty_batch", AccuracyCase, _small_any)
 def test_empty_batch(subject, case):
     b = case.batch
     _, w = subject.inputs(b)
@@ -137,16 +149,16 @@ def test_empty_batch(subject, case):
         except Exception as exc:
             got = f"raised {type(exc).__name__}: {exc}"
         want = f"dtype {x.dtype}, shape {shape}"
-        assert_holds(subject, "semantics.empty_batch", case, ok=got == want, dim=b.dim,
+        assert_holds(subject, case, ok=got == want, dim=b.dim,
                      what=f"x of shape {shape} gave {got}, but should give {want}")
 
 
-@conformance(lambda s: st.builds(AccuracyCase, strategies.batches(dtype=s.dtype, dim=1,
-                                                                   max_elements=s.max_elements)))
+@conformance("semantics.dim_one", AccuracyCase,
+             lambda s: st.builds(AccuracyCase, strategies.batches(dtype=s.dtype, dim=1, max_elements=s.max_elements)))
 def test_dim_one(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
-    assert_within(subject, "semantics.dim_one", case, actual=subject.forward(x, w, b.eps),
+    assert_within(subject, case, actual=subject.forward(x, w, b.eps),
                   reference=reference_fp32(x, w, b.eps), dim=b.dim, what="a last dim of 1 is off the reference")
 
 
@@ -164,22 +176,22 @@ def _with_nonfinite(case: NonfiniteCase, x: torch.Tensor) -> tuple[torch.Tensor,
     return dirty.to(x.device), hit.to(x.device)
 
 
-@conformance(lambda s: strategies.nonfinite_cases(**_budget(s)))
+@conformance("semantics.nonfinite_confined", NonfiniteCase, lambda s: strategies.nonfinite_cases(**_budget(s)))
 def test_nonfinite_confined(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
     dirty, hit = _with_nonfinite(case, x)
     clean_out = subject.forward(x, w, b.eps)
     dirty_out = subject.forward(dirty, w, b.eps)
-    assert_bitwise(subject, "semantics.nonfinite_confined", case, actual=dirty_out[~hit],
+    assert_bitwise(subject, case, actual=dirty_out[~hit],
                    expected=clean_out[~hit], dim=b.dim,
                    what=f"{case.value} in {case.rows_hit} row(s) changed the bits of other rows")
-    assert_within(subject, "semantics.nonfinite_confined", case, actual=dirty_out[hit],
+    assert_within(subject, case, actual=dirty_out[hit],
                   reference=reference_fp32(dirty, w, b.eps)[hit], dim=b.dim,
                   what=f"rows holding {case.value} do not match the reference's NaN/Inf placement")
 
 
-@conformance(lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=SMALL))
+@conformance("semantics.input_errors", AccuracyCase, _small)
 def test_input_errors(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -202,6 +214,6 @@ def test_input_errors(subject, case):
     for label, expected, names, call in calls:
         ok, message = _raises(call, expected)
         named = all(n in message for n in names)
-        assert_holds(subject, "semantics.input_errors", case, ok=ok and named, dim=b.dim,
+        assert_holds(subject, case, ok=ok and named, dim=b.dim,
                      what=f"{label}: " + (message if not ok else
                                           f"{expected.__name__} {message!r} does not name {', '.join(names)}"))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from backends.native import NativeRMSNormOp, sum_of_squares_fixed_order
-from backends.validation import check_inputs
+from rmsnorm_conformance.backends.native import NativeRMSNormOp, sum_of_squares_fixed_order
+from rmsnorm_conformance.backends.validation import check_inputs
 
 # --- Reduction orders: alternatives to the native pairwise tree -----------------------------------------
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.registry import known_backend_names, load_backend
+from rmsnorm_conformance.harness.registry import known_backend_names, load_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -29,7 +29,7 @@ def test_liger_says_why_it_cannot_run_on_the_cpu():
 @pytest.fixture
 def run(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    return lambda *args: pytester.runpytest_subprocess("--hypothesis-profile=ci", "-p", "no:cacheprovider", *args)
+    return lambda *args: pytester.runpytest_subprocess("--sweep=ci", "-p", "no:cacheprovider", *args)
 
 
 SELECTION = ["-k", "float32 and (strided_rows or shape_guard or input_errors or test_output or batch_size)"]

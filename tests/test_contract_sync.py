@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import contract
-from contract.render import render
+from rmsnorm_conformance import contract
+from rmsnorm_conformance.contract.render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_contract_md_tables_match_the_module():
     text = (ROOT / "CONTRACT.md").read_text()
-    assert render(text) == text, "CONTRACT.md is out of date: run `python -m contract`"
+    assert render(text) == text, "CONTRACT.md is out of date: run `rmsnorm-conformance contract`"
 
 
 def test_every_number_in_the_module_appears_in_contract_md():

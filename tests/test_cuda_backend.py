@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends.cuda_rmsnorm import CudaRMSNormOp, _build
-from backends.native import NativeRMSNormOp
-from contract import profile
+from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _build
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.contract import profile
 
 ROOT = Path(__file__).resolve().parents[1]
 OP = CudaRMSNormOp()
@@ -45,7 +45,7 @@ def gpu() -> None:
 
 def test_import_builds_nothing():
     code = (
-        "import sys, backends.cuda_rmsnorm as m\n"
+        "import sys, rmsnorm_conformance.backends.cuda_rmsnorm as m\n"
         "assert m._module is None and m._build_error is None\n"
         "assert 'torch.utils.cpp_extension' not in sys.modules\n"
         "m.CudaRMSNormOp()\n"
@@ -75,7 +75,7 @@ def test_unavailable_without_gpu_says_why():
 
 
 def test_registry_resolves_without_failing():
-    from harness.registry import load_backend
+    from rmsnorm_conformance.harness.registry import load_backend
 
     backend = load_backend("cuda")
     assert backend.name == "cuda"

@@ -17,49 +17,24 @@ from pathlib import Path
 
 import pytest
 
-from contract import ALL_RULES
-from harness.cases import parse_case
+from rmsnorm_conformance.contract import ALL_RULES
+from rmsnorm_conformance.harness.replay import parse_case
+from rmsnorm_conformance.harness.suite_index import rule_tests
 from tests.defects import DEFECTS, LaneOrderRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
 
-# The suite test that holds a backend to each rule a defect breaks: (suite file, test function).
-RULE_TESTS: dict[str, tuple[str, str]] = {
-    "axis_a.batch_size": ("test_axis_a.py", "test_batch_size"),
-    "axis_a.slice_offset": ("test_axis_a.py", "test_slice_offset"),
-    "axis_a.padding": ("test_axis_a.py", "test_padding"),
-    "axis_a.position": ("test_axis_a.py", "test_position"),
-    "axis_a.permutation": ("test_axis_a.py", "test_permutation"),
-    "axis_a.leading_dims": ("test_axis_a.py", "test_leading_dims"),
-    "axis_a.strided_rows": ("test_axis_a.py", "test_strided_rows"),
-    "axis_a.repeat": ("test_axis_a.py", "test_repeat"),
-    "axis_b.output": ("test_axis_b.py", "test_output"),
-    "axis_b.forward_fp32": ("test_axis_b.py", "test_forward_fp32"),
-    "semantics.eps_inside_sqrt": ("test_semantics.py", "test_eps_inside_sqrt"),
-    "semantics.plain_weight": ("test_semantics.py", "test_plain_weight"),
-    "semantics.independent_formula": ("test_semantics.py", "test_independent_formula"),
-    "semantics.dtype_routing": ("test_semantics.py", "test_dtype_routing"),
-    "semantics.shape_guard": ("test_semantics.py", "test_shape_guard"),
-    "semantics.purity": ("test_semantics.py", "test_purity"),
-    "semantics.empty_batch": ("test_semantics.py", "test_empty_batch"),
-    "semantics.dim_one": ("test_semantics.py", "test_dim_one"),
-    "semantics.nonfinite_confined": ("test_semantics.py", "test_nonfinite_confined"),
-    "semantics.input_errors": ("test_semantics.py", "test_input_errors"),
-    "gradients.dx_tolerance": ("test_gradients.py", "test_gradient_accuracy"),
-    "gradients.dw_tolerance": ("test_gradients.py", "test_gradient_accuracy"),
-    "gradients.dx_batch_invariance": ("test_gradients.py", "test_dx_batch_invariance"),
-    "gradients.dw_determinism": ("test_gradients.py", "test_dw_determinism"),
-}
+# The suite test(s) that hold a backend to each rule, as the suites declare them.
+RULE_TESTS: dict[str, list[str]] = rule_tests()
 
 # How many Hypothesis seeds the false-alarm run uses; 0 skips it.
 SEEDS = int(os.environ.get("RMSNORM_SEEDS", "0") or 0)
 
 
 def rule_selection(rule_id: str) -> list[str]:
-    """pytest arguments that run only the suite test covering ``rule_id``, in every dtype."""
-    suite, test = RULE_TESTS[rule_id]
-    return [str(SUITES / suite), "-k", test]
+    """pytest arguments that run only the suite tests covering ``rule_id``, in every dtype."""
+    return ["--pyargs", "rmsnorm_conformance.suites", f"--rule={rule_id}"]
 
 
 @pytest.fixture
@@ -73,10 +48,8 @@ def run(pytester, monkeypatch):
     return go
 
 
-def test_every_rule_maps_to_a_suite_test_that_exists():
+def test_every_rule_is_checked_by_a_suite_test():
     assert set(RULE_TESTS) == {r.id for r in ALL_RULES}
-    for suite, test in set(RULE_TESTS.values()):
-        assert re.search(rf"^def {test}\(", (SUITES / suite).read_text(), re.M), f"{suite} has no {test}"
 
 
 def test_the_zoo_is_documented_and_names_real_rules():
@@ -100,18 +73,19 @@ def _minimal_and_replay(out: str) -> tuple[str, str]:
 def test_defect_is_caught_in_the_rule_it_breaks(run, defect):
     """The run fails, every failure names the defect's rule (and no other), and the failure prints the
     minimal configuration with a replay command that runs that case on that test and backend."""
-    suite, test = RULE_TESTS[defect.breaks]
+    tests = RULE_TESTS[defect.breaks]
     spec = f"tests.defects:{defect.__name__}"
     result = run(*rule_selection(defect.breaks), f"--backend={spec}", "--device=cpu",
-                 "--hypothesis-profile=ci", "-x")
+                 "--sweep=ci", "-x")
     out = result.stdout.str()
-    assert result.ret == 1, f"{defect.__name__} was not caught by {suite}::{test}:\n{out[-3000:]}"
+    assert result.ret == 1, f"{defect.__name__} was not caught by {tests}:\n{out[-3000:]}"
     assert set(re.findall(r"contract rule (\S+) \(", out)) == {defect.breaks}, out[-3000:]
-    assert re.search(rf"^FAILED suites/{suite}::{test}\[{defect.name}-cpu-\w+\]", out, re.M), out[-3000:]
+    failed = re.findall(rf"^FAILED \S*?(test_\w+\.py::test_\w+)\[{defect.name}-cpu-\w+\]", out, re.M)
+    assert failed and set(failed) <= set(tests), out[-3000:]
     minimal, replay = _minimal_and_replay(out)
     words = shlex.split(replay)
-    assert words[1].startswith(f"suites/{suite}::{test}[{defect.name}-cpu-")
-    assert f"--backend={spec}" in words
+    assert words[1:3] == ["--pyargs", "rmsnorm_conformance.suites"]
+    assert f"--backend={spec}" in words and f"--rule={defect.breaks}" in words
     replayed = next(w.removeprefix("--replay=") for w in words if w.startswith("--replay="))
     assert parse_case(replayed) == parse_case(minimal), "the replay must run the minimal configuration"
 
@@ -120,7 +94,7 @@ def test_lane_order_control_passes_axis_a_in_fp32(run):
     """The reduction-order defects switch to LaneOrderRMSNorm's order on some condition; that order on its
     own passes Axis-A, so their failures come from the switch, not from the order. fp32 shows any change."""
     result = run(str(SUITES / "test_axis_a.py"), "--backend=tests.defects:LaneOrderRMSNorm", "--device=cpu",
-                 "--hypothesis-profile=ci", "-k", "float32")
+                 "--sweep=ci", "-k", "float32")
     assert result.ret == 0, result.stdout.str()[-3000:]
     result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])
 
@@ -131,7 +105,7 @@ def test_no_false_alarm_for_correct_backends(run, pytester, seed):
     """The native ground truth and an independent correct order pass every suite under Hypothesis seed
     ``seed``: a failure here is the harness's (or a bound's) fault, not the backend's."""
     result = run(str(SUITES), "--backend=native,tests.defects:LaneOrderRMSNorm", "--device=cpu",
-                 "--hypothesis-profile=dev", f"--hypothesis-seed={seed}", "--report=seed.json")
+                 "--sweep=dev", f"--hypothesis-seed={seed}", "--report=seed.json")
     data = json.loads((pytester.path / "seed.json").read_text())
     failed = [f"{nodeid}: {o.get('reason', '')}" for nodeid, o in data["outcomes"].items()
               if o["outcome"] in ("failed", "error")]

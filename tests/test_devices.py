@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.devices import device_unavailable_reason, parse_device_option, worker_device, worker_index
+from rmsnorm_conformance.harness.devices import (
+    device_unavailable_reason,
+    parse_device_option,
+    worker_device,
+    worker_index,
+)
 
 
 def test_parse_device_option():

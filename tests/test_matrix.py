@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from harness.matrix import main, merge
-from harness.report import Check, Collector
+from rmsnorm_conformance.harness.matrix import main, merge
+from rmsnorm_conformance.harness.records import Check, Collector
 
 
 def _report(path, backend, device, device_name, *, fail_rule=None):
@@ -37,5 +37,5 @@ def test_merge_puts_each_backend_device_on_a_row_and_footnotes_failures(tmp_path
 
 def test_merge_command_writes_the_file(tmp_path, capsys):
     a = _report(tmp_path / "cpu.json", "native", "cpu", "x86_64")
-    assert main(["merge", str(a), "--out", str(tmp_path / "m.md")]) == 0
+    assert main([str(a), "--out", str(tmp_path / "m.md")]) == 0
     assert (tmp_path / "m.md").read_text().startswith("# Conformance matrix")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.native import NativeRMSNormOp, oracle_fp64, sum_of_squares_fixed_order
-from harness.comparison import compare_bitwise, ulp_distance
+from rmsnorm_conformance.backends.native import NativeRMSNormOp, oracle_fp64, sum_of_squares_fixed_order
+from rmsnorm_conformance.harness.comparison import compare_bitwise, ulp_distance
 
 OP = NativeRMSNormOp()
 

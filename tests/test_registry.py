@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.backend import Backend
-from harness.registry import (
+from rmsnorm_conformance.harness.backend import Backend
+from rmsnorm_conformance.harness.registry import (
     KernelRegistry,
     OpBackend,
     instantiate,

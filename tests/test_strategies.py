@@ -7,16 +7,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import strategies
-from harness.cases import (
+from rmsnorm_conformance.harness import strategies
+from rmsnorm_conformance.harness.cases import (
     PAD_CONTENTS,
     VALUE_FAMILIES,
     WEIGHT_FAMILIES,
     Batch,
     make_pad,
     make_values,
-    parse_case,
 )
+from rmsnorm_conformance.harness.replay import parse_case
 
 ALL = [strategies.batch_size_cases, strategies.slice_cases, strategies.padding_cases,
        strategies.position_cases, strategies.permutation_cases, strategies.leading_dims_cases,
@@ -100,5 +100,5 @@ def test_pad_contents(content):
 def test_unknown_family_is_named():
     with pytest.raises(ValueError, match="'bogus'"):
         make_values("bogus", 1, 1, "float32", 1e-6, torch.Generator())
-    with pytest.raises(ValueError, match="not a case repr"):
+    with pytest.raises(ValueError, match="not a case type"):
         parse_case("__import__('os')")

@@ -23,9 +23,9 @@ pytest.importorskip("triton", reason="triton is not installed")
 
 import triton.language as tl
 
-import backends.triton_rmsnorm as tr
-from backends.native import NativeRMSNormOp
-from contract import profile
+import rmsnorm_conformance.backends.triton_rmsnorm as tr
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.contract import profile
 
 ROOT = Path(__file__).resolve().parents[1]
 OP = tr.TritonRMSNormOp()
@@ -145,7 +145,7 @@ def test_dw_partition_covers_every_row_once(interpreted):
 def test_cpu_needs_the_interpreter():
     """Imported without TRITON_INTERPRET=1 and without a GPU, the CPU is refused with a reason."""
     code = (
-        "import torch, backends.triton_rmsnorm as m\n"
+        "import torch, rmsnorm_conformance.backends.triton_rmsnorm as m\n"
         "op = m.TritonRMSNormOp()\n"
         "reason = op.unavailable_reason('cpu')\n"
         "assert reason and 'TRITON_INTERPRET' in reason, reason\n"
@@ -170,7 +170,7 @@ def test_imports_without_triton():
     code = (
         "import sys\n"
         "sys.modules['triton'] = None\n"
-        "import backends.triton_rmsnorm as m\n"
+        "import rmsnorm_conformance.backends.triton_rmsnorm as m\n"
         "reason = m.TritonRMSNormOp().unavailable_reason('cuda')\n"
         "assert reason and 'triton is not importable' in reason, reason\n"
     )

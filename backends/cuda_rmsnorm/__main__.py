@@ -1,4 +1,5 @@
-"""Command-line entry: ``python -m backends.cuda_rmsnorm --compile-check`` compiles the sources without a GPU."""
+"""Command-line entry: ``python -m rmsnorm_conformance.backends.cuda_rmsnorm --compile-check`` compiles the
+sources without a GPU."""
 
 from __future__ import annotations
 

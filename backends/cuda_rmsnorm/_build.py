@@ -199,10 +199,11 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None) -> Check
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]``, ``--bench`` or ``--smoke``."""
+    """``python -m rmsnorm_conformance.backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]``,
+    ``--bench`` or ``--smoke``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m backends.cuda_rmsnorm",
+    parser = argparse.ArgumentParser(prog="python -m rmsnorm_conformance.backends.cuda_rmsnorm",
                                      description="Build checks for the CUDA RMSNorm backend.")
     parser.add_argument("--compile-check", action="store_true",
                         help="compile the sources for sm_90 (+ PTX) without a GPU; non-zero exit on failure")

@@ -1,0 +1,203 @@
+"""The records of a run: every check's verdict and statistics, folded per rule, and their JSON form.
+
+Workers and merged runs exchange these as JSON; ``render`` turns them into markdown and terminal tables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rmsnorm_conformance.contract import TARGET_DIMS
+
+FORMAT = "rmsnorm-conformance-report/1"
+_TARGET_DIM_NAMES = {v: k for k, v in TARGET_DIMS.items()}
+
+
+def dim_bucket(dim: int) -> str:
+    """Target dims get their own rows; every other drawn dim shares one."""
+    return str(dim) if dim in _TARGET_DIM_NAMES else "other"
+
+
+@dataclass
+class Check:
+    """One comparison: which rule, on what, and how it came out."""
+
+    backend: str
+    device: str
+    dtype: str
+    dim: int
+    rule: str
+    passed: bool
+    case: str = ""
+    detail: str = ""
+    replay: str = ""
+    max_abs: float | None = None
+    max_rel: float | None = None
+    max_ulp: int | None = None
+    margin: float | None = None
+    expected: int = -1  # index of the known-failure manifest entry that covers this check, or -1
+    size: int = 0  # elements of the case's batch: the smallest failing case is the one a report shows
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, float) and math.isnan(a):
+        return a
+    return max(a, b)
+
+
+@dataclass
+class Summary:
+    """Every check of one (backend, device, dtype, dim bucket, rule), folded together."""
+
+    backend: str
+    device: str
+    dtype: str
+    dim: str
+    rule: str
+    checks: int = 0
+    failures: int = 0
+    expected_failures: int = 0  # failures a known-failure manifest lists: reported, not counted as FAIL
+    max_abs: float | None = None
+    max_rel: float | None = None
+    max_ulp: int | None = None
+    margin: float | None = None
+    dims: list[int] = field(default_factory=list)
+    # The smallest failing case seen (ties: the later, as Hypothesis shrinks toward later examples).
+    failing_case: str = ""
+    failing_detail: str = ""
+    replay: str = ""
+    failing_size: int = -1
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.backend, self.device, self.dtype, self.dim, self.rule)
+
+    def add(self, check: Check) -> None:
+        self.checks += 1
+        if check.dim not in self.dims:
+            self.dims.append(check.dim)
+        self.max_abs = _max(self.max_abs, check.max_abs)
+        self.max_rel = _max(self.max_rel, check.max_rel)
+        self.max_ulp = _max(self.max_ulp, check.max_ulp)  # type: ignore[assignment]
+        self.margin = _max(self.margin, check.margin)
+        if not check.passed:
+            if check.expected >= 0:
+                self.expected_failures += 1
+            else:
+                self.failures += 1
+            self._keep_smaller(check.case, check.detail, check.replay, check.size)
+
+    def _keep_smaller(self, case: str, detail: str, replay: str, size: int) -> None:
+        if self.failing_size < 0 or size <= self.failing_size:
+            self.failing_case, self.failing_detail, self.replay, self.failing_size = case, detail, replay, size
+
+    def merge(self, other: Summary) -> None:
+        self.checks += other.checks
+        self.failures += other.failures
+        self.expected_failures += other.expected_failures
+        self.dims += [d for d in other.dims if d not in self.dims]
+        self.max_abs = _max(self.max_abs, other.max_abs)
+        self.max_rel = _max(self.max_rel, other.max_rel)
+        self.max_ulp = _max(self.max_ulp, other.max_ulp)  # type: ignore[assignment]
+        self.margin = _max(self.margin, other.margin)
+        if other.failures or other.expected_failures:
+            self._keep_smaller(other.failing_case, other.failing_detail, other.replay, other.failing_size)
+
+
+@dataclass
+class Collector:
+    """Everything a run learned, in a form that survives JSON (for xdist workers and merged reports)."""
+
+    environment: dict[str, Any] = field(default_factory=dict)
+    summaries: dict[tuple[str, ...], Summary] = field(default_factory=dict)
+    # nodeid -> {"outcome", "reason", "replay"} for tests that did not pass
+    outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
+    passed_tests: int = 0
+    conformance_tests: int = 0
+    not_run: list[dict[str, str]] = field(default_factory=list)
+    # Known-failure manifest entries with how often each was breached and how often it passed.
+    expected: list[dict[str, Any]] = field(default_factory=list)
+    # Informational: how closely backends agree with each other on the same inputs.
+    parity: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, check: Check) -> None:
+        if 0 <= check.expected < len(self.expected):
+            self.expected[check.expected]["passed" if check.passed else "breached"] += 1
+        key = (check.backend, check.device, check.dtype, dim_bucket(check.dim), check.rule)
+        if key not in self.summaries:
+            self.summaries[key] = Summary(*key)
+        self.summaries[key].add(check)
+
+    def add_not_run(self, backend: str, device: str, reason: str) -> None:
+        entry = {"backend": backend, "device": device, "reason": reason}
+        if entry not in self.not_run:
+            self.not_run.append(entry)
+
+    @property
+    def checks(self) -> int:
+        return sum(s.checks for s in self.summaries.values())
+
+    @property
+    def failed_checks(self) -> int:
+        return sum(s.failures for s in self.summaries.values())
+
+    def verdict(self) -> str:
+        failed = any(o["outcome"] in ("failed", "error") for o in self.outcomes.values())
+        if failed or self.failed_checks:
+            return "FAIL"
+        if self.conformance_tests and not self.checks:
+            return "NOT RUN"
+        return "PASS"
+
+    # --- serialisation -------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "verdict": self.verdict(),
+            "environment": self.environment,
+            "totals": {"checks": self.checks, "failed_checks": self.failed_checks,
+                       "passed_tests": self.passed_tests, "conformance_tests": self.conformance_tests},
+            "summaries": [asdict(s) for s in sorted(self.summaries.values(), key=lambda s: s.key)],
+            "outcomes": self.outcomes,
+            "not_run": self.not_run,
+            "expected": self.expected,
+            "parity": self.parity,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Collector:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a conformance report: format {data.get('format')!r}, expected {FORMAT!r}")
+        out = cls(environment=dict(data.get("environment", {})))
+        out.merge_json(data)
+        return out
+
+    def merge_json(self, data: dict[str, Any]) -> None:
+        """Fold in another collector's JSON (a worker's, or another run's report)."""
+        for raw in data.get("summaries", []):
+            s = Summary(**raw)
+            if s.key in self.summaries:
+                self.summaries[s.key].merge(s)
+            else:
+                self.summaries[s.key] = s
+        self.outcomes.update(data.get("outcomes", {}))
+        totals = data.get("totals", {})
+        self.passed_tests += totals.get("passed_tests", 0)
+        self.conformance_tests += totals.get("conformance_tests", 0)
+        for entry in data.get("not_run", []):
+            self.add_not_run(**entry)
+        self.parity += data.get("parity", [])
+        for i, entry in enumerate(data.get("expected", [])):
+            if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
+                    **self.expected[i], "breached": 0, "passed": 0}:
+                self.expected[i]["breached"] += entry["breached"]
+                self.expected[i]["passed"] += entry["passed"]
+            else:
+                self.expected.append(dict(entry))

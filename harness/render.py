@@ -1,0 +1,223 @@
+"""Rendering of a run's records: the markdown report, the terminal tables, and report files.
+
+Reads ``records.Collector``; never imports the plugin or the merge tool, so each can use it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
+
+from .manifest import entry_status
+from .records import Collector, Summary
+
+
+def write_report(c: Collector, path: str | Path) -> Path:
+    """Write ``.json`` as JSON and anything else as markdown."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".json":
+        path.write_text(json.dumps(c.to_json(), indent=2, sort_keys=False) + "\n")
+    else:
+        path.write_text(render_markdown(c))
+    return path
+
+
+def _num(value: float | None, fmt: str = ".3g") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _dims_label(summary: Summary) -> str:
+    if summary.dim != "other":
+        return summary.dim
+    dims = sorted(summary.dims)
+    if len(dims) == 1:
+        return f"other ({dims[0]})"
+    return f"other ({len(dims)} dims, {dims[0]}–{dims[-1]})" if dims else "other"
+
+
+def _is_axis_a(rule_id: str) -> bool:
+    return rule_id.startswith("axis_a.")
+
+
+def _has_stats(summary: Summary) -> bool:
+    return summary.margin is not None
+
+
+def backend_rows(c: Collector) -> list[list[Any]]:
+    by: dict[tuple[str, str], list[Summary]] = {}
+    for s in c.summaries.values():
+        by.setdefault((s.backend, s.device), []).append(s)
+    rows = []
+    for (backend, device), items in sorted(by.items()):
+        failed_rules = sorted({s.rule for s in items if s.failures})
+        expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
+        note = ", ".join(failed_rules) or "–"
+        if expected_rules:
+            note += " (expected: " + ", ".join(expected_rules) + ")"
+        rows.append([backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
+                     "FAIL" if failed_rules else "PASS", note])
+    for entry in c.not_run:
+        if (entry["backend"], entry["device"]) not in by:
+            rows.append([entry["backend"], entry["device"], 0, 0, "NOT RUN", entry["reason"]])
+    return rows
+
+
+def tolerance_rows(c: Collector) -> list[list[Any]]:
+    rows = []
+    for s in sorted(c.summaries.values(), key=lambda s: s.key):
+        if _is_axis_a(s.rule) or not _has_stats(s):
+            continue
+        rows.append([s.backend, s.device, s.dtype, _dims_label(s), s.rule, s.checks, s.failures,
+                     _num(s.max_abs), _num(s.max_rel), _num(s.max_ulp, "d") if s.max_ulp is not None else "–",
+                     _num(s.margin), s.failing_case or "–"])
+    return rows
+
+
+def axis_a_rows(c: Collector) -> list[list[Any]]:
+    folded: dict[tuple[str, str, str, str], Summary] = {}
+    for s in c.summaries.values():
+        if not _is_axis_a(s.rule):
+            continue
+        key = (s.backend, s.device, s.rule, s.dtype)
+        agg = folded.setdefault(key, Summary(s.backend, s.device, s.dtype, "all", s.rule))
+        agg.merge(s)
+    order = {r.id: i for i, r in enumerate(AXIS_A_VARIANTS)}
+    rows = []
+    for key in sorted(folded, key=lambda k: (k[0], k[1], order.get(k[2], 99), k[3])):
+        s = folded[key]
+        rows.append([s.backend, s.device, rule(s.rule).title if s.rule in order else s.rule, s.dtype,
+                     s.checks, s.failures, s.failing_case or "–"])
+    return rows
+
+
+def other_rule_rows(c: Collector) -> list[list[Any]]:
+    folded: dict[tuple[str, str, str], Summary] = {}
+    for s in c.summaries.values():
+        if _is_axis_a(s.rule) or _has_stats(s):
+            continue
+        agg = folded.setdefault((s.backend, s.device, s.rule), Summary(s.backend, s.device, "all", "all", s.rule))
+        agg.merge(s)
+    return [[s.backend, s.device, s.rule, s.checks, s.failures, s.failing_detail or "–"]
+            for _, s in sorted(folded.items())]
+
+
+def not_run_rows(c: Collector) -> list[list[Any]]:
+    reasons: dict[tuple[str, str], int] = {}
+    for outcome in c.outcomes.values():
+        if outcome["outcome"] == "skipped":
+            key = (outcome.get("where", ""), outcome["reason"])
+            reasons[key] = reasons.get(key, 0) + 1
+    rows = [[where or "–", reason, count] for (where, reason), count in sorted(reasons.items())]
+    rows += [[f"{e['backend']} on {e['device']}", e["reason"], "all"] for e in c.not_run]
+    return rows
+
+
+def expected_rows(c: Collector) -> list[list[Any]]:
+    return [[e["backend"], e["device"], e.get("dtype", "*"), e["rule"], e["reason"], e["breached"], e["passed"],
+             entry_status(e["breached"], e["passed"])] for e in c.expected]
+
+
+def parity_rows(c: Collector) -> list[list[Any]]:
+    folded: dict[tuple[str, ...], list[Any]] = {}
+    for p in c.parity:
+        key = (p["device"], p["dtype"], str(p["dim"]), p["pair"])
+        row = folded.setdefault(key, [*key, 0, 0, 0])
+        row[4] += p["equal"]
+        row[5] += p["total"]
+        row[6] = max(row[6], p["max_ulp"])
+    return [[*k, f"{r[4]} / {r[5]}", r[6]] for k, r in sorted(folded.items())]
+
+
+def failures(c: Collector) -> list[tuple[str, dict[str, str]]]:
+    return [(nodeid, o) for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
+
+
+def failure_lines(c: Collector, *, markdown: bool) -> list[str]:
+    """Failures as a list, not a table: the replay command must survive copy and paste whole."""
+    lines = []
+    for nodeid, o in failures(c):
+        if markdown:
+            lines.append(f"- `{nodeid}` ({o['outcome']}): {o.get('reason', '')}")
+            if o.get("replay"):
+                lines.append(f"  - replay: `{o['replay']}`")
+        else:
+            lines.append(f"{o['outcome'].upper()} {nodeid}")
+            lines.append(f"  {o.get('reason', '')}")
+            if o.get("replay"):
+                lines.append(f"  replay: {o['replay']}")
+    return lines
+
+
+TABLES: tuple[tuple[str, list[str], Any], ...] = (
+    ("Verdict per backend and device",
+     ["backend", "device", "checks", "failed", "verdict", "failed rules / reason"], backend_rows),
+    ("Tolerance: Axis-B, semantics and gradients with statistics",
+     ["backend", "device", "dtype", "dim", "rule", "cases", "failed", "max abs err", "max rel err",
+      "max ULP", "margin", "minimal failing case"], tolerance_rows),
+    ("Axis-A: bitwise batch invariance per variant",
+     ["backend", "device", "variant", "dtype", "configurations", "failed", "minimal failing configuration"],
+     axis_a_rows),
+    ("Other rules (pass/fail)", ["backend", "device", "rule", "checks", "failed", "last failure"],
+     other_rule_rows),
+    ("Did not run", ["what", "reason", "tests"], not_run_rows),
+    ("Cross-backend parity (informational): the same inputs through each pair of backends",
+     ["device", "dtype", "dim", "pair", "bitwise equal", "max ULP apart"], parity_rows),
+    ("Known failures (manifest)", ["backend", "device", "dtype", "rule", "reason", "breached", "passed", "status"],
+     expected_rows),
+)
+FAILURES_TITLE = "Failures and how to replay them"
+
+
+def environment_rows(c: Collector) -> list[list[Any]]:
+    return [[k, v] for k, v in c.environment.items()]
+
+
+def render_markdown(c: Collector) -> str:
+    lines = [f"# RMSNorm conformance report: {c.verdict()}", "",
+             f"{c.checks} checks, {c.failed_checks} failed; {c.passed_tests} tests passed, "
+             f"{sum(o['outcome'] in ('failed', 'error') for o in c.outcomes.values())} failed, "
+             f"{sum(o['outcome'] == 'skipped' for o in c.outcomes.values())} skipped.", "",
+             "## Environment", "", tabulate(environment_rows(c), ["", ""], tablefmt="github"), ""]
+    for title, headers, rows_of in TABLES:
+        rows = rows_of(c)
+        lines += [f"## {title}", ""]
+        lines += [tabulate(rows, headers, tablefmt="github") if rows else "(none)", ""]
+    lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
+    lines += ["margin = worst error / allowed error (<= 1 passes); ULPs are counted in the output dtype "
+              "against the reference rounded to it.", ""]
+    return "\n".join(lines)
+
+
+def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> Iterable[str]:
+    """The terminal summary: on a quiet run, the verdict per backend, what did not run and the failures;
+    with ``verbose``, every table. Wide cells wrap so that tables fit ``width`` columns."""
+    yield f"RMSNorm conformance: {c.verdict()} ({c.checks} checks, {c.failed_checks} failed)"
+    env = c.environment
+    yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
+        env.get("contract version"), env.get("contract profile"), env.get("sweep"),
+        env.get("torch"), env.get("triton")))
+    quiet_tables = ("Verdict", "Did not run", "Known failures")
+    for title, headers, rows_of in TABLES:
+        if not verbose and not title.startswith(quiet_tables):
+            continue
+        rows = rows_of(c)
+        if rows:
+            yield ""
+            yield title
+            # Every column but the last keeps its width; the last wraps in what is left of the terminal.
+            fixed = sum(max(len(str(h)), *(len(str(r[i])) for r in rows)) + 2
+                        for i, h in enumerate(headers[:-1]))
+            widths = [None] * (len(headers) - 1) + [max(24, width - fixed - 2)]
+            yield tabulate(rows, headers, tablefmt="simple", maxcolwidths=widths)
+    lines = failure_lines(c, markdown=False)
+    if lines:
+        yield ""
+        yield FAILURES_TITLE
+        yield from lines

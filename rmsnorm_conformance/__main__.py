@@ -1,0 +1,32 @@
+"""``rmsnorm-conformance`` (or ``python -m rmsnorm_conformance``): the harness's command-line tools.
+
+    rmsnorm-conformance merge A.json B.json [--bench bench.json] [--out matrix.md]
+    rmsnorm-conformance contract [CONTRACT.md] [--check]
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = {"merge": "merge the JSON reports of several runs into one conformance matrix",
+                "contract": "render CONTRACT.md's tables from the contract, or --check that they match"}
+    if not args or args[0] not in commands:
+        print(__doc__.strip(), file=sys.stderr)
+        for name, what in commands.items():
+            print(f"  {name}: {what}", file=sys.stderr)
+        return 2
+    command, rest = args[0], args[1:]
+    if command == "merge":
+        from .harness.matrix import main as merge_main
+
+        return merge_main(rest)
+    from .contract.render import main as contract_main
+
+    return contract_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
