@@ -10,10 +10,11 @@ import functools
 
 import torch
 
+from rmsnorm_conformance.contract.reference import seed_formula_fp32
+
 
 def seed_formula(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+    return seed_formula_fp32(x, weight, eps).to(x.dtype)
 
 
 @functools.cache

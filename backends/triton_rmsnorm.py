@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .validation import SUPPORTED_DTYPES, check_inputs
+from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs
 
 # Triton decides at decoration time whether @triton.jit kernels compile or run in its interpreter, so the
 # environment as it was at import is what counts for this process.

@@ -56,7 +56,9 @@ class Subject:
 
 
 def _seed_formula(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+    from rmsnorm_conformance.contract.reference import seed_formula_fp32
+
+    return seed_formula_fp32(x, w, eps).to(x.dtype)
 
 
 def subjects(

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 
-from rmsnorm_conformance.backends.native import NativeRMSNormOp, oracle_fp64
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
 from rmsnorm_conformance.contract import profile
+from rmsnorm_conformance.contract.reference import oracle_fp64, seed_formula_fp32
 from rmsnorm_conformance.harness.cases import VALUE_FAMILIES, make_values, make_weight
 from rmsnorm_conformance.harness.comparison import compare_within
 
@@ -22,11 +23,10 @@ REF = NativeRMSNormOp()
 
 
 def independent(name: str, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
     if name == "torch formula (rsqrt, mean)":
-        return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+        return seed_formula_fp32(x, w, eps)
     if name == "F.rms_norm fp32":
-        return F.rms_norm(x32, (x.shape[-1],), w.float(), eps)
+        return F.rms_norm(x.float(), (x.shape[-1],), w.float(), eps)
     raise ValueError(name)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rmsnorm_conformance.backends.native import NativeRMSNormOp, sum_of_squares_fixed_order
-from rmsnorm_conformance.backends.validation import check_inputs
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.contract.inputs import check_inputs
+from rmsnorm_conformance.contract.reference import sum_of_squares_fixed_order
 
 # --- Reduction orders: alternatives to the native pairwise tree -----------------------------------------
 

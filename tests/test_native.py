@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rmsnorm_conformance.backends.native import NativeRMSNormOp, oracle_fp64, sum_of_squares_fixed_order
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.contract.reference import oracle_fp64, sum_of_squares_fixed_order
 from rmsnorm_conformance.harness.comparison import compare_bitwise, ulp_distance
 
 OP = NativeRMSNormOp()

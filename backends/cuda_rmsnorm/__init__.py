@@ -13,7 +13,8 @@ from types import ModuleType
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from ..validation import SUPPORTED_DTYPES, check_inputs
+from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs
+
 from ._build import BUILD_DIR_ENV
 
 __all__ = ["BUILD_DIR_ENV", "CudaRMSNormOp"]

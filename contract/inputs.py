@@ -1,4 +1,5 @@
-"""Input checks every backend of this project shares, so that bad input fails the same clear way everywhere.
+"""What RMSNorm accepts, as the contract states it: the input checks the reference applies and this project's
+backends share, so that bad input fails the same clear way everywhere.
 
 The messages name what was wrong (shapes, dtypes, devices, eps); the semantics suite holds any backend,
 ours or a third party's, to the same wording rules.
