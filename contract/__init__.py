@@ -10,6 +10,7 @@ from .rmsnorm import (
     DTYPES,
     FORMULA,
     GRADIENT_RULES,
+    INTERFACE_RULES,
     PROFILES,
     SEMANTIC_RULES,
     TARGET_DIMS,
@@ -17,7 +18,7 @@ from .rmsnorm import (
     profile,
     rule,
 )
-from .rules import Bound, Profile, Rule, Tolerance, UlpBound
+from .rules import SEVERITIES, Bound, Profile, Rule, Tolerance, UlpBound
 
 __all__ = [
     "ALL_RULES",
@@ -29,8 +30,10 @@ __all__ = [
     "DTYPES",
     "FORMULA",
     "GRADIENT_RULES",
+    "INTERFACE_RULES",
     "PROFILES",
     "SEMANTIC_RULES",
+    "SEVERITIES",
     "TARGET_DIMS",
     "VERSION",
     "Bound",

@@ -18,8 +18,8 @@ BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- 
 
 
 def _rules_table(rules: tuple) -> str:
-    return tabulate([[f"`{r.id}`", r.title, r.statement] for r in rules],
-                    ["rule id", "name", "statement"], tablefmt="github")
+    return tabulate([[f"`{r.id}`", r.title, r.severity, r.statement] for r in rules],
+                    ["rule id", "name", "severity", "statement"], tablefmt="github")
 
 
 def _bound(b: Tolerance | UlpBound) -> tuple[str, str]:
@@ -50,6 +50,7 @@ def render_blocks() -> dict[str, str]:
         "bounds": tabulate(bounds_rows, ["profile", "dtype", "applies to", "bound", "why"], tablefmt="github"),
         "semantics": _rules_table(c.SEMANTIC_RULES),
         "gradients": _rules_table(c.GRADIENT_RULES),
+        "interface": _rules_table(c.INTERFACE_RULES),
     }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "1.0.0"
+VERSION = "2.0.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6
@@ -63,7 +63,8 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
     Rule("semantics.dtype_routing", "dtype routing",
          "forward returns x.dtype, forward_fp32 returns float32; shape and device are those of x."),
     Rule("semantics.shape_guard", "shape guard",
-         "weight must be 1-D of size x.shape[-1]; otherwise ValueError naming both shapes."),
+         "A weight that is not 1-D of size x.shape[-1] makes the call raise: it is never broadcast, reshaped "
+         "or read out of bounds."),
     Rule("semantics.purity", "purity",
          "Inputs are unchanged, nothing outside the output is written, and the output aliases no input."),
     Rule("semantics.empty_batch", "empty batch",
@@ -72,9 +73,15 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "A last dim of 1 is normalised like any other."),
     Rule("semantics.nonfinite_confined", "NaN/Inf confined",
          "A NaN or Inf in one row changes no other row's bits and sits where the reference puts it."),
-    Rule("semantics.input_errors", "input errors",
-         "Unsupported dtypes raise TypeError naming the dtypes; mismatched devices raise ValueError naming "
-         "both devices; an eps that is not a finite number > 0 raises ValueError naming eps."),
+)
+
+INTERFACE_RULES: tuple[Rule, ...] = (
+    Rule("interface.shape_error", "shape error",
+         "The error for a wrong-shaped weight is a ValueError naming both shapes.", severity="interface"),
+    Rule("interface.input_errors", "input errors",
+         "Dtypes the backend does not declare raise TypeError naming the dtype; mismatched devices raise "
+         "ValueError naming both devices; an eps that is not a number raises TypeError or ValueError naming eps; "
+         "a non-finite or non-positive eps raises ValueError naming eps.", severity="interface"),
 )
 
 GRADIENT_RULES: tuple[Rule, ...] = (
@@ -88,7 +95,7 @@ GRADIENT_RULES: tuple[Rule, ...] = (
          "dw is bitwise identical run to run for the same inputs."),
 )
 
-ALL_RULES: tuple[Rule, ...] = AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES
+ALL_RULES: tuple[Rule, ...] = AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 
 

@@ -40,6 +40,13 @@ class UlpBound:
 Bound = Tolerance | UlpBound
 
 
+# What a breach of a rule means for the verdict. `numerics` rules gate: the bits and the values a kernel
+# computes. `interface` rules say how a kernel refuses bad input (which exception, which words): a breach is a
+# warning unless the run asks for `--strict-interface`, because a gate that is red for every real kernel over
+# exception-type policy gets switched off.
+SEVERITIES: tuple[str, ...] = ("numerics", "interface")
+
+
 @dataclass(frozen=True)
 class Rule:
     """One clause of the contract; ``id`` is what tests, records and reports call it."""
@@ -47,6 +54,11 @@ class Rule:
     id: str
     title: str
     statement: str
+    severity: str = "numerics"
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"rule {self.id}: severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
 
     @property
     def axis(self) -> str:

@@ -51,6 +51,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--contract-profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES),
         help=f"the bounds to hold outputs to (default: {DEFAULT_PROFILE}).")
     group.addoption(
+        "--strict-interface", action="store_true", default=False,
+        help="fail the run on breaches of interface rules (which exception, which words), not only warn.")
+    group.addoption(
         "--sweep", default=None, choices=sorted(SWEEPS),
         help="how hard Hypothesis searches in conformance tests (and only there): "
              + "; ".join(f"{k}: {v}" for k, v in SWEEPS.items()) + " (default: ci when $CI is set, else dev).")
@@ -179,7 +182,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    profile=profile(config.getoption("--contract-profile")),
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
-                   manifest=run.manifest)
+                   manifest=run.manifest, strict_interface=config.getoption("--strict-interface"))
 
 
 class Parity:

@@ -39,6 +39,8 @@ class Check:
     margin: float | None = None
     expected: int = -1  # index of the known-failure manifest entry that covers this check, or -1
     size: int = 0  # elements of the case's batch: the smallest failing case is the one a report shows
+    severity: str = "numerics"  # the rule's severity (contract.SEVERITIES)
+    gating: bool = True  # does a failure fail the run (numerics, or interface under --strict-interface)
 
 
 def _max(a: float | None, b: float | None) -> float | None:
@@ -63,6 +65,8 @@ class Summary:
     checks: int = 0
     failures: int = 0
     expected_failures: int = 0  # failures a known-failure manifest lists: reported, not counted as FAIL
+    warnings: int = 0  # failures of interface rules that do not gate this run: reported, not counted as FAIL
+    severity: str = "numerics"
     max_abs: float | None = None
     max_rel: float | None = None
     max_ulp: int | None = None
@@ -86,9 +90,12 @@ class Summary:
         self.max_rel = _max(self.max_rel, check.max_rel)
         self.max_ulp = _max(self.max_ulp, check.max_ulp)  # type: ignore[assignment]
         self.margin = _max(self.margin, check.margin)
+        self.severity = check.severity
         if not check.passed:
             if check.expected >= 0:
                 self.expected_failures += 1
+            elif not check.gating:
+                self.warnings += 1
             else:
                 self.failures += 1
             self._keep_smaller(check.case, check.detail, check.replay, check.size)
@@ -101,12 +108,14 @@ class Summary:
         self.checks += other.checks
         self.failures += other.failures
         self.expected_failures += other.expected_failures
+        self.warnings += other.warnings
+        self.severity = other.severity
         self.dims += [d for d in other.dims if d not in self.dims]
         self.max_abs = _max(self.max_abs, other.max_abs)
         self.max_rel = _max(self.max_rel, other.max_rel)
         self.max_ulp = _max(self.max_ulp, other.max_ulp)  # type: ignore[assignment]
         self.margin = _max(self.margin, other.margin)
-        if other.failures or other.expected_failures:
+        if other.failures or other.expected_failures or other.warnings:
             self._keep_smaller(other.failing_case, other.failing_detail, other.replay, other.failing_size)
 
 
@@ -146,6 +155,10 @@ class Collector:
     @property
     def failed_checks(self) -> int:
         return sum(s.failures for s in self.summaries.values())
+
+    @property
+    def warned_checks(self) -> int:
+        return sum(s.warnings for s in self.summaries.values())
 
     def verdict(self) -> str:
         failed = any(o["outcome"] in ("failed", "error") for o in self.outcomes.values())

@@ -58,15 +58,22 @@ def backend_rows(c: Collector) -> list[list[Any]]:
     for (backend, device), items in sorted(by.items()):
         failed_rules = sorted({s.rule for s in items if s.failures})
         expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
+        warned_rules = sorted({s.rule for s in items if s.warnings})
         note = ", ".join(failed_rules) or "–"
         if expected_rules:
             note += " (expected: " + ", ".join(expected_rules) + ")"
         rows.append([backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
-                     "FAIL" if failed_rules else "PASS", note])
+                     "FAIL" if failed_rules else "PASS", note, ", ".join(warned_rules) or "–"])
     for entry in c.not_run:
         if (entry["backend"], entry["device"]) not in by:
-            rows.append([entry["backend"], entry["device"], 0, 0, "NOT RUN", entry["reason"]])
+            rows.append([entry["backend"], entry["device"], 0, 0, "NOT RUN", entry["reason"], "–"])
     return rows
+
+
+def warning_rows(c: Collector) -> list[list[Any]]:
+    """Breaches of interface rules that did not gate this run, with the smallest case and its replay."""
+    return [[s.backend, s.device, s.dtype, s.rule, s.warnings, s.failing_detail or "–", s.replay or "–"]
+            for s in sorted(c.summaries.values(), key=lambda s: s.key) if s.warnings]
 
 
 def tolerance_rows(c: Collector) -> list[list[Any]]:
@@ -157,7 +164,10 @@ def failure_lines(c: Collector, *, markdown: bool) -> list[str]:
 
 TABLES: tuple[tuple[str, list[str], Any], ...] = (
     ("Verdict per backend and device",
-     ["backend", "device", "checks", "failed", "verdict", "failed rules / reason"], backend_rows),
+     ["backend", "device", "checks", "failed", "verdict", "failed rules / reason", "interface warnings"],
+     backend_rows),
+    ("Interface warnings (fail only under --strict-interface)",
+     ["backend", "device", "dtype", "rule", "breaches", "smallest case's detail", "replay"], warning_rows),
     ("Tolerance: Axis-B, semantics and gradients with statistics",
      ["backend", "device", "dtype", "dim", "rule", "cases", "failed", "max abs err", "max rel err",
       "max ULP", "margin", "minimal failing case"], tolerance_rows),
@@ -203,7 +213,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
         env.get("contract version"), env.get("contract profile"), env.get("sweep"),
         env.get("torch"), env.get("triton")))
-    quiet_tables = ("Verdict", "Did not run", "Known failures")
+    quiet_tables = ("Verdict", "Interface warnings", "Did not run", "Known failures")
     for title, headers, rows_of in TABLES:
         if not verbose and not title.startswith(quiet_tables):
             continue

@@ -34,7 +34,7 @@ from .sweeps import default_sweep, sweep_settings
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
 # Options whose presence on the command line makes a run a conformance run from the start.
 CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
-                       "sweep", "max_examples")
+                       "sweep", "max_examples", "strict_interface")
 
 _ACTIVE_SETTINGS: list[settings] = []
 
@@ -143,6 +143,7 @@ class ConformanceRun:
         self.backends = self._resolve_backends(config.getoption("--backend"))
         self.collector.environment = fingerprint(self.devices, {
             "contract profile": config.getoption("--contract-profile"),
+            "interface rules": "gate (--strict-interface)" if config.getoption("--strict-interface") else "warn",
             "sweep": self.sweep + (f", {max_examples} examples a test" if max_examples else ""),
             "backends": ", ".join(b.name for b in self.backends) or "none",
             "command": "pytest " + shlex.join(config.invocation_params.args),

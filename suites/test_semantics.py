@@ -84,28 +84,54 @@ def test_dtype_routing(subject, case):
                      what=f"forward_fp32 returned {out32.dtype}, but should be torch.float32")
 
 
-def _raises(fn, expected: type[BaseException]) -> tuple[bool, str]:
+def _raises(fn, expected: type[BaseException] | tuple[type[BaseException], ...]) -> tuple[bool, str]:
+    want = _names(expected)
     try:
         fn()
     except expected as exc:
         return True, str(exc)
     except Exception as exc:
-        return False, f"raised {type(exc).__name__}: {exc} (should be {expected.__name__})"
-    return False, f"raised nothing (should be {expected.__name__})"
+        return False, f"raised {type(exc).__name__}: {exc} (should be {want})"
+    return False, f"raised nothing (should be {want})"
+
+
+def _names(expected) -> str:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    return " or ".join(t.__name__ for t in types)
 
 
 def _shape_text(shape) -> str:
     return ", ".join(str(s) for s in shape)
 
 
+def _wrong_weights(x):
+    return [torch.ones(x.shape[-1] + 1, dtype=x.dtype, device=x.device),
+            torch.ones(1, x.shape[-1], dtype=x.dtype, device=x.device),
+            torch.ones(x.shape[-1], 2, dtype=x.dtype, device=x.device)]
+
+
 @conformance("semantics.shape_guard", AccuracyCase, _small)
 def test_shape_guard(subject, case):
+    """The essential guard: a wrong-shaped weight makes the call raise (any exception), never broadcasts."""
     b = case.batch
     x, _ = subject.inputs(b)
-    wrong = [torch.ones(b.dim + 1, dtype=x.dtype, device=x.device),
-             torch.ones(1, b.dim, dtype=x.dtype, device=x.device),
-             torch.ones(b.dim, 2, dtype=x.dtype, device=x.device)]
-    for bad in wrong:
+    for bad in _wrong_weights(x):
+        try:
+            out = subject.forward(x, bad, b.eps)
+        except Exception:
+            raised, got = True, ""
+        else:
+            raised, got = False, f"returned shape {tuple(out.shape)}"
+        assert_holds(subject, case, ok=raised, dim=b.dim,
+                     what=f"weight of shape {tuple(bad.shape)} with x of shape {tuple(x.shape)} did not raise: {got}")
+
+
+@conformance("interface.shape_error", AccuracyCase, _small)
+def test_shape_error(subject, case):
+    """The seed's wording: ValueError naming both shapes (an interface rule: a warning unless strict)."""
+    b = case.batch
+    x, _ = subject.inputs(b)
+    for bad in _wrong_weights(x):
         ok, message = _raises(lambda bad=bad: subject.forward(x, bad, b.eps), ValueError)
         named = _shape_text(x.shape) in message and _shape_text(bad.shape) in message
         assert_holds(subject, case, ok=ok and named, dim=b.dim,
@@ -191,7 +217,7 @@ def test_nonfinite_confined(subject, case):
                   what=f"rows holding {case.value} do not match the reference's NaN/Inf placement")
 
 
-@conformance("semantics.input_errors", AccuracyCase, _small)
+@conformance("interface.input_errors", AccuracyCase, _small)
 def test_input_errors(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -208,12 +234,16 @@ def test_input_errors(subject, case):
         (f"weight on {other_device} with x on {x.device}", ValueError, (other_device, x.device.type),
          lambda: subject.forward(x, w.to(other_device), b.eps)),
     ]
-    for bad_eps in (-1e-6, 0.0, math.nan, math.inf, "1e-6", None):
+    for bad_eps in (-1e-6, 0.0, math.nan, math.inf):
         calls.append((f"eps={bad_eps!r}", ValueError, ("eps",),
+                      lambda bad_eps=bad_eps: subject.forward(x, w, bad_eps)))
+    # Not a number at all: Python's convention is TypeError; the seed said ValueError. Either is accepted.
+    for bad_eps in ("1e-6", None):
+        calls.append((f"eps={bad_eps!r}", (TypeError, ValueError), ("eps",),
                       lambda bad_eps=bad_eps: subject.forward(x, w, bad_eps)))
     for label, expected, names, call in calls:
         ok, message = _raises(call, expected)
         named = all(n in message for n in names)
         assert_holds(subject, case, ok=ok and named, dim=b.dim,
                      what=f"{label}: " + (message if not ok else
-                                          f"{expected.__name__} {message!r} does not name {', '.join(names)}"))
+                                          f"{_names(expected)} {message!r} does not name {', '.join(names)}"))

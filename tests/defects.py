@@ -457,14 +457,14 @@ class BatchWideNonfiniteGuard(NativeRMSNormOp):
 
 
 class SilentDtypeCast(NativeRMSNormOp):
-    """Breaks semantics.input_errors: a weight of another dtype is cast to x's instead of rejected.
+    """Breaks interface.input_errors: a weight of another dtype is cast to x's instead of rejected.
 
     Hugging Face's ``self.weight * hidden.to(input_dtype)`` habit: an fp32 weight with bf16 activations is
     quietly rounded, and the caller never learns that its checkpoint and activations disagree.
     """
 
     name = "silent_dtype_cast"
-    breaks = "semantics.input_errors"
+    breaks = "interface.input_errors"
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if x.dtype in self.dtypes and weight.dtype in self.dtypes:

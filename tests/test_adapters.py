@@ -32,7 +32,8 @@ def run(pytester, monkeypatch):
     return lambda *args: pytester.runpytest_subprocess("--sweep=ci", "-p", "no:cacheprovider", *args)
 
 
-SELECTION = ["-k", "float32 and (strided_rows or shape_guard or input_errors or test_output or batch_size)"]
+SELECTION = ["-k", "float32 and (strided_rows or shape_guard or shape_error or input_errors or test_output "
+             "or batch_size)"]
 
 
 def test_torch_functional_adapters_pass_the_gate_with_the_manifest(run):
@@ -45,7 +46,21 @@ def test_torch_functional_adapters_pass_the_gate_with_the_manifest(run):
 
 
 def test_without_the_manifest_the_same_run_fails_in_the_listed_rules(run):
-    result = run(str(SUITES / "test_semantics.py"), "--backend=torch_rms_norm", "--device=cpu",
-                 "-k", "float32 and shape_guard")
+    result = run(str(SUITES / "test_axis_a.py"), "--backend=torch_rms_norm", "--device=cpu",
+                 "-k", "float32 and strided_rows")
     assert result.ret == 1
-    assert "contract rule semantics.shape_guard" in result.stdout.str()
+    assert "contract rule axis_a.strided_rows" in result.stdout.str()
+
+
+def test_interface_breaches_warn_by_default_and_fail_when_strict(run):
+    """F.rms_norm raises RuntimeError for a wrong-shaped weight: right numerics, impolite interface. The
+    default gate lists it as a warning; --strict-interface fails the run on it."""
+    args = [str(SUITES / "test_semantics.py"), "--backend=torch_rms_norm", "--device=cpu",
+            "-k", "float32 and (shape_guard or shape_error)"]
+    lenient = run(*args)
+    assert lenient.ret == 0, lenient.stdout.str()
+    lenient.stdout.fnmatch_lines(["Interface warnings*", "*torch_rms_norm*interface.shape_error*"])
+    strict = run(*args, "--strict-interface")
+    assert strict.ret == 1
+    assert "contract rule interface.shape_error" in strict.stdout.str()
+    assert "contract rule semantics.shape_guard" not in strict.stdout.str()

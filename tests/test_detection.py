@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_conformance.contract import ALL_RULES
+from rmsnorm_conformance.contract import ALL_RULES, rule
 from rmsnorm_conformance.harness.replay import parse_case
 from rmsnorm_conformance.harness.suite_index import rule_tests
 from tests.defects import DEFECTS, LaneOrderRMSNorm
@@ -75,8 +75,9 @@ def test_defect_is_caught_in_the_rule_it_breaks(run, defect):
     minimal configuration with a replay command that runs that case on that test and backend."""
     tests = RULE_TESTS[defect.breaks]
     spec = f"tests.defects:{defect.__name__}"
+    strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
     result = run(*rule_selection(defect.breaks), f"--backend={spec}", "--device=cpu",
-                 "--sweep=ci", "-x")
+                 "--sweep=ci", "-x", *strict)
     out = result.stdout.str()
     assert result.ret == 1, f"{defect.__name__} was not caught by {tests}:\n{out[-3000:]}"
     assert set(re.findall(r"contract rule (\S+) \(", out)) == {defect.breaks}, out[-3000:]
