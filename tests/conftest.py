@@ -10,3 +10,13 @@ pytest_plugins = ("pytester",)
 # defined under the interpreter. (The plugin sets this only when a run selects the Triton backend.)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "early: a long test that pytest-xdist should start first")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The wheel-install test spends most of a minute in subprocesses: begun first, it runs while the other
+    # workers drain the rest, instead of holding up the end of the run.
+    items.sort(key=lambda item: item.get_closest_marker("early") is None)

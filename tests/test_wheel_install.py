@@ -1,0 +1,250 @@
+"""The path a kernel author takes, end to end: build the harness's wheel, install it and an external kernel
+package (examples/gate-your-kernel) into a fresh virtual environment, and gate kernels from a directory of the
+user's own, far from this repository. A file missing from the wheel, an import that works only from a clone,
+or a side effect on the user's own tests fails here as it would fail for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "gate-your-kernel"
+# Build outputs and environments in a working copy: a wheel built from a copy without them has only what a
+# fresh clone would give it.
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__",
+                                     ".pytest_cache", ".hypothesis", ".ruff_cache", "*.whl")
+# The same torch as this run, so pip takes it from its cache or local wheels rather than fetching another build.
+TORCH_SPEC = "torch==" + torch.__version__.split("+", 1)[0]
+# Where the gate's own files may show up in a user's run: nothing of the harness may print in one.
+HARNESS_WORDS = re.compile(r"rmsnorm|conformance", re.IGNORECASE)
+# A gate run small enough for CI: one dtype, two rules, the derandomized sweep.
+QUICK = ["--device=cpu", "--sweep=ci", "--dtype=float32", "--rule=axis_a.batch_size,axis_b.output"]
+
+pytestmark = pytest.mark.early  # minutes of subprocesses: under pytest-xdist, start it first
+
+KERNEL = '''\
+"""A user's kernels: one correct, one whose reduction order depends on the number of rows."""
+import torch
+
+from backends import tree_sum  # the user's own package called backends
+
+
+class Good:
+    name = "good"
+
+    def forward(self, x, weight, eps=1e-6):
+        x32 = x.float()
+        rms = torch.sqrt(tree_sum(x32 * x32) / x.shape[-1] + eps)
+        return ((x32 / rms) * weight.float()).to(x.dtype)
+
+
+class Bad(Good):
+    name = "bad"
+
+    def forward(self, x, weight, eps=1e-6):
+        x32 = x.float()
+        squares = x32 * x32
+        rows = x32.numel() // max(x.shape[-1], 1)
+        # From 16 rows on, torch's own reduction, whose order differs from the tree's.
+        total = tree_sum(squares) if rows < 16 else squares.sum(-1, keepdim=True)
+        return ((x32 / torch.sqrt(total / x.shape[-1] + eps)) * weight.float()).to(x.dtype)
+'''
+
+USER_BACKENDS = '''\
+"""The user's own backends package, named like one inside the harness."""
+import torch.nn.functional as F
+
+
+def tree_sum(t):
+    width = 1 << (t.shape[-1] - 1).bit_length()
+    t = F.pad(t, (0, width - t.shape[-1]))
+    while t.shape[-1] > 1:
+        half = t.shape[-1] // 2
+        t = t[..., :half] + t[..., half:]
+    return t
+'''
+
+USER_TESTS = '''\
+import json
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+CALLS = []
+
+
+@given(st.integers())
+def test_own_property(n):
+    CALLS.append(n)
+    assert settings().max_examples == 100
+    assert "TRITON_INTERPRET" not in os.environ
+
+
+def test_every_example_ran():
+    assert len(CALLS) == 100
+    with open(os.environ["SNAPSHOT"], "w") as f:
+        environ = {k: v for k, v in os.environ.items() if k != "SNAPSHOT"}
+        json.dump({"settings": repr(settings()), "environ": environ}, f)
+'''
+
+
+class Venv:
+    """A fresh virtual environment and the commands run in it, with an environment free of this test run's."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bin = path / "bin"
+        self.python = str(self.bin / "python")
+        dropped = ("TRITON_INTERPRET", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in dropped and not k.startswith(("PYTEST_", "HYPOTHESIS", "RMSNORM"))}
+        self.env["PATH"] = os.pathsep.join([str(self.bin), self.env.get("PATH", "")])
+
+    def run(self, args: list[str] | str, cwd: Path, *, timeout: int = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run ``args`` (a shell line when a string) in ``cwd``; stdout and stderr together in ``.stdout``."""
+        return subprocess.run(args, cwd=cwd, env={**self.env, **(env or {})}, shell=isinstance(args, str),
+                              timeout=timeout,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+
+    def must(self, args: list[str], cwd: Path, *, timeout: int = 600) -> str:
+        done = self.run(args, cwd, timeout=timeout)
+        assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-4000:]}"
+        return done.stdout
+
+
+def _make_venv(path: Path) -> Venv:
+    """A venv without system site packages; skipped only where this Python cannot make one, never in CI."""
+    made = subprocess.run([sys.executable, "-m", "venv", str(path)], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        reason = f"this Python cannot create a virtual environment with pip: {made.stderr.strip()[-500:]}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    config = (path / "pyvenv.cfg").read_text()
+    assert "include-system-site-packages = false" in config, config
+    return Venv(path)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Venv, Path]:
+    """The harness's wheel and the example kernel package installed, non-editable, into a fresh venv."""
+    base = tmp_path_factory.mktemp("wheel-install")
+    venv = _make_venv(base / "venv")
+    # torch first: the harness's open torch range would otherwise fetch whatever build pip likes. Not compiled
+    # to bytecode ahead: that is most of the install's time, and the runs below compile what they import.
+    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-compile", TORCH_SPEC], base)
+    source = base / "src" / "rmsnorm-conformance"
+    shutil.copytree(ROOT, source, ignore=COPY_IGNORE)
+    example = base / "src" / "gate-your-kernel"
+    shutil.copytree(EXAMPLE, example, ignore=COPY_IGNORE)
+    # Built without isolation so that no network is needed: the venv's setuptools does it.
+    venv.must([venv.python, "-m", "pip", "install", "-q", "setuptools>=77"], base)
+    venv.must([venv.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+               "-w", str(base / "wheelhouse"), str(source)], base)
+    (wheel,) = (base / "wheelhouse").glob("rmsnorm_conformance-*.whl")
+    # numpy as a kernel author's environment has it; without it torch warns on import, in every run.
+    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-compile", str(wheel), "numpy"], base)
+    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-build-isolation", str(example)], base)
+    return venv, wheel
+
+
+@pytest.fixture
+def user_dir(tmp_path: Path) -> Path:
+    """An empty directory holding a kernel module and packages of the user's own named backends, harness and
+    contract; the last two fail on import, so a harness that reaches for them by a bare name breaks here."""
+    (tmp_path / "kern.py").write_text(KERNEL)
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "__init__.py").write_text(USER_BACKENDS)
+    (tmp_path / "backends" / "native.py").write_text('raise ImportError("the user\'s backends.native")\n')
+    for name in ("harness", "contract"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f'raise ImportError("the user\'s own {name} package")\n')
+    return tmp_path
+
+
+def _gate(venv: Venv, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return venv.run(["pytest", "--pyargs", "rmsnorm_conformance.suites", *args], cwd)
+
+
+def test_the_wheel_holds_one_package_with_every_source_file(installed):
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    _, wheel = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/", 1)[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"rmsnorm_conformance"}, sorted(top)
+    for part in ("backends/cuda_rmsnorm/*.cu", "backends/cuda_rmsnorm/*.cpp", "backends/cuda_rmsnorm/*.h",
+                 "py.typed"):
+        assert any(Path(n).match("rmsnorm_conformance/" + part) for n in names), f"no {part} in the wheel"
+    # Every module of every source folder the package maps, and nothing else (a stale build leaves extras).
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    expected = {f"{package.replace('.', '/')}/{py.name}"
+                for package, folder in package_dir.items() for py in (ROOT / folder).glob("*.py")}
+    assert {n for n in names if n.endswith(".py")} == expected
+
+
+def test_a_correct_kernel_passes_from_the_users_directory(installed, user_dir):
+    venv, _ = installed
+    done = _gate(venv, user_dir, "--backend=kern:Good", *QUICK)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "RMSNorm conformance: PASS" in done.stdout
+
+
+def test_a_defective_kernel_fails_and_its_replay_reproduces_from_there(installed, user_dir):
+    venv, _ = installed
+    done = _gate(venv, user_dir, "--backend=kern:Bad", *QUICK)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "RMSNorm conformance: FAIL" in done.stdout
+    assert "contract rule axis_a.batch_size (batch size) broken by backend 'bad'" in done.stdout
+    replay = next(line.split("replay: ", 1)[1] for line in done.stdout.splitlines() if "replay: pytest" in line)
+    assert "suites/" not in replay.split("--replay", 1)[0], "a replay must not name paths of a clone"
+    again = venv.run(replay, user_dir)
+    assert again.returncode == 1, again.stdout[-4000:]
+    assert "contract rule axis_a.batch_size (batch size) broken by backend 'bad'" in again.stdout
+    assert "1 failed" in again.stdout
+
+
+def test_the_example_kernel_gates_by_its_entry_point_name_as_its_ci_does(installed, tmp_path):
+    venv, _ = installed
+    # The gate command of the example's CI, as written there, from a directory with nothing in it.
+    ci = (EXAMPLE / "ci.yml").read_text()
+    (command,) = re.findall(r"^\s*(?:run:\s*)?(pytest --pyargs rmsnorm_conformance\.suites .*)$", ci, re.MULTILINE)
+    done = venv.run(f"{command} --sweep=ci --dtype=bfloat16 --max-examples=3", tmp_path)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "RMSNorm conformance: PASS" in done.stdout
+    assert "my_rmsnorm has no backward" in done.stdout  # its gradient rules are reported as not run
+    report = json.loads((tmp_path / "conformance.json").read_text())
+    assert report["verdict"] == "PASS" and report["totals"]["checks"] > 0
+    assert report["environment"]["backends"] == "my_rmsnorm"
+    assert (tmp_path / "conformance.md").read_text().startswith("# RMSNorm conformance report: PASS")
+
+
+def test_a_users_own_hypothesis_tests_run_as_without_the_plugin(installed, tmp_path):
+    venv, _ = installed
+    (tmp_path / "test_mine.py").write_text(USER_TESTS)
+    outputs, snapshots = [], []
+    for name, extra in (("with", []), ("without", ["-p", "no:rmsnorm_conformance"])):
+        done = venv.run(["pytest", "-p", "no:cacheprovider", "test_mine.py", *extra], tmp_path,
+                        env={"SNAPSHOT": str(tmp_path / f"{name}.json")})
+        assert done.returncode == 0, done.stdout[-4000:]
+        outputs.append(done.stdout)
+        snapshots.append(json.loads((tmp_path / f"{name}.json").read_text()))
+    # The same Hypothesis settings and the same environment variables, with and without the plugin.
+    assert snapshots[0] == snapshots[1]
+    with_plugin, without = ([line for line in out.splitlines() if not line.startswith("plugins:")] for out in outputs)
+    assert [line for line in with_plugin if HARNESS_WORDS.search(line)] == []
+    # The same lines but for the run's duration.
+    assert [re.sub(r" in [\d.]+s ", " ", line) for line in with_plugin] == \
+        [re.sub(r" in [\d.]+s ", " ", line) for line in without]
