@@ -18,6 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli")
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "gate-your-kernel"
 # Build outputs and environments in a working copy: a wheel built from a copy without them has only what a
@@ -26,12 +31,11 @@ COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "
                                      ".pytest_cache", ".hypothesis", ".ruff_cache", "*.whl")
 # The same torch as this run, so pip takes it from its cache or local wheels rather than fetching another build.
 TORCH_SPEC = "torch==" + torch.__version__.split("+", 1)[0]
-# Where the gate's own files may show up in a user's run: nothing of the harness may print in one.
+# The harness's words: no line of a user's own test run may carry them.
 HARNESS_WORDS = re.compile(r"rmsnorm|conformance", re.IGNORECASE)
 # A gate run small enough for CI: one dtype, two rules, the derandomized sweep.
 QUICK = ["--device=cpu", "--sweep=ci", "--dtype=float32", "--rule=axis_a.batch_size,axis_b.output"]
 
-pytestmark = pytest.mark.early  # minutes of subprocesses: under pytest-xdist, start it first
 
 KERNEL = '''\
 """A user's kernels: one correct, one whose reduction order depends on the number of rows."""
@@ -138,10 +142,8 @@ def _make_venv(path: Path) -> Venv:
     return Venv(path)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Venv, Path]:
+def _install(base: Path) -> tuple[Venv, Path]:
     """The harness's wheel and the example kernel package installed, non-editable, into a fresh venv."""
-    base = tmp_path_factory.mktemp("wheel-install")
     venv = _make_venv(base / "venv")
     # torch first: the harness's open torch range would otherwise fetch whatever build pip likes. Not compiled
     # to bytecode ahead: that is most of the install's time, and the runs below compile what they import.
@@ -161,27 +163,39 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Venv, Path]:
     return venv, wheel
 
 
-@pytest.fixture
-def user_dir(tmp_path: Path) -> Path:
+def _user_dir(path: Path) -> Path:
     """An empty directory holding a kernel module and packages of the user's own named backends, harness and
-    contract; the last two fail on import, so a harness that reaches for them by a bare name breaks here."""
-    (tmp_path / "kern.py").write_text(KERNEL)
-    (tmp_path / "backends").mkdir()
-    (tmp_path / "backends" / "__init__.py").write_text(USER_BACKENDS)
-    (tmp_path / "backends" / "native.py").write_text('raise ImportError("the user\'s backends.native")\n')
+    contract; these two and backends.native fail on import, so a harness that reaches for them by a bare
+    name breaks here."""
+    path.mkdir()
+    (path / "kern.py").write_text(KERNEL)
+    (path / "backends").mkdir()
+    (path / "backends" / "__init__.py").write_text(USER_BACKENDS)
+    (path / "backends" / "native.py").write_text('raise ImportError("the user\'s backends.native")\n')
     for name in ("harness", "contract"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(f'raise ImportError("the user\'s own {name} package")\n')
-    return tmp_path
+        (path / name).mkdir()
+        (path / name / "__init__.py").write_text(f'raise ImportError("the user\'s own {name} package")\n')
+    return path
 
 
 def _gate(venv: Venv, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return venv.run(["pytest", "--pyargs", "rmsnorm_conformance.suites", *args], cwd)
 
 
-def test_the_wheel_holds_one_package_with_every_source_file(installed):
-    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
-    _, wheel = installed
+# One test, so that pytest-xdist gives it to one worker and the environment is built once; marked to start first,
+# so that the other worker drains the rest of the run meanwhile.
+@pytest.mark.early
+def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
+    venv, wheel = _install(tmp_path)
+    user = _user_dir(tmp_path / "user")
+    check_the_wheel_holds_one_package_with_every_source_file(wheel)
+    check_a_correct_kernel_passes(venv, user)
+    check_a_defective_kernel_fails_and_its_replay_reproduces(venv, user)
+    check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv, tmp_path / "example-ci")
+    check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv, tmp_path / "own-tests")
+
+
+def check_the_wheel_holds_one_package_with_every_source_file(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/", 1)[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"rmsnorm_conformance"}, sorted(top)
@@ -195,52 +209,50 @@ def test_the_wheel_holds_one_package_with_every_source_file(installed):
     assert {n for n in names if n.endswith(".py")} == expected
 
 
-def test_a_correct_kernel_passes_from_the_users_directory(installed, user_dir):
-    venv, _ = installed
-    done = _gate(venv, user_dir, "--backend=kern:Good", *QUICK)
+def check_a_correct_kernel_passes(venv: Venv, user: Path) -> None:
+    done = _gate(venv, user, "--backend=kern:Good", *QUICK)
     assert done.returncode == 0, done.stdout[-4000:]
     assert "RMSNorm conformance: PASS" in done.stdout
 
 
-def test_a_defective_kernel_fails_and_its_replay_reproduces_from_there(installed, user_dir):
-    venv, _ = installed
-    done = _gate(venv, user_dir, "--backend=kern:Bad", *QUICK)
+def check_a_defective_kernel_fails_and_its_replay_reproduces(venv: Venv, user: Path) -> None:
+    done = _gate(venv, user, "--backend=kern:Bad", *QUICK)
     assert done.returncode == 1, done.stdout[-4000:]
     assert "RMSNorm conformance: FAIL" in done.stdout
     assert "contract rule axis_a.batch_size (batch size) broken by backend 'bad'" in done.stdout
     replay = next(line.split("replay: ", 1)[1] for line in done.stdout.splitlines() if "replay: pytest" in line)
     assert "suites/" not in replay.split("--replay", 1)[0], "a replay must not name paths of a clone"
-    again = venv.run(replay, user_dir)
+    again = venv.run(replay, user)
     assert again.returncode == 1, again.stdout[-4000:]
     assert "contract rule axis_a.batch_size (batch size) broken by backend 'bad'" in again.stdout
     assert "1 failed" in again.stdout
 
 
-def test_the_example_kernel_gates_by_its_entry_point_name_as_its_ci_does(installed, tmp_path):
-    venv, _ = installed
+def check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv: Venv, empty: Path) -> None:
     # The gate command of the example's CI, as written there, from a directory with nothing in it.
+    empty.mkdir()
     ci = (EXAMPLE / "ci.yml").read_text()
     (command,) = re.findall(r"^\s*(?:run:\s*)?(pytest --pyargs rmsnorm_conformance\.suites .*)$", ci, re.MULTILINE)
-    done = venv.run(f"{command} --sweep=ci --dtype=bfloat16 --max-examples=3", tmp_path)
+    done = venv.run(f"{command} --sweep=ci --dtype=bfloat16 --max-examples=3", empty)
     assert done.returncode == 0, done.stdout[-4000:]
     assert "RMSNorm conformance: PASS" in done.stdout
     assert "my_rmsnorm has no backward" in done.stdout  # its gradient rules are reported as not run
-    report = json.loads((tmp_path / "conformance.json").read_text())
+    report = json.loads((empty / "conformance.json").read_text())
     assert report["verdict"] == "PASS" and report["totals"]["checks"] > 0
     assert report["environment"]["backends"] == "my_rmsnorm"
-    assert (tmp_path / "conformance.md").read_text().startswith("# RMSNorm conformance report: PASS")
+    assert (empty / "conformance.md").read_text().startswith("# RMSNorm conformance report: PASS")
 
 
-def test_a_users_own_hypothesis_tests_run_as_without_the_plugin(installed, tmp_path):
-    venv, _ = installed
-    (tmp_path / "test_mine.py").write_text(USER_TESTS)
+def check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv: Venv, own: Path) -> None:
+    own.mkdir()
+    (own / "test_mine.py").write_text(USER_TESTS)
     outputs, snapshots = [], []
     for name, extra in (("with", []), ("without", ["-p", "no:rmsnorm_conformance"])):
-        done = venv.run(["pytest", "-p", "no:cacheprovider", "test_mine.py", *extra], tmp_path,
-                        env={"SNAPSHOT": str(tmp_path / f"{name}.json")})
+        done = venv.run(["pytest", "-p", "no:cacheprovider", "test_mine.py", *extra], own,
+                        env={"SNAPSHOT": str(own / f"{name}.json")})
         assert done.returncode == 0, done.stdout[-4000:]
         outputs.append(done.stdout)
-        snapshots.append(json.loads((tmp_path / f"{name}.json").read_text()))
+        snapshots.append(json.loads((own / f"{name}.json").read_text()))
     # The same Hypothesis settings and the same environment variables, with and without the plugin.
     assert snapshots[0] == snapshots[1]
     with_plugin, without = ([line for line in out.splitlines() if not line.startswith("plugins:")] for out in outputs)
