@@ -71,6 +71,12 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "Zero rows (any leading dims with a zero) give an empty output of x's shape and dtype."),
     Rule("semantics.dim_one", "dim 1",
          "A last dim of 1 is normalised like any other."),
+    Rule("semantics.global_state", "global state",
+         "A call leaves torch's process-wide state as it found it: default dtype and device, grad and inference "
+         "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count."),
+    Rule("semantics.fresh_output", "fresh output",
+         "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
+         "buffer, as a CUDA-graph static output would be)."),
     Rule("semantics.nonfinite_confined", "NaN/Inf confined",
          "A NaN or Inf in one row changes no other row's bits and sits where the reference puts it."),
 )

@@ -44,6 +44,8 @@ class Backend:
         self.name: str = str(getattr(impl, "name", None) or type(impl).__name__)
         self.spec = spec or self.name
         self._backward: bool | None = getattr(impl, "supports_backward", None)
+        self._probed: dict[tuple[str, str], bool] = {}
+        validate_declarations(impl, self.name)
 
     def __repr__(self) -> str:
         return f"Backend({self.name!r})"
@@ -80,22 +82,73 @@ class Backend:
             return f"{self.name} runs on {', '.join(types)}, not {device.type}"
         hook = getattr(self.impl, "unavailable_reason", None)
         if callable(hook):
+            # A probe that raises is an error of the backend (BackendError), never a quiet skip.
             try:
                 reason = hook(device)
-            except Exception as exc:  # a broken availability probe is itself a reason not to run
-                return f"{self.name}: availability check raised {type(exc).__name__}: {exc}"
+            except Exception as exc:
+                raise BackendError(f"{self.name}.unavailable_reason({device}) raised "
+                                   f"{type(exc).__name__}: {exc}") from exc
             if reason:
                 return str(reason)
         return None
 
-    def supports_backward(self, device: torch.device | str) -> bool:
-        """Declared, or probed once: does a grad-requiring input give a differentiable output?"""
-        if self._backward is None:
-            x = torch.ones(2, 8, device=device, requires_grad=True)
-            w = torch.ones(8, device=device, requires_grad=True)
+    def supports_backward(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> bool:
+        """Declared, or probed once per (device, dtype) in that very dtype: does a grad-requiring input give a
+        differentiable output? (A bf16-only backend must not look backward-less because an fp32 probe raised.)"""
+        if self._backward is not None:
+            return self._backward
+        key = (str(device), str(dtype))
+        if key not in self._probed:
+            from .isolation import global_state, restore
+
+            state = global_state()  # a probe must leave no trace, whatever the backend does to torch's state
             try:
-                y = self.forward(x, w, 1e-6)
-                self._backward = bool(y.requires_grad and y.grad_fn is not None)
+                with torch.enable_grad():
+                    x = torch.ones(2, 8, device=device, dtype=dtype, requires_grad=True)
+                    w = torch.ones(8, device=device, dtype=dtype, requires_grad=True)
+                    y = self.forward(x, w, 1e-6)
+                self._probed[key] = bool(isinstance(y, torch.Tensor) and y.requires_grad and y.grad_fn is not None)
             except Exception:
-                self._backward = False
-        return self._backward
+                self._probed[key] = False
+            finally:
+                restore(state)
+        return self._probed[key]
+
+
+class BackendError(RuntimeError):
+    """A backend broke the protocol (its availability probe raised, it returned something that is not a tensor):
+    a failure of that backend, never a skip."""
+
+
+class DeclarationError(ValueError):
+    """A backend declares its capabilities in a form the harness cannot read; the message names the attribute."""
+
+
+def validate_declarations(impl: Any, name: str) -> None:
+    """Check the optional capability attributes when the backend loads, so a typo is an error, not a silent skip."""
+    if not isinstance(getattr(impl, "name", name), str):
+        raise DeclarationError(f"backend {name!r}: 'name' must be a string, got {impl.name!r}")
+    if hasattr(impl, "dtypes") and impl.dtypes is not None:
+        declared = impl.dtypes
+        if isinstance(declared, (str, torch.dtype)) or not isinstance(declared, Iterable):
+            raise DeclarationError(f"backend {name!r}: 'dtypes' must be a sequence of torch dtypes, got {declared!r}")
+        bad = [d for d in declared if not isinstance(d, torch.dtype)]
+        if bad:
+            raise DeclarationError(f"backend {name!r}: 'dtypes' must hold torch dtypes (e.g. torch.bfloat16), "
+                                   f"got {bad!r}")
+        if not any(d in ALL_DTYPES for d in declared):
+            raise DeclarationError(f"backend {name!r}: 'dtypes' {list(declared)!r} holds none of the contract's "
+                                   f"dtypes ({', '.join(DTYPES)})")
+    if hasattr(impl, "devices") and impl.devices is not None:
+        declared = impl.devices
+        items = (declared,) if isinstance(declared, str) else declared
+        if not isinstance(items, Iterable) or not all(isinstance(d, str) for d in items):
+            raise DeclarationError(f"backend {name!r}: 'devices' must be a device type string or a sequence of them "
+                                   f"(e.g. ('cuda',)), got {declared!r}")
+    backward = getattr(impl, "supports_backward", None)
+    if backward is not None and not isinstance(backward, bool):
+        raise DeclarationError(f"backend {name!r}: 'supports_backward' must be True, False or absent, "
+                               f"got {backward!r}")
+    for method in ("forward_fp32", "unavailable_reason"):
+        if hasattr(impl, method) and not callable(getattr(impl, method)):
+            raise DeclarationError(f"backend {name!r}: '{method}' must be a method")

@@ -4,8 +4,10 @@ for the report, and the decorator that turns a check into a Hypothesis sweep (or
 
 from __future__ import annotations
 
+import contextlib
+import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,11 +15,13 @@ import pytest
 import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
+from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
 from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
 
-from .backend import Backend
+from . import isolation
+from .backend import Backend, BackendError
 from .cases import Batch, torch_dtype
 from .comparison import BitwiseResult, ToleranceResult, compare_bitwise, compare_within
 from .manifest import Manifest
@@ -25,6 +29,13 @@ from .records import Check, Collector
 from .session import active_settings
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
+# Rules every backend call is held to, whichever test makes the call.
+CROSS_CUTTING_RULES = frozenset({"semantics.global_state", "semantics.fresh_output"})
+
+
+def _dim(case: Any) -> int:
+    batch = getattr(case, "batch", None)
+    return batch.dim if batch is not None else 0
 
 
 @dataclass(repr=False)
@@ -44,6 +55,10 @@ class Subject:
     manifest: Manifest | None = None
     rules: tuple[str, ...] = ()
     strict_interface: bool = False
+    case_timeout: float = 0.0
+    current_case: Any = None
+    # The last output returned and a copy taken at once: the next call must not change it (fresh_output).
+    _last_output: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __repr__(self) -> str:
         # What Hypothesis prints in a falsifying example: which subject, not its whole state.
@@ -53,12 +68,13 @@ class Subject:
         printer.text(repr(self))
 
     def rule_for(self, rule_id: str | None) -> str:
-        """The rule an assertion records: the test's declared rule, or one of them named explicitly."""
+        """The rule an assertion records: the test's declared rule, or one of them named explicitly (or a
+        cross-cutting rule every call is held to)."""
         if rule_id is None:
             if len(self.rules) != 1:
                 raise TypeError(f"this test declares rules {self.rules}: name the one an assertion checks")
             return self.rules[0]
-        if self.rules and rule_id not in self.rules:
+        if self.rules and rule_id not in self.rules and rule_id not in CROSS_CUTTING_RULES:
             raise ValueError(f"rule {rule_id!r} is not declared on this test (declared: {', '.join(self.rules)})")
         return rule_id
 
@@ -70,15 +86,61 @@ class Subject:
         return t.to(self.device)
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-        return self.backend.forward(x, w, eps)
+        """The backend's forward, isolated and watched (see :meth:`call`)."""
+        return self.call("forward", x, w, eps)
+
+    def forward_fp32(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.call("forward_fp32", x, w, eps)
+
+    @contextlib.contextmanager
+    def isolated(self, what: str) -> Iterator[None]:
+        """Run backend code with torch's global state watched and exits refused. A change of global state is
+        put back and fails ``semantics.global_state``."""
+        __tracebackhide__ = True
+        before = isolation.global_state()
+        with isolation.no_exit(self.backend.name):
+            yield
+        after = isolation.global_state()
+        diff = isolation.changed(before, after)
+        if diff:
+            isolation.restore(before)
+            assert_holds(self, self.current_case, ok=False, rule="semantics.global_state", dim=_dim(self.current_case),
+                         what=f"{self.backend.name}.{what} left torch's global state changed: {'; '.join(diff)}")
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call ``backend.method(*args)`` isolated; check that it returned tensors and did not change the output
+        it returned last time. A backend that reuses its output buffer thus fails ``semantics.fresh_output`` at
+        its next call, before any Axis-A comparison could blame the overwritten bits on the batch."""
+        __tracebackhide__ = True
+        with self.isolated(method):
+            out = getattr(self.backend, method)(*args)
+        tensors = out if isinstance(out, tuple) else (out,)
+        for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                raise BackendError(f"{self.backend.name}.{method} returned {type(t).__name__}, not a torch.Tensor")
+        self._check_fresh(method)
+        self._last_output = (tensors[0], isolation.fingerprint(tensors[0]))
+        return out
+
+    def _check_fresh(self, method: str) -> None:
+        __tracebackhide__ = True
+        if self._last_output is None:
+            return
+        earlier, print_then = self._last_output
+        self._last_output = None
+        if not torch.equal(isolation.fingerprint(earlier), print_then):
+            assert_holds(self, self.current_case, ok=False, rule="semantics.fresh_output", dim=_dim(self.current_case),
+                         what=f"the output an earlier call returned changed during a later {method} call: the "
+                              f"backend reuses its output buffer")
 
     def inputs(self, batch: Batch, *, rows: int | None = None, salt: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """x and weight of ``batch`` on the subject's device (made on the CPU, so the same on any device)."""
         return self.to_device(batch.x(rows, salt)), self.to_device(batch.w())
 
     def replay_command(self, case: Any, rule_id: str) -> str:
-        """One command, to run from any directory where the backend imports, that re-runs just this case."""
-        return self.replay(rule_id, case)
+        """One command, to run from any directory where the backend imports, that re-runs just this case in this
+        test (selected by the test's own rule, also when the breach is of a cross-cutting rule)."""
+        return self.replay(self.rules[0] if self.rules else rule_id, case)
 
     def gates(self, rule_id: str) -> bool:
         """Does a breach of this rule fail the run? Numerics rules always; interface rules only when strict."""
@@ -209,7 +271,29 @@ def conformance(rules: str | Sequence[str], case_type: type, cases: Callable[[Su
                 for label in case_events(case):
                     event(label)
             subject.rules = declared
-            check(subject, case)
+            subject.current_case = case
+            subject._last_output = None
+            what = f"{subject.backend.name} on {subject.device}, {subject.dtype}, {case!r}"
+            try:
+                with isolation.deadline(subject.case_timeout, what):
+                    check(subject, case)
+            except isolation.CaseTimedOut as exc:
+                # Recorded, then raised past Hypothesis: shrinking would run more cases that may hang as long.
+                detail = f"{subject.backend.name} {exc}"
+                subject.record(declared[0], case, _dim(case), False, detail)
+                subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
+                                   subject.replay_command(case, declared[0]))
+                raise
+            except (HypothesisException, UnsatisfiedAssumption):
+                raise
+            except Exception as exc:
+                # The backend raised (or returned something that is not a tensor): a failure of this check,
+                # with the exception, the case and a replay, never a quiet error outside the verdict.
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
+                          f"{where.lineno})")
+                recorded = subject.record(declared[0], case, _dim(case), False, detail)
+                _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
 
         test.__name__ = check.__name__
         test.__qualname__ = check.__qualname__

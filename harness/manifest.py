@@ -21,7 +21,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_conformance.contract import ALL_RULES
+from rmsnorm_conformance.contract import ALL_RULES, DTYPES
 
 _KNOWN_RULES = [r.id for r in ALL_RULES]
 
@@ -56,13 +56,25 @@ class Manifest:
         return None
 
 
-def parse_manifest(data: dict[str, Any], source: str = "manifest") -> Manifest:
-    """Entries from a parsed TOML/JSON document; errors name the entry and the field."""
+def parse_manifest(data: Any, source: str = "manifest") -> Manifest:
+    """Entries from a parsed TOML/JSON document; errors name the file, the entry and the field."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: the top level must be a table with an 'expected' list, "
+                         f"not a {type(data).__name__}")
+    unknown_top = set(data) - {"expected"}
+    if unknown_top:
+        raise ValueError(f"{source}: unknown top-level keys {', '.join(sorted(map(str, unknown_top)))}")
     raw = data.get("expected")
     if not isinstance(raw, list):
         raise ValueError(f"{source}: expected a list of [[expected]] entries")
     entries = []
     for i, item in enumerate(raw, 1):
+        if not isinstance(item, dict):
+            raise ValueError(f"{source}: entry {i} must be a table of backend, device, rule, reason (and dtype), "
+                             f"not {item!r}")
+        wrong = [k for k, v in item.items() if not isinstance(v, str)]
+        if wrong:
+            raise ValueError(f"{source}: entry {i} fields must be strings: {', '.join(map(str, wrong))}")
         missing = [k for k in ("backend", "device", "rule", "reason") if not item.get(k)]
         if missing:
             raise ValueError(f"{source}: entry {i} lacks {', '.join(missing)}")
@@ -71,6 +83,10 @@ def parse_manifest(data: dict[str, Any], source: str = "manifest") -> Manifest:
             raise ValueError(f"{source}: entry {i} has unknown fields {', '.join(sorted(unknown))}")
         if not any(fnmatchcase(r, item["rule"]) for r in _KNOWN_RULES):
             raise ValueError(f"{source}: entry {i} rule {item['rule']!r} matches no contract rule")
+        dtype = item.get("dtype", "*")
+        if not any(fnmatchcase(d, dtype) for d in DTYPES):
+            raise ValueError(f"{source}: entry {i} dtype {dtype!r} matches no contract dtype; known: "
+                             f"{', '.join(DTYPES)}")
         entries.append(ExpectedBreach(**{k: str(v) for k, v in item.items()}))
     return Manifest(entries)
 
@@ -78,15 +94,24 @@ def parse_manifest(data: dict[str, Any], source: str = "manifest") -> Manifest:
 def load_manifest(path: str | Path) -> Manifest:
     """Read a manifest: TOML (Python 3.11+) or JSON, by suffix."""
     path = Path(path)
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     if path.suffix == ".json":
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from None
     else:
         try:
             import tomllib
         except ModuleNotFoundError:  # Python 3.10
             raise ValueError(f"{path}: TOML manifests need Python 3.11+; use a .json manifest") from None
-        data = tomllib.loads(text)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML: {exc}") from None
     return parse_manifest(data, str(path))
 
 

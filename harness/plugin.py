@@ -13,18 +13,21 @@ import torch
 
 from rmsnorm_conformance.contract import DEFAULT_PROFILE, PROFILES, profile
 
+from .backend import BackendError
 from .checks import Subject
 from .devices import device_unavailable_reason, worker_device
+from .isolation import CaseTimedOut
 from .manifest import manifest_rows
 from .records import Collector
 from .registry import known_backend_names
-from .session import FAILURE_PROPERTY, RECORDS_PROPERTY, ConformanceRun
+from .session import DEFAULT_CASE_TIMEOUT, FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY, ConformanceRun
 from .strategies import DEFAULT_MAX_ELEMENTS, INTERPRETED_MAX_ELEMENTS
 from .sweeps import SWEEPS
 
 RUN = pytest.StashKey[ConformanceRun]()
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
+SUBJECT = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,18 +71,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--replay", default=None, metavar="CASE",
         help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")
     group.addoption(
+        "--case-timeout", type=float, default=None, metavar="SECONDS",
+        help="fail a backend's check when one case runs longer than this; the run goes on (default: "
+             f"{DEFAULT_CASE_TIMEOUT:g}; 0: no deadline).")
+    group.addoption(
         "--max-elements", type=int, default=None, metavar="N",
         help=f"largest batch (rows x dim) a case may draw (default: {DEFAULT_MAX_ELEMENTS}; "
              f"{INTERPRETED_MAX_ELEMENTS} for interpreted backends).")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    _check_hypothesis_profile(config)
     config.addinivalue_line("markers", "conformance(rules): a contract check run once per (backend, device, dtype)")
     run = ConformanceRun(config)
     config.stash[RUN] = run
     config.pluginmanager.register(run, "rmsnorm-conformance-run")
     if run.explicit() or run.targets_suites():
         run.resolve()
+
+
+def _check_hypothesis_profile(config: pytest.Config) -> None:
+    """An unknown --hypothesis-profile is a usage error here, before Hypothesis' own plugin turns it into an
+    INTERNALERROR."""
+    name = config.getoption("--hypothesis-profile", None)
+    if not name:
+        return
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        raise pytest.UsageError(f"--hypothesis-profile={name}: no such Hypothesis profile (the harness's own "
+                                "sweeps are chosen with --sweep=dev|ci|thorough)") from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -156,8 +181,12 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     backend, device, dtype = request.param
     config = request.config
     run = config.stash[RUN]
+    request.node.stash[SUBJECT] = {"backend": backend.name, "device": str(device)}
     device = worker_device(device)
-    reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
+    try:
+        reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
+    except BackendError as exc:
+        pytest.fail(f"backend {backend.name!r} cannot say whether it runs on {device}: {exc}", pytrace=False)
     if reason:
         pytest.skip(reason)
     if getattr(torch, dtype) not in backend.dtypes:
@@ -182,7 +211,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    profile=profile(config.getoption("--contract-profile")),
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
-                   manifest=run.manifest, strict_interface=config.getoption("--strict-interface"))
+                   manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
+                   case_timeout=run.case_timeout)
 
 
 class Parity:
@@ -204,12 +234,18 @@ def parity(request: pytest.FixtureRequest) -> Parity:
     reason = device_unavailable_reason(device)
     if reason:
         pytest.skip(reason)
-    runnable = [b for b in run.backends
-                if b.unavailable_reason(device) is None and getattr(torch, dtype) in b.dtypes]
+    runnable = [b for b in run.backends if _runs_on(b, device) and getattr(torch, dtype) in b.dtypes]
     if len(runnable) < 2:
         pytest.skip(f"cross-backend parity needs two backends that run on {device}; "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
     return Parity(runnable, device, dtype, _test_records(request, run))
+
+
+def _runs_on(backend: Any, device: torch.device) -> bool:
+    try:
+        return backend.unavailable_reason(device) is None
+    except BackendError:
+        return False  # its own tests fail with the probe's error
 
 
 def _test_records(request: pytest.FixtureRequest, run: ConformanceRun) -> Collector:
@@ -225,6 +261,11 @@ def _test_records(request: pytest.FixtureRequest, run: ConformanceRun) -> Collec
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
+    subject = item.stash.get(SUBJECT, None)
+    if subject is not None:
+        report.user_properties.append((SUBJECT_PROPERTY, subject))
+    if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut):
+        report.longrepr = f"{item.name}: {call.excinfo.value}"
     if report.when != "call":
         return
     notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo is not None else None

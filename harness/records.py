@@ -134,6 +134,14 @@ class Collector:
     expected: list[dict[str, Any]] = field(default_factory=list)
     # Informational: how closely backends agree with each other on the same inputs.
     parity: list[dict[str, Any]] = field(default_factory=list)
+    # Why the run did not finish ("" if it did), the tests it left running, and how many never started.
+    incomplete: str = ""
+    unfinished: list[str] = field(default_factory=list)
+    not_started: int = 0
+    # Backends the user named with --backend: each must run at least one check somewhere.
+    named_backends: list[str] = field(default_factory=list)
+    # A usage error that stopped the run before it started ("" if none).
+    usage_error: str = ""
 
     def add(self, check: Check) -> None:
         if 0 <= check.expected < len(self.expected):
@@ -160,11 +168,30 @@ class Collector:
     def warned_checks(self) -> int:
         return sum(s.warnings for s in self.summaries.values())
 
+    def checks_of(self, backend: str) -> int:
+        return sum(s.checks for s in self.summaries.values() if s.backend == backend)
+
+    def named_but_not_run(self) -> list[str]:
+        """Backends the user named that ran no check on any device."""
+        return [name for name in self.named_backends if not self.checks_of(name)]
+
+    def failed_tests(self) -> list[str]:
+        return [nodeid for nodeid, o in self.outcomes.items() if o["outcome"] in ("failed", "error")]
+
     def verdict(self) -> str:
-        failed = any(o["outcome"] in ("failed", "error") for o in self.outcomes.values())
-        if failed or self.failed_checks:
+        """PASS only when the run finished, nothing failed, and every named backend ran checks.
+
+        INCOMPLETE: interrupted, timed out or killed before the end (whatever had failed by then);
+        FAIL: a gating check failed, or a test failed or raised; NOT RUN: a named backend ran nothing, or no
+        conformance check ran at all.
+        """
+        if self.usage_error:
+            return "NOT RUN"
+        if self.incomplete:
+            return "INCOMPLETE"
+        if self.failed_tests() or self.failed_checks:
             return "FAIL"
-        if self.conformance_tests and not self.checks:
+        if self.named_but_not_run() or (self.conformance_tests and not self.checks):
             return "NOT RUN"
         return "PASS"
 
@@ -175,9 +202,17 @@ class Collector:
             "format": FORMAT,
             "verdict": self.verdict(),
             "environment": self.environment,
+            "complete": not self.incomplete and not self.usage_error,
+            "usage_error": self.usage_error,
+            "incomplete": self.incomplete,
+            "unfinished": self.unfinished,
+            "not_started": self.not_started,
+            "named_backends": self.named_backends,
+            "named_but_not_run": self.named_but_not_run(),
             "totals": {"checks": self.checks, "failed_checks": self.failed_checks,
+                       "warned_checks": self.warned_checks, "failed_tests": len(self.failed_tests()),
                        "passed_tests": self.passed_tests, "conformance_tests": self.conformance_tests},
-            "summaries": [asdict(s) for s in sorted(self.summaries.values(), key=lambda s: s.key)],
+            "summaries": [_finite_json(asdict(s)) for s in sorted(self.summaries.values(), key=lambda s: s.key)],
             "outcomes": self.outcomes,
             "not_run": self.not_run,
             "expected": self.expected,
@@ -195,7 +230,7 @@ class Collector:
     def merge_json(self, data: dict[str, Any]) -> None:
         """Fold in another collector's JSON (a worker's, or another run's report)."""
         for raw in data.get("summaries", []):
-            s = Summary(**raw)
+            s = Summary(**_from_finite_json(raw))
             if s.key in self.summaries:
                 self.summaries[s.key].merge(s)
             else:
@@ -207,6 +242,11 @@ class Collector:
         for entry in data.get("not_run", []):
             self.add_not_run(**entry)
         self.parity += data.get("parity", [])
+        if data.get("incomplete"):
+            self.incomplete = "; ".join(filter(None, (self.incomplete, data["incomplete"])))
+        self.unfinished += [n for n in data.get("unfinished", []) if n not in self.unfinished]
+        self.not_started += data.get("not_started", 0)
+        self.named_backends += [n for n in data.get("named_backends", []) if n not in self.named_backends]
         for i, entry in enumerate(data.get("expected", [])):
             if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
                     **self.expected[i], "breached": 0, "passed": 0}:
@@ -214,3 +254,26 @@ class Collector:
                 self.expected[i]["passed"] += entry["passed"]
             else:
                 self.expected.append(dict(entry))
+
+
+# JSON has no Infinity or NaN (strict parsers reject Python's extension): non-finite statistics travel as
+# the strings "inf", "-inf" and "nan", and come back as floats.
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_STAT_FIELDS = ("max_abs", "max_rel", "max_ulp", "margin")
+
+
+def _finite_json(record: dict[str, Any]) -> dict[str, Any]:
+    out = dict(record)
+    for key in _STAT_FIELDS:
+        value = out.get(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            out[key] = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return out
+
+
+def _from_finite_json(record: dict[str, Any]) -> dict[str, Any]:
+    out = dict(record)
+    for key in _STAT_FIELDS:
+        if isinstance(out.get(key), str):
+            out[key] = _NONFINITE[out[key]]
+    return out

@@ -5,7 +5,12 @@ Reads ``records.Collector``; never imports the plugin or the merge tool, so each
 
 from __future__ import annotations
 
+import contextlib
+import html
 import json
+import os
+import re
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,16 +22,52 @@ from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
 from .manifest import entry_status
 from .records import Collector, Summary
 
+REPORT_SUFFIXES = (".md", ".markdown", ".json")
+
+
+def render_report(c: Collector, path: str | Path) -> str:
+    """The text of the report for ``path``: strict JSON for ``.json``, markdown otherwise."""
+    if Path(path).suffix == ".json":
+        return json.dumps(c.to_json(), indent=2, allow_nan=False) + "\n"
+    return render_markdown(c)
+
 
 def write_report(c: Collector, path: str | Path) -> Path:
-    """Write ``.json`` as JSON and anything else as markdown."""
+    """Write the report atomically (a temporary file beside it, then a rename), so that a reader, or a run killed
+    mid-write, never sees half a report."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".json":
-        path.write_text(json.dumps(c.to_json(), indent=2, sort_keys=False) + "\n")
-    else:
-        path.write_text(render_markdown(c))
+    text = render_report(c, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
+
+
+def md_cell(value: Any) -> str:
+    """A table cell that cannot break the table or inject markup: pipes, backticks and HTML escaped, newlines
+    turned into <br>."""
+    text = html.escape(str(value), quote=False)
+    return text.replace("|", "\\|").replace("`", "\\`").replace("\r", "").replace("\n", "<br>")
+
+
+def md_code(value: Any) -> str:
+    """Inline code that survives any backticks inside (CommonMark: a longer backtick fence)."""
+    text = str(value).replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _md_table(rows: list[list[Any]], headers: list[str]) -> str:
+    return tabulate([[md_cell(v) for v in row] for row in rows], [md_cell(h) for h in headers], tablefmt="github",
+                    disable_numparse=True)
 
 
 def _num(value: float | None, fmt: str = ".3g") -> str:
@@ -54,9 +95,16 @@ def backend_rows(c: Collector) -> list[list[Any]]:
     by: dict[tuple[str, str], list[Summary]] = {}
     for s in c.summaries.values():
         by.setdefault((s.backend, s.device), []).append(s)
+    # Tests that failed or raised without a recorded check (an exception, a timeout, a crash) count too.
+    raised: dict[tuple[str, str], list[str]] = {}
+    for o in c.outcomes.values():
+        if o["outcome"] in ("failed", "error") and o.get("backend"):
+            key = (o["backend"], o.get("device", ""))
+            by.setdefault(key, [])
+            raised.setdefault(key, []).append(o.get("rule") or o["outcome"])
     rows = []
     for (backend, device), items in sorted(by.items()):
-        failed_rules = sorted({s.rule for s in items if s.failures})
+        failed_rules = sorted({s.rule for s in items if s.failures} | set(raised.get((backend, device), [])))
         expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
         warned_rules = sorted({s.rule for s in items if s.warnings})
         note = ", ".join(failed_rules) or "–"
@@ -67,6 +115,11 @@ def backend_rows(c: Collector) -> list[list[Any]]:
     for entry in c.not_run:
         if (entry["backend"], entry["device"]) not in by:
             rows.append([entry["backend"], entry["device"], 0, 0, "NOT RUN", entry["reason"], "–"])
+    ran = {backend for backend, _ in by}
+    for name in c.named_but_not_run():
+        if name not in ran and not any(e["backend"] == name for e in c.not_run):
+            rows.append([name, "all", 0, 0, "NOT RUN", "named with --backend but ran no check (see 'Did not run')",
+                         "–"])
     return rows
 
 
@@ -151,9 +204,9 @@ def failure_lines(c: Collector, *, markdown: bool) -> list[str]:
     lines = []
     for nodeid, o in failures(c):
         if markdown:
-            lines.append(f"- `{nodeid}` ({o['outcome']}): {o.get('reason', '')}")
+            lines.append(f"- {md_code(nodeid)} ({o['outcome']}): {md_cell(o.get('reason', ''))}")
             if o.get("replay"):
-                lines.append(f"  - replay: `{o['replay']}`")
+                lines.append(f"  - replay: {md_code(o['replay'])}")
         else:
             lines.append(f"{o['outcome'].upper()} {nodeid}")
             lines.append(f"  {o.get('reason', '')}")
@@ -189,16 +242,38 @@ def environment_rows(c: Collector) -> list[list[Any]]:
     return [[k, v] for k, v in c.environment.items()]
 
 
+def headline(c: Collector) -> str:
+    text = (f"RMSNorm conformance: {c.verdict()} ({c.checks} checks, {c.failed_checks} failed"
+            + (f", {c.warned_checks} interface warnings" if c.warned_checks else "") + ")")
+    return text
+
+
+def incomplete_lines(c: Collector) -> list[str]:
+    """Why the run did not finish and which tests it left: a report must never look finished when it is not."""
+    if c.usage_error:
+        return [f"The run did not start: usage error: {c.usage_error}"]
+    if not c.incomplete:
+        return []
+    lines = [f"The run did not finish: {c.incomplete}."]
+    if c.unfinished:
+        lines.append("Tests started and not finished: " + ", ".join(c.unfinished[:20])
+                     + (f" and {len(c.unfinished) - 20} more" if len(c.unfinished) > 20 else "") + ".")
+    if c.not_started:
+        lines.append(f"{c.not_started} collected tests never started.")
+    return lines
+
+
 def render_markdown(c: Collector) -> str:
-    lines = [f"# RMSNorm conformance report: {c.verdict()}", "",
-             f"{c.checks} checks, {c.failed_checks} failed; {c.passed_tests} tests passed, "
-             f"{sum(o['outcome'] in ('failed', 'error') for o in c.outcomes.values())} failed, "
-             f"{sum(o['outcome'] == 'skipped' for o in c.outcomes.values())} skipped.", "",
-             "## Environment", "", tabulate(environment_rows(c), ["", ""], tablefmt="github"), ""]
+    lines = [f"# RMSNorm conformance report: {c.verdict()}", ""]
+    lines += [md_cell(line) for line in incomplete_lines(c)] + ([""] if c.incomplete else [])
+    lines += [f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings; "
+              f"{c.passed_tests} tests passed, {len(c.failed_tests())} failed, "
+              f"{sum(o['outcome'] == 'skipped' for o in c.outcomes.values())} skipped.", "",
+              "## Environment", "", _md_table(environment_rows(c), ["", ""]), ""]
     for title, headers, rows_of in TABLES:
         rows = rows_of(c)
         lines += [f"## {title}", ""]
-        lines += [tabulate(rows, headers, tablefmt="github") if rows else "(none)", ""]
+        lines += [_md_table(rows, headers) if rows else "(none)", ""]
     lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
     lines += ["margin = worst error / allowed error (<= 1 passes); ULPs are counted in the output dtype "
               "against the reference rounded to it.", ""]
@@ -208,7 +283,8 @@ def render_markdown(c: Collector) -> str:
 def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> Iterable[str]:
     """The terminal summary: on a quiet run, the verdict per backend, what did not run and the failures;
     with ``verbose``, every table. Wide cells wrap so that tables fit ``width`` columns."""
-    yield f"RMSNorm conformance: {c.verdict()} ({c.checks} checks, {c.failed_checks} failed)"
+    yield headline(c)
+    yield from incomplete_lines(c)
     env = c.environment
     yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
         env.get("contract version"), env.get("contract profile"), env.get("sweep"),

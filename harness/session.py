@@ -8,8 +8,10 @@ harness's options: a user's own test run with the package installed behaves exac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,20 +23,26 @@ from hypothesis import settings
 
 from rmsnorm_conformance.contract import DTYPES, VERSION
 
-from .backend import Backend
+from . import isolation
+from .backend import Backend, BackendError, DeclarationError
 from .devices import device_unavailable_reason, parse_device_option
 from .environment import fingerprint
 from .manifest import Manifest, entry_status, load_manifest, manifest_rows
 from .records import Collector
 from .registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
-from .render import render_terminal, write_report
+from .render import REPORT_SUFFIXES, render_terminal, write_report
 from .replay import ReplayError, parse_case
 from .sweeps import default_sweep, sweep_settings
 
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
 # Options whose presence on the command line makes a run a conformance run from the start.
 CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
-                       "sweep", "max_examples", "strict_interface")
+                       "sweep", "max_examples", "strict_interface", "case_timeout")
+# Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
+DEFAULT_CASE_TIMEOUT = 300.0
+# Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
+# references, gradients, copies): the element budget must leave this much room in memory.
+BYTES_PER_ELEMENT = 64
 
 _ACTIVE_SETTINGS: list[settings] = []
 
@@ -85,6 +93,10 @@ class ConformanceRun:
     resolved: bool = False
     active: bool = False
     explicit_backends: bool = False
+    case_timeout: float = DEFAULT_CASE_TIMEOUT
+    running: list[str] = field(default_factory=list)
+    interrupted_by: str = ""
+    _previous_sigterm: Any = None
 
     # --- resolving the options ---------------------------------------------------------------------
 
@@ -107,16 +119,41 @@ class ConformanceRun:
         return False
 
     def resolve(self) -> None:
-        """Parse and check every option; usage errors name the option and the value."""
+        """Parse and check every option; usage errors name the option and the value. A usage error still replaces
+        the report files it can, with a NOT RUN report that says why: a stale PASS must never look current."""
         if self.resolved:
             return
         self.resolved = True
         self.active = True
+        try:
+            self._resolve()
+        except pytest.UsageError as exc:
+            self.collector.usage_error = str(exc)
+            for raw in self.config.getoption("--report"):
+                if Path(raw).suffix in REPORT_SUFFIXES and not Path(raw).is_dir():
+                    with contextlib.suppress(OSError):
+                        write_report(self.collector, raw)
+            raise
+
+    def _resolve(self) -> None:
         config = self.config
         try:
             self.devices = parse_device_option(config.getoption("--device"))
         except ValueError as exc:
             raise pytest.UsageError(f"--device: {exc}") from exc
+        if config.getoption("--device"):
+            # A device the user named must exist: a gate that asked for cuda:7 must not pass on the CPU alone.
+            for device in self.devices:
+                reason = device_unavailable_reason(device)
+                if reason:
+                    raise pytest.UsageError(f"--device={config.getoption('--device')}: {device}: {reason}")
+        self._check_reports(config.getoption("--report"))
+        self._check_budget(config.getoption("--max-elements"))
+        self.case_timeout = config.getoption("--case-timeout")
+        if self.case_timeout is None:
+            self.case_timeout = DEFAULT_CASE_TIMEOUT
+        if self.case_timeout < 0:
+            raise pytest.UsageError(f"--case-timeout={self.case_timeout:g}: must be 0 (no deadline) or more")
         self.dtypes = _parse_choice_list(config.getoption("--dtype"), DTYPES, "--dtype")
         from rmsnorm_conformance.contract import ALL_RULES
 
@@ -141,13 +178,47 @@ class ConformanceRun:
                 raise pytest.UsageError(f"--known-failures: {exc}") from exc
             self.collector.expected = manifest_rows(self.manifest)
         self.backends = self._resolve_backends(config.getoption("--backend"))
+        names = [b.name for b in self.backends]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise pytest.UsageError(f"--backend: two backends share the name {', '.join(map(repr, duplicates))}; "
+                                    "names key the report, so each must be unique")
+        if self.explicit_backends:
+            self.collector.named_backends = names
         self.collector.environment = fingerprint(self.devices, {
             "contract profile": config.getoption("--contract-profile"),
             "interface rules": "gate (--strict-interface)" if config.getoption("--strict-interface") else "warn",
             "sweep": self.sweep + (f", {max_examples} examples a test" if max_examples else ""),
             "backends": ", ".join(b.name for b in self.backends) or "none",
             "command": "pytest " + shlex.join(config.invocation_params.args),
+            "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
         })
+        isolation.WATCHDOG.on_hang = self._hung
+
+    def _check_reports(self, paths: list[str]) -> None:
+        """Every --report path: a known suffix and a writable place, checked before the run, not after it."""
+        for raw in paths:
+            path = Path(raw)
+            if path.is_dir():
+                raise pytest.UsageError(f"--report={raw}: is a directory")
+            if path.suffix not in REPORT_SUFFIXES:
+                raise pytest.UsageError(f"--report={raw}: unknown suffix {path.suffix or '(none)'!r}; use "
+                                        + " or ".join(REPORT_SUFFIXES))
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                probe = path.parent / f".{path.name}.probe"
+                probe.write_text("")
+                probe.unlink()
+            except OSError as exc:
+                raise pytest.UsageError(f"--report={raw}: cannot write there: {exc.strerror or exc}") from None
+
+    def _check_budget(self, max_elements: int | None) -> None:
+        if max_elements is None:
+            return
+        bound = _memory_bound(self.devices)
+        if not 1 <= max_elements <= bound:
+            raise pytest.UsageError(f"--max-elements={max_elements}: must be between 1 and {bound} (the devices' "
+                                    f"memory at {BYTES_PER_ELEMENT} bytes an element)")
 
     def _resolve_backends(self, option: str | None) -> list[Backend]:
         self.explicit_backends = bool(option)
@@ -163,6 +234,8 @@ class ConformanceRun:
         for spec in specs:
             try:
                 backend = load_backend(spec)
+            except DeclarationError as exc:
+                raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
             except (ImportError, RuntimeError, OSError) as exc:
                 if ":" in spec:  # the user's own module: a typo should stop the run, not skip it
                     raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
@@ -172,7 +245,11 @@ class ConformanceRun:
             if option:
                 chosen.append(backend)
                 continue
-            reasons = {str(d): device_unavailable_reason(d) or backend.unavailable_reason(d) for d in self.devices}
+            try:
+                reasons = {str(d): device_unavailable_reason(d) or backend.unavailable_reason(d) for d in self.devices}
+            except BackendError:
+                chosen.append(backend)  # its tests fail with the probe's error: never a quiet skip
+                continue
             if any(r is None for r in reasons.values()):
                 chosen.append(backend)
             else:
@@ -205,9 +282,49 @@ class ConformanceRun:
             lines.append(f"rmsnorm-conformance: replaying {self.replay_case!r}")
         return lines
 
+    # --- progress: the report on disk always says how far the run got --------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if _is_worker(self.config) or not self.active:
+            return
+        self.collector.incomplete = "the run started and has not finished"
+        self._write_reports()  # replaces a previous run's report at once: nothing stale looks current
+        if threading_is_main():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._terminate)
+
+    def _terminate(self, signum: int, frame: Any) -> None:
+        """SIGTERM (a CI timeout, `timeout`): stop as Ctrl-C does, so the report is written and the exit is not 0."""
+        self.interrupted_by = "terminated by SIGTERM"
+        raise KeyboardInterrupt("SIGTERM")
+
+    def _hung(self, message: str) -> None:
+        """Called by the watchdog just before it ends a process stuck in native code."""
+        if _is_worker(self.config):
+            return
+        self.collector.incomplete = f"a case {message}"
+        self.collector.unfinished = list(self.running)
+        self._write_reports()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if _is_worker(self.config) or not self.active:
+            return
+        self.running.append(nodeid)
+        self.collector.unfinished = list(self.running)
+        # Every start is written: a crash that kills the process (a segfault, os._exit, SIGKILL) leaves a report
+        # that says INCOMPLETE and names the test it died in.
+        self._write_reports()
+
+    def _write_reports(self) -> None:
+        for path in self.config.getoption("--report"):
+            with contextlib.suppress(OSError):  # checked writable at the start; a full disk must not stop the run
+                write_report(self.collector, path)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if _is_worker(self.config) or not self.active:
             return  # the controller receives every worker's reports and records them once
+        if report.when == "teardown" and report.nodeid in self.running:
+            self.running.remove(report.nodeid)
+            self.collector.unfinished = list(self.running)
         if report.when == "setup" and "conformance" in report.keywords:
             self.collector.conformance_tests += 1
         for name, value in report.user_properties:
@@ -215,6 +332,7 @@ class ConformanceRun:
                 self.collector.merge_json(value)
         outcomes = self.collector.outcomes
         where = _where(report.nodeid)
+        subject = _subject_property(report)
         if hasattr(report, "wasxfail"):  # a breach the known-failure manifest expects
             outcomes[report.nodeid] = {"outcome": "xfailed", "reason": str(report.wasxfail)[:300], "where": where}
         elif report.passed and report.when == "call":
@@ -222,37 +340,55 @@ class ConformanceRun:
         elif report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             outcomes[report.nodeid] = {"outcome": "skipped", "reason": reason.removeprefix("Skipped: "),
-                                       "where": where}
+                                       "where": where, **subject}
         elif report.failed:
             failure = dict(_failure_property(report) or {})
             if not failure:
                 lines = [_plain(ln) for ln in (report.longreprtext or "").splitlines() if _plain(ln)]
                 failure = {"reason": lines[-1] if lines else "", "replay": ""}
+            if report.nodeid in outcomes and outcomes[report.nodeid]["outcome"] in ("failed", "error"):
+                return  # a teardown error after a failed call: the first failure is the one to show
             outcomes[report.nodeid] = {"outcome": "failed" if report.when == "call" else "error",
                                        "reason": failure["reason"][:300], "replay": failure.get("replay", ""),
-                                       "where": where}
+                                       "rule": failure.get("rule", ""), "where": where, **subject}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if _is_worker(self.config) or not self.active:
             return
-        if (self.collector.conformance_tests and not self.collector.checks
-                and session.exitstatus == pytest.ExitCode.OK):
-            # Every conformance test was skipped: nothing was shown to hold, so the run must not pass.
-            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+        if self._previous_sigterm is not None and threading_is_main():
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        c = self.collector
+        outcomes = c.outcomes.values()
+        finished = len(outcomes) + c.passed_tests
+        c.not_started = max(0, session.testscollected - finished - len(self.running))
+        c.unfinished = list(self.running)
+        status = session.exitstatus
+        if status == pytest.ExitCode.INTERRUPTED or self.interrupted_by:
+            c.incomplete = self.interrupted_by or "interrupted (Ctrl-C or a signal)"
+        elif c.unfinished or c.not_started:
+            c.incomplete = (f"stopped early (exit status {int(status)}): {c.not_started} of "
+                            f"{session.testscollected} collected tests never ran")
+        else:
+            c.incomplete = ""
+        verdict = c.verdict()
+        if verdict == "INCOMPLETE" and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+        elif verdict == "NOT RUN" and status == pytest.ExitCode.OK:
+            # A named backend ran no check, or nothing ran at all: nothing was shown to hold.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if c.checks else pytest.ExitCode.NO_TESTS_COLLECTED
+        for name in c.named_but_not_run():
+            c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
+                                       "reasons above): nothing about it was shown to hold")
         seed = self.config.getoption("--hypothesis-seed", None)
         self.collector.environment["hypothesis seed"] = (
             seed or ("derandomized" if active_settings().derandomize else "random: printed by Hypothesis on failure"))
         self.collector.environment["exit status"] = int(session.exitstatus)
-        outcomes = self.collector.outcomes.values()
-        unrun = session.testscollected - len(outcomes) - self.collector.passed_tests
-        if unrun > 0:
-            # Stopped early (-x, Ctrl-C, a timeout): say how much of the run is missing from this report.
-            self.collector.add_not_run("remaining tests", "all", f"{unrun} of {session.testscollected} collected "
-                                       f"tests did not run: the run stopped early (exit status "
-                                       f"{int(session.exitstatus)})")
         for path in self.config.getoption("--report"):
-            self.written.append(str(write_report(self.collector, path)))
+            try:
+                self.written.append(str(write_report(self.collector, path)))
+            except OSError as exc:  # one unwritable report must not lose the others
+                self.written.append(f"{path} could NOT be written: {exc.strerror or exc}")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if _is_worker(self.config) or not self.active or not (
@@ -272,6 +408,12 @@ class ConformanceRun:
         if self.collector.verdict() == "NOT RUN":
             terminalreporter.write_line("")
             terminalreporter.write_line("no conformance check ran (see 'Did not run'): exit status 5", red=True)
+        if self.collector.verdict() == "INCOMPLETE":
+            terminalreporter.write_line("")
+            terminalreporter.write_line(f"the run is INCOMPLETE: {self.collector.incomplete}", red=True)
+        for name in self.collector.named_but_not_run():
+            terminalreporter.write_line(f"backend {name!r} was named with --backend but ran no check: NOT RUN",
+                                        red=True)
         for path in self.written:
             terminalreporter.write_line(f"report written: {path}")
         if not verbose and not self.written:
@@ -279,6 +421,32 @@ class ConformanceRun:
 
 
 FAILURE_PROPERTY = "rmsnorm_conformance_failure"
+SUBJECT_PROPERTY = "rmsnorm_conformance_subject"
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _subject_property(report: pytest.TestReport) -> dict[str, str]:
+    for name, value in report.user_properties:
+        if name == SUBJECT_PROPERTY:
+            return dict(value)
+    return {}
+
+
+def _memory_bound(devices: list[torch.device]) -> int:
+    """The largest element budget every device's memory can hold."""
+    sizes = []
+    for device in devices:
+        if device.type == "cuda" and torch.cuda.is_available():
+            sizes.append(torch.cuda.get_device_properties(device.index or 0).total_memory)
+        else:
+            with contextlib.suppress(ValueError, OSError, AttributeError):
+                sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return max(1, min(sizes or [1 << 36]) // BYTES_PER_ELEMENT)
 
 
 def _failure_property(report: pytest.TestReport) -> dict[str, str] | None:

@@ -32,7 +32,7 @@ def _no_forward_fp32(subject):
 def test_forward_fp32(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
-    out = subject.backend.forward_fp32(x, w, b.eps)
+    out = subject.forward_fp32(x, w, b.eps)
     bound = subject.profile.output_bound("float32")
     oracle = correctly_rounded(x, w, b.eps) if subject.profile.name == "strict" else None
     assert_within(subject, case, actual=out, reference=reference_fp32(x, w, b.eps),

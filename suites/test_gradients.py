@@ -20,7 +20,7 @@ def _cases(subject):
 
 
 def _no_backward(subject):
-    if subject.backend.supports_backward(subject.device):
+    if subject.backend.supports_backward(subject.device, subject.torch_dtype):
         return None
     return f"{subject.backend.name} has no backward (its output does not require grad)"
 
@@ -28,7 +28,9 @@ def _no_backward(subject):
 def _grads(subject, x, w, g, eps):
     x = x.detach().requires_grad_(True)
     w = w.detach().requires_grad_(True)
-    subject.forward(x, w, eps).backward(g)
+    y = subject.forward(x, w, eps)
+    with subject.isolated("backward"):
+        y.backward(g)
     return x.grad, w.grad
 
 

@@ -14,6 +14,7 @@ from rmsnorm_conformance.contract.reference import seed_formula_fp32
 from rmsnorm_conformance.harness import strategies
 from rmsnorm_conformance.harness.cases import AccuracyCase, NonfiniteCase
 from rmsnorm_conformance.harness.checks import assert_bitwise, assert_holds, assert_within, conformance, reference_fp32
+from rmsnorm_conformance.harness.comparison import compare_bitwise
 
 SMALL = 1 << 14  # elements: these checks are about behaviour, not scale
 
@@ -79,7 +80,7 @@ def test_dtype_routing(subject, case):
     assert_holds(subject, case, ok=got == want, dim=b.dim,
                  what=f"forward returned (dtype, shape, device) {got}, but should be {want}")
     if subject.backend.has_forward_fp32:
-        out32 = subject.backend.forward_fp32(x3, w, b.eps)
+        out32 = subject.forward_fp32(x3, w, b.eps)
         assert_holds(subject, case, ok=out32.dtype == torch.float32, dim=b.dim,
                      what=f"forward_fp32 returned {out32.dtype}, but should be torch.float32")
 
@@ -247,3 +248,20 @@ def test_input_errors(subject, case):
         assert_holds(subject, case, ok=ok and named, dim=b.dim,
                      what=f"{label}: " + (message if not ok else
                                           f"{_names(expected)} {message!r} does not name {', '.join(names)}"))
+
+
+@conformance(("semantics.global_state", "semantics.fresh_output"), AccuracyCase, _small)
+def test_isolation(subject, case):
+    """Every call of every test is watched for these two rules; this test makes the calls that show them most
+    plainly: two forwards of different batches in a row, then the first output compared with a copy taken when
+    it was returned, and each call's effect on torch's global state."""
+    b = case.batch
+    x, w = subject.inputs(b)
+    first = subject.forward(x, w, b.eps)
+    kept = first.detach().clone()
+    other = subject.to_device(b.x(rows=b.rows + 1, salt=13))
+    subject.forward(other, w, b.eps)
+    assert_holds(subject, case, ok=compare_bitwise(first.detach(), kept).equal, rule="semantics.fresh_output",
+                 dim=b.dim, what="the first output changed when a second batch went through the backend")
+    assert_holds(subject, case, ok=True, rule="semantics.global_state", dim=b.dim,
+                 what="torch's global state is watched around every call")

@@ -1,0 +1,192 @@
+"""Keeping a hostile backend from changing the run around it: torch's global state around each call, outputs
+copied as they are returned, exits refused, and a deadline on each case.
+
+A backend that flips the default dtype or grad mode would change every later case's input bits (replays stop
+reproducing) and make later backends' tests skip; one that returns the same buffer every call would have its
+bug blamed on Axis-A; one that hangs would hang the run. Each of these becomes a named failure of that
+backend instead, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def global_state() -> dict[str, Any]:
+    """The parts of torch's process-wide state a backend call could change and later cases would feel."""
+    state: dict[str, Any] = {
+        "default dtype": torch.get_default_dtype(),
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
+                                     torch.is_deterministic_algorithms_warn_only_enabled()),
+        "float32 matmul precision": torch.get_float32_matmul_precision(),
+        "cpu RNG state": torch.get_rng_state(),
+        "threads": torch.get_num_threads(),
+    }
+    if hasattr(torch, "get_default_device"):
+        state["default device"] = str(torch.get_default_device())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda RNG state"] = torch.cuda.get_rng_state()
+        state["cuda tf32 matmul"] = torch.backends.cuda.matmul.allow_tf32
+        state["cudnn tf32"] = torch.backends.cudnn.allow_tf32
+    return state
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    return a == b
+
+
+def _shown(value: Any) -> str:
+    return "changed" if isinstance(value, torch.Tensor) else repr(value)
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Names of the state entries that differ, with their values, for the failure message."""
+    return [f"{key} {_shown(before[key])} -> {_shown(after[key])}"
+            for key in before if key in after and not _same(before[key], after[key])]
+
+
+def restore(state: dict[str, Any]) -> None:
+    """Put back what a backend changed (inference mode cannot be left from outside; it is only reported)."""
+    torch.set_default_dtype(state["default dtype"])
+    torch.set_grad_enabled(state["grad mode"])
+    enabled, warn_only = state["deterministic algorithms"]
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    torch.set_float32_matmul_precision(state["float32 matmul precision"])
+    torch.set_rng_state(state["cpu RNG state"])
+    torch.set_num_threads(state["threads"])
+    if "default device" in state:
+        torch.set_default_device(None if state["default device"] == "cpu" else state["default device"])
+    if "cuda RNG state" in state:
+        torch.cuda.set_rng_state(state["cuda RNG state"])
+        torch.backends.cuda.matmul.allow_tf32 = state["cuda tf32 matmul"]
+        torch.backends.cudnn.allow_tf32 = state["cudnn tf32"]
+
+
+_FINGERPRINT_POINTS = 1 << 12  # a reused buffer overwritten by another batch changes nearly every element
+
+
+def fingerprint(t: torch.Tensor) -> torch.Tensor:
+    """The bits of about 4096 evenly spaced elements of ``t`` (all of them for small tensors), on its device:
+    enough to see a buffer overwritten by a later call, at a fraction of the cost of a full copy."""
+    flat = t.detach().reshape(-1)
+    step = max(1, flat.numel() // _FINGERPRINT_POINTS)
+    sample = flat[::step].clone()
+    if sample.dtype.is_floating_point:
+        sample = sample.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[sample.element_size()])
+    return sample
+
+
+class ExitRefused(RuntimeError):
+    """A backend called os._exit during a call: refused, and a failure of that backend."""
+
+
+@contextlib.contextmanager
+def no_exit(name: str) -> Iterator[None]:
+    """While a backend runs, ``os._exit`` raises instead of ending the process with status 0 and no report."""
+    real = os._exit
+
+    def refuse(status: int) -> None:
+        raise ExitRefused(f"{name} called os._exit({status}) during a call")
+
+    os._exit = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+class CaseTimedOut(BaseException):
+    """A case ran past its deadline. A BaseException, so that Hypothesis does not try to shrink it by running
+    more cases that may hang as long."""
+
+
+class Watchdog:
+    """The last resort for a backend stuck inside native code, where no Python signal handler runs: past the
+    deadline plus a grace period it calls ``on_hang`` (which writes the report), then ends the process, so
+    that pytest-xdist reports the crashed test and goes on with a fresh worker."""
+
+    GRACE = 30.0  # seconds past the case deadline: long enough for a signal to land in slow Python code
+
+    def __init__(self) -> None:
+        self._deadline: float | None = None
+        self._what = ""
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.on_hang: Callable[[str], None] | None = None
+
+    def arm(self, seconds: float, what: str) -> None:
+        with self._lock:
+            self._deadline = time.monotonic() + seconds + self.GRACE
+            self._what = what
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="rmsnorm-conformance-watchdog",
+                                                daemon=True)
+                self._thread.start()
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._deadline = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1.0)
+            with self._lock:
+                late = self._deadline is not None and time.monotonic() > self._deadline
+                what = self._what
+            if late:
+                message = f"hung past its deadline in native code: {what}"
+                if self.on_hang is not None:
+                    with contextlib.suppress(Exception):
+                        self.on_hang(message)
+                os._exit(2)  # pytest's "interrupted" status; under xdist, a crashed worker
+
+
+WATCHDOG = Watchdog()
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str) -> Iterator[None]:
+    """Raise :class:`CaseTimedOut` in this thread if the block runs longer than ``seconds`` (0: no deadline).
+
+    A SIGALRM timer interrupts Python code, sleeps and waits; the watchdog covers native code. An alarm another
+    plugin had pending is restored afterwards.
+    """
+    if seconds <= 0:
+        yield
+        return
+    use_signal = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    WATCHDOG.arm(seconds, what)
+    if not use_signal:
+        try:
+            yield
+        finally:
+            WATCHDOG.disarm()
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CaseTimedOut(f"did not return within {seconds:g} s (--case-timeout): {what}")
+
+    started = time.monotonic()
+    previous_handler = signal.signal(signal.SIGALRM, expire)
+    previous_timer = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        WATCHDOG.disarm()
+        if previous_timer[0] > 0:
+            remaining = max(previous_timer[0] - (time.monotonic() - started), 0.001)
+            signal.setitimer(signal.ITIMER_REAL, remaining, previous_timer[1])

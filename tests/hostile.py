@@ -1,0 +1,192 @@
+"""Backends that attack the harness rather than the contract: they raise, hang, crash, exit, lie about their
+capabilities or leak global state. tests/test_adversarial.py runs each and checks that none of them can end in
+PASS, exit status 0 or a missing report.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+
+
+class NeverAvailable(NativeRMSNormOp):
+    """Says it cannot run anywhere: named explicitly, it must read NOT RUN, never PASS."""
+
+    name = "never_available"
+
+    def unavailable_reason(self, device: torch.device) -> str:
+        return "this backend never runs"
+
+
+class AvailabilityProbeRaises(NativeRMSNormOp):
+    """Its availability probe raises: an error of the backend, not a reason to skip it."""
+
+    name = "probe_raises"
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        raise RuntimeError("driver query failed")
+
+
+class StringDtypes(NativeRMSNormOp):
+    """Declares its dtypes as strings: the declaration is unreadable, and says so at load time."""
+
+    name = "string_dtypes"
+    dtypes = ("bfloat16", "float16")
+
+
+class BadDevices(NativeRMSNormOp):
+    name = "bad_devices"
+    devices = 5
+
+
+class Bf16OnlyWrongBackward(NativeRMSNormOp):
+    """bf16 only, with a backward three times too large: an fp32-only backward probe would call it
+    backward-less and its gradient rules would never run."""
+
+    name = "bf16_wrong_backward"
+    dtypes = (torch.bfloat16,)
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"bf16 only, got {x.dtype}")
+        y = super().forward(x, weight, eps)
+        return y * 3 - (y * 2).detach()  # same value, three times the gradient
+
+
+class RaisesAboveRows(NativeRMSNormOp):
+    """Raises for batches of more than 64 rows, as a kernel with a fixed grid would."""
+
+    name = "raises_above_64"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.reshape(-1, x.shape[-1]).shape[0] > 64:
+            raise RuntimeError("grid too large | <b>boom</b> `tick`")
+        return super().forward(x, weight, eps)
+
+
+class ReturnsNone(NativeRMSNormOp):
+    name = "returns_none"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        super().forward(x, weight, eps)
+        return None  # type: ignore[return-value]
+
+
+class ReturnsList(NativeRMSNormOp):
+    name = "returns_list"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return [super().forward(x, weight, eps)]  # type: ignore[return-value]
+
+
+class InterruptsAfterFirstCall(NativeRMSNormOp):
+    """Raises KeyboardInterrupt, as Ctrl-C during a kernel would."""
+
+    name = "interrupts"
+    calls = 0
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        type(self).calls += 1
+        if type(self).calls > 1:
+            raise KeyboardInterrupt
+        return super().forward(x, weight, eps)
+
+
+class Sleeps(NativeRMSNormOp):
+    """Hangs in Python (a sleep) on its second call."""
+
+    name = "sleeps"
+    calls = 0
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        type(self).calls += 1
+        if type(self).calls > 1:
+            time.sleep(float(os.environ.get("HOSTILE_SLEEP", "600")))
+        return super().forward(x, weight, eps)
+
+
+class ExitsZero(NativeRMSNormOp):
+    """Calls os._exit(0) mid-run: in a serial run that would end the process with status 0 and no report."""
+
+    name = "exits_zero"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        os._exit(0)
+
+
+class Segfaults(NativeRMSNormOp):
+    """Kills its own process with SIGSEGV, as a kernel reading out of bounds would."""
+
+    name = "segfaults"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(5)
+        return super().forward(x, weight, eps)
+
+
+class SetsDefaultDtype(NativeRMSNormOp):
+    """Leaves torch's default dtype at float64: later cases' inputs would change bits."""
+
+    name = "sets_default_dtype"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        torch.set_default_dtype(torch.float64)
+        return super().forward(x, weight, eps)
+
+
+class DisablesGrad(NativeRMSNormOp):
+    """Turns grad mode off and leaves it off: later backends' gradient tests would quietly skip."""
+
+    name = "disables_grad"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        torch.set_grad_enabled(False)
+        return super().forward(x, weight, eps)
+
+
+class ReusedOutputBuffer(NativeRMSNormOp):
+    """Returns the same tensor every call, as a CUDA-graph static output does: a fresh-output breach that must
+    not be blamed on Axis-A."""
+
+    name = "reused_output"
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        y = super().forward(x, weight, eps)
+        if self._buffer is None or self._buffer.numel() < y.numel() or self._buffer.dtype != y.dtype:
+            self._buffer = torch.empty(y.numel() * 4 + 4096, dtype=y.dtype, device=y.device)
+        out = self._buffer[: y.numel()].view(y.shape)
+        out.copy_(y)
+        return out
+
+
+class NastyName(NativeRMSNormOp):
+    """A name made to break markdown tables and inject markup."""
+
+    name = "nasty|name\n<script>x</script>`"
+
+
+class ImpostorNative(NativeRMSNormOp):
+    """Claims the name of the ground truth."""
+
+    name = "native"
+
+
+class InfiniteStatistics(NativeRMSNormOp):
+    """Returns +inf where the reference is finite: its report carries non-finite errors, which JSON must encode."""
+
+    name = "infinite_stats"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        y = super().forward(x, weight, eps)
+        y = y.clone()
+        y.reshape(-1)[:1] = float("inf")
+        return y

@@ -1,0 +1,306 @@
+"""The harness under attack: hostile backends (tests/hostile.py) and bad options. Whatever a backend or a user
+does, the run never ends in PASS, exit status 0 or a missing report unless every check ran and held.
+
+Each case runs the installed plugin in a subprocess, as a CI gate would, and checks the exit status, the
+report's verdict and what the report says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+H = "tests.hostile"
+FAST = ["--sweep=ci", "--max-examples=2", "--dtype=float32", "--device=cpu", "-p", "no:cacheprovider"]
+
+
+def _strict_json(text: str) -> dict:
+    def refuse(name: str) -> None:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture
+def gate(pytester, monkeypatch):
+    """Run the suites in a subprocess; return the result and the JSON report (None when none was written)."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+    def go(*args: str, report: str = "r.json", fast: bool = True):
+        result = pytester.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", *(FAST if fast else ()),
+                                               f"--report={report}", *args)
+        path = pytester.path / report
+        data = _strict_json(path.read_text()) if path.exists() and path.suffix == ".json" else None
+        return result, data
+
+    return go
+
+
+# --- skips and lies cannot pass ------------------------------------------------------------------------------
+
+def test_named_backend_that_never_runs_is_not_run_and_fails(gate):
+    result, data = gate(f"--backend=native,{H}:NeverAvailable", "--rule=axis_b.output")
+    assert result.ret == 1
+    assert data["verdict"] == "NOT RUN" and data["named_but_not_run"] == ["never_available"]
+    assert "named with --backend but ran no check" in result.stdout.str()
+
+
+def test_named_backend_alone_that_never_runs_exits_nonzero(gate):
+    result, data = gate(f"--backend={H}:NeverAvailable", "--rule=axis_b.output")
+    assert result.ret == 5
+    assert data["verdict"] == "NOT RUN"
+
+
+def test_availability_probe_that_raises_is_a_failure_not_a_skip(gate):
+    result, data = gate(f"--backend={H}:AvailabilityProbeRaises", "--rule=axis_b.output")
+    assert result.ret == 1
+    assert data["verdict"] == "FAIL"
+    assert "driver query failed" in json.dumps(data["outcomes"])
+
+
+@pytest.mark.parametrize(("spec", "attribute"), [("StringDtypes", "'dtypes'"), ("BadDevices", "'devices'")])
+def test_unreadable_capability_declarations_are_usage_errors(gate, spec, attribute):
+    result, data = gate(f"--backend={H}:{spec}", "--rule=axis_b.output")
+    assert result.ret == 4
+    assert attribute in result.stderr.str()
+    assert data["verdict"] == "NOT RUN" and data["usage_error"]
+
+
+def test_bf16_only_backward_is_probed_in_bf16_and_caught(gate):
+    result, data = gate(f"--backend={H}:Bf16OnlyWrongBackward", "--rule=gradients.*", "--dtype=bfloat16")
+    assert result.ret == 1
+    assert data["verdict"] == "FAIL"
+    failed = {s["rule"] for s in data["summaries"] if s["failures"]}
+    assert "gradients.dx_tolerance" in failed
+
+
+def test_a_device_that_does_not_exist_is_a_usage_error(gate):
+    result, data = gate("--backend=native", "--rule=axis_b.output", "--device=cpu,cuda:7")
+    assert result.ret == 4
+    assert "cuda:7" in result.stderr.str()
+    assert data["verdict"] == "NOT RUN"
+
+
+# --- exceptions and bad return values count against the backend --------------------------------------------
+
+def test_a_backend_that_raises_fails_with_the_exception_case_and_replay(gate, pytester):
+    result, data = gate(f"--backend={H}:RaisesAboveRows", "--rule=axis_a.batch_size", "--report=r.md")
+    assert result.ret == 1
+    assert data["verdict"] == "FAIL"
+    row = next(s for s in data["summaries"] if s["failures"])
+    assert "raised RuntimeError: grid too large" in row["failing_detail"]
+    assert row["failing_case"].startswith("BatchSizeCase(") and "--replay=" in row["replay"]
+    md = (pytester.path / "r.md").read_text()
+    assert md.startswith("# RMSNorm conformance report: FAIL")
+    assert "<b>" not in md, "markup from an exception message must be escaped"
+
+
+@pytest.mark.parametrize(("spec", "type_name"), [("ReturnsNone", "NoneType"), ("ReturnsList", "list")])
+def test_a_backend_that_returns_no_tensor_fails(gate, spec, type_name):
+    result, data = gate(f"--backend={H}:{spec}", "--rule=axis_b.output")
+    assert result.ret == 1
+    assert data["verdict"] == "FAIL"
+    assert f"returned {type_name}, not a torch.Tensor" in json.dumps(data)
+
+
+# --- interruptions, signals, crashes and hangs never read PASS -------------------------------------------------
+
+def test_keyboard_interrupt_is_incomplete_and_names_the_test(gate):
+    result, data = gate(f"--backend={H}:InterruptsAfterFirstCall", "--rule=axis_a.repeat")
+    assert result.ret == 2
+    assert data["verdict"] == "INCOMPLETE" and not data["complete"]
+    assert any("test_repeat" in n for n in data["unfinished"])
+    result.stdout.fnmatch_lines(["*RMSNorm conformance: INCOMPLETE*"])
+
+
+def _spawn(tmp: Path, *args: str, env_extra: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", *FAST, *args],
+                            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(path: Path, needle: str, seconds: float = 120) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if path.exists() and needle in path.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never said {needle!r}")
+
+
+def test_sigterm_writes_an_incomplete_report_and_exits_nonzero(tmp_path):
+    report = tmp_path / "r.json"
+    proc = _spawn(tmp_path, f"--backend={H}:Sleeps", "--rule=axis_a.repeat", f"--report={report}",
+                  "--case-timeout=0")
+    _wait_for(report, "test_repeat")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, None), out
+    data = _strict_json(report.read_text())
+    assert data["verdict"] == "INCOMPLETE" and "SIGTERM" in data["incomplete"]
+    assert any("test_repeat" in n for n in data["unfinished"])
+
+
+def test_os_exit_zero_is_refused_and_fails(gate):
+    result, data = gate(f"--backend={H}:ExitsZero", "--rule=axis_b.output")
+    assert result.ret == 1
+    assert data["verdict"] == "FAIL"
+    assert "called os._exit(0)" in json.dumps(data)
+
+
+def test_a_segfault_leaves_an_incomplete_report_naming_the_test(tmp_path):
+    report = tmp_path / "r.json"
+    # A PASS report from an earlier run is in place; the crash must not leave it looking current.
+    report.write_text(json.dumps({"format": "rmsnorm-conformance-report/1", "verdict": "PASS"}))
+    proc = _spawn(tmp_path, f"--backend={H}:Segfaults", "--rule=axis_b.output", f"--report={report}")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, out
+    data = _strict_json(report.read_text())
+    assert data["verdict"] == "INCOMPLETE"
+    assert any("test_output" in n for n in data["unfinished"])
+
+
+def test_a_segfault_under_xdist_fails_the_run_and_names_the_test(gate):
+    result, data = gate(f"--backend={H}:Segfaults", "--rule=axis_b.output", "-n", "2")
+    assert result.ret != 0
+    assert data["verdict"] in ("FAIL", "INCOMPLETE")
+    assert any("test_output" in n for n in data["outcomes"]) or data["unfinished"]
+
+
+def test_a_hung_case_times_out_and_the_run_goes_on(gate, monkeypatch):
+    monkeypatch.setenv("HOSTILE_SLEEP", "600")
+    started = time.monotonic()
+    result, data = gate(f"--backend={H}:Sleeps,native", "--rule=axis_a.repeat,axis_b.output", "--case-timeout=3")
+    assert time.monotonic() - started < 400
+    assert result.ret == 1
+    assert data["verdict"] == "FAIL"
+    assert "did not return within 3 s" in json.dumps(data)
+    native = [s for s in data["summaries"] if s["backend"] == "native"]
+    assert native and not any(s["failures"] for s in native), "the run must go on after the hang"
+
+
+# --- global state and reused buffers ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("spec", "what"), [("SetsDefaultDtype", "default dtype"), ("DisablesGrad", "grad mode")])
+def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, spec, what):
+    result, data = gate(f"--backend={H}:{spec},native", "--rule=axis_b.output,gradients.dx_batch_invariance")
+    assert result.ret == 1
+    failed = {(s["backend"], s["rule"]) for s in data["summaries"] if s["failures"]}
+    assert any(rule == "semantics.global_state" for _, rule in failed)
+    assert what in json.dumps(data)
+    native = [s for s in data["summaries"] if s["backend"] == "native"]
+    assert {s["rule"] for s in native} >= {"axis_b.output", "gradients.dx_batch_invariance"}
+    assert not any(s["failures"] for s in native)
+
+
+def test_a_reused_output_buffer_fails_fresh_output_not_axis_a(gate):
+    result, data = gate(f"--backend={H}:ReusedOutputBuffer", "--rule=axis_a.position,axis_a.permutation")
+    assert result.ret == 1
+    failed = {s["rule"] for s in data["summaries"] if s["failures"]}
+    assert failed == {"semantics.fresh_output"}
+
+
+# --- options are checked before the run ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("--report=out.txt", "unknown suffix"),
+    ("--report=adir", "is a directory"),
+    ("--report=/proc/no/such/r.md", "cannot write there"),
+    ("--max-elements=100000000000000", "must be between 1 and"),
+    ("--max-elements=0", "must be between 1 and"),
+    ("--case-timeout=-1", "--case-timeout"),
+    ("--hypothesis-profile=bogus", "no such Hypothesis profile"),
+    ("--backend=native,tests.hostile:ImpostorNative", "share the name 'native'"),
+    ("--dtype=fp32", "--dtype=fp32: unknown"),
+    ("--rule=axis_z.*", "--rule=axis_z.*: unknown"),
+])
+def test_bad_options_are_usage_errors_naming_option_and_value(gate, pytester, option, message):
+    (pytester.path / "adir").mkdir()
+    result, _ = gate("--backend=native", option)
+    assert result.ret == 4
+    assert message in result.stderr.str() + result.stdout.str()
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("m.toml", '[[expected]]\nbackend="native"\ndevice="cpu"\nrule="axis_b.output"\nreason="r"\ndtype="fp32"\n',
+     "dtype 'fp32' matches no contract dtype"),
+    ("m.toml", 'expected = ["x"]\n', "entry 1 must be a table"),
+    ("m.json", '[{"backend": "native"}]', "top level must be a table"),
+    ("m.toml", "[[expected]\nbackend=", "not valid TOML"),
+    ("m.toml", '[[expected]]\nbackend="native"\ndevice="cpu"\nrule="axis_b.nothing"\nreason="r"\n',
+     "matches no contract rule"),
+])
+def test_bad_manifests_are_usage_errors_naming_the_file(gate, pytester, name, text, message):
+    (pytester.path / name).write_text(text)
+    result, data = gate("--backend=native", f"--known-failures={name}", "--rule=axis_b.output")
+    assert result.ret == 4
+    err = result.stderr.str()
+    assert message in err and name in err
+    assert data["verdict"] == "NOT RUN"
+
+
+@pytest.mark.parametrize("case", [
+    "AccuracyCase.__init__.__globals__",
+    "().__class__.__bases__[0].__subclasses__()",
+    "AccuracyCase(batch=Batch(dim=8, rows=2, dtype='float32', values=__import__('os').system('echo pwned')))",
+    "Batch.__dict__",
+    "AccuracyCase(batch=Batch(dim=0, rows=2, dtype='float32'))",
+    "AccuracyCase(batch=Batch(dim=8, rows=2, dtype='fp32'))",
+    "AccuracyCase(batch=Batch(dim=8, rows=2, dtype='float32', values='nope'))",
+    "AccuracyCase(batch=Batch(dim=8, rows=2, dtype='float32', eps=-1.0))",
+    "(lambda: 1)()",
+    "AccuracyCase(*[1])",
+])
+def test_replay_never_executes_code_and_refuses_bad_cases(gate, pytester, case):
+    result, _ = gate("--backend=native", "--rule=axis_b.output", f"--replay={case}")
+    assert result.ret == 4
+    assert "pwned" not in result.stdout.str()
+
+
+def test_replay_of_the_wrong_case_type_or_dtype_is_a_usage_error(gate):
+    wrong_type = "BatchSizeCase(batch=Batch(dim=8, rows=4, dtype='float32'), length=1)"
+    result, _ = gate("--backend=native", "--rule=axis_b.output", f"--replay={wrong_type}")
+    assert result.ret == 4 and "no selected conformance test takes BatchSizeCase" in result.stderr.str()
+    wrong_dtype = "AccuracyCase(batch=Batch(dim=8, rows=4, dtype='bfloat16'))"
+    result, _ = gate("--backend=native", "--rule=axis_b.output", f"--replay={wrong_dtype}")
+    assert result.ret == 4
+
+
+# --- what reports say cannot be corrupted by what a backend says ---------------------------------------------
+
+def test_markdown_survives_hostile_names_and_json_is_strict(gate, pytester):
+    result, data = gate(f"--backend={H}:NastyName,{H}:InfiniteStatistics", "--rule=axis_b.output",
+                        "--report=r.md")
+    assert result.ret == 1 and data["verdict"] == "FAIL"
+    md = (pytester.path / "r.md").read_text()
+    assert "<script>" not in md
+    for table in md.split("\n\n"):
+        rows = [line for line in table.splitlines() if line.startswith("|")]
+        if rows:
+            widths = {line.replace("\\|", "").count("|") for line in rows}
+            assert len(widths) == 1, f"a table row has a different number of cells:\n{table}"
+    assert "nasty\\|name<br>&lt;script&gt;" in md
+
+
+def test_non_finite_statistics_are_encoded_explicitly(tmp_path):
+    from rmsnorm_conformance.harness.records import Check, Collector
+    from rmsnorm_conformance.harness.render import write_report
+
+    c = Collector()
+    c.add(Check("b", "cpu", "float32", 8, "axis_b.output", False, max_abs=float("inf"), max_rel=float("nan"),
+                margin=float("inf")))
+    data = _strict_json(write_report(c, tmp_path / "r.json").read_text())
+    (summary,) = data["summaries"]
+    assert (summary["max_abs"], summary["max_rel"], summary["margin"]) == ("inf", "nan", "inf")
+    back = Collector.from_json(data)
+    (again,) = back.summaries.values()
+    assert again.max_abs == float("inf") and again.max_rel != again.max_rel
