@@ -185,3 +185,61 @@ def test_a_run_stopped_early_says_how_many_tests_did_not_run(run, pytester):
     data = json.loads((pytester.path / "early.json").read_text())
     assert data["verdict"] == "INCOMPLETE" and "stopped early" in data["incomplete"]
     assert data["not_started"] > 0
+
+
+def test_header_names_backends_devices_contract_and_sweep(run):
+    result = run("--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu", "--dtype=float32",
+                 "--rule=axis_b.output", "--max-examples=2")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "rmsnorm-conformance: contract 2.*, profile seed, sweep ci",
+        "rmsnorm-conformance: backends native; devices cpu; dtypes float32",
+        "rmsnorm-conformance: rules axis_b.output",
+    ])
+
+
+def test_max_examples_and_rule_selection_shape_the_sweep(run, pytester):
+    result = run("--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu", "--dtype=float32",
+                 "--rule=axis_b.output", "--max-examples=3", "--report=r.json")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*1 passed*deselected*"])
+    data = json.loads((pytester.path / "r.json").read_text())
+    assert data["totals"]["checks"] == 3
+    assert {s["rule"] for s in data["summaries"]} == {"axis_b.output"}
+
+
+def test_hypothesis_statistics_and_events_are_shown(run):
+    result = run("--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu", "--dtype=float32",
+                 "--rule=axis_a.padding", "--max-examples=4", "--hypothesis-show-statistics")
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "test_padding[native-cpu-float32]" in out and "4 passing" in out
+    assert "Events:" in out and "content " in out
+
+
+def test_installed_but_unused_changes_nothing_for_a_users_own_tests(pytester, monkeypatch):
+    """With the plugin installed and no conformance option, a user's run is as without it: Hypothesis keeps
+    its defaults, no environment variable appears, and nothing of the harness is printed."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makepyfile(test_user="""
+        import os
+        from hypothesis import given, settings, strategies as st
+
+        CALLS = []
+
+        @given(st.integers())
+        def test_default_settings(n):
+            CALLS.append(n)
+
+        def test_after():
+            assert settings().max_examples == 100
+            assert settings().deadline is not None
+            assert len(CALLS) == 100
+            assert "TRITON_INTERPRET" not in os.environ
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert result.ret == 0, result.stdout.str()
+    # pytest's own "plugins:" line lists every installed plugin; nothing else may mention the harness.
+    lines = (result.stdout.str() + result.stderr.str()).lower().splitlines()
+    assert not [line for line in lines if "rmsnorm" in line and not line.startswith("plugins:")]
