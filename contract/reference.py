@@ -1,9 +1,11 @@
 """The contract's reference: a pure-PyTorch fp32 RMSNorm whose bits cannot depend on the batch, on any device,
 forward and backward, plus the fp64 oracle that bounds its error and the seed's formula for cross-checks.
 
-torch's own reductions pick their reduction tree from the number of rows (aten's Reduce.cuh), so the sum
-of squares here is a fixed pairwise tree built from elementwise adds only: pad the row to a power of two
-with zeros, then add the two halves until one column is left. sqrt and division are correctly rounded.
+torch's own reductions pick their reduction tree from the number of rows (aten's Reduce.cuh), so the sums
+here follow the contract's canonical order (contract/canonical_order.py) with elementwise ops only. CPU and
+GPU bits agree because every step is correctly rounded on both: operands are tensors (torch's CUDA division
+by a Python number multiplies by its reciprocal) and the sqrt goes through fp64 (torch's CPU float sqrt is
+not correctly rounded).
 The harness judges every backend against this module; the native backend is a thin adapter over it.
 """
 
@@ -12,28 +14,49 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .canonical_order import GROUP, padded_width
 from .inputs import check_inputs
 
 
-def sum_fixed_order(t: torch.Tensor) -> torch.Tensor:
-    """Sum over the last dim, keepdim, by a pairwise tree whose shape depends only on the dim's size.
-
-    Zero padding to a power of two changes no sum except that of a row of -0.0 (to +0.0), which this
-    module never sums.
-    """
-    size = t.shape[-1]
-    width = 1 << max(size - 1, 0).bit_length()
-    if width != size:
-        t = F.pad(t, (0, width - size))
+def _halve(t: torch.Tensor, width: int) -> torch.Tensor:
+    """Add the two halves of the last dim (of size ``width``, a power of two) until one element is left."""
     while width > 1:
         width //= 2
         t = t[..., :width] + t[..., width:]
     return t
 
 
+def sum_fixed_order(t: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim, keepdim, in the canonical order: pad with +0.0 to ``padded_width``, reduce each
+    group of ``GROUP`` consecutive elements by halving, then the group sums by halving.
+
+    The padding changes no sum except that of a row of -0.0 (to +0.0).
+    """
+    size = t.shape[-1]
+    width = padded_width(size)
+    if width != size:
+        t = F.pad(t, (0, width - size))
+    groups = _halve(t.unflatten(-1, (width // GROUP, GROUP)), GROUP).squeeze(-1)
+    return _halve(groups, width // GROUP)
+
+
 def sum_of_squares_fixed_order(x32: torch.Tensor) -> torch.Tensor:
-    """Sum of squares over the last dim, keepdim, in the fixed order of :func:`sum_fixed_order`."""
+    """Sum of squares over the last dim, keepdim, in the canonical order of :func:`sum_fixed_order`."""
     return sum_fixed_order(x32 * x32)
+
+
+def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
+    """``value`` as an fp32 tensor on ``like``'s device, so that arithmetic with it is tensor arithmetic."""
+    return torch.full((), value, dtype=torch.float32, device=like.device)
+
+
+def _rms(x32: torch.Tensor, eps: float) -> torch.Tensor:
+    """``sqrt(S / D + eps)`` per row, keepdim: the canonical order's normalize step up to the division by it."""
+    mean = sum_of_squares_fixed_order(x32) / _scalar(x32.shape[-1], x32)
+    # torch's CPU float sqrt is not correctly rounded (about one result in six is an ulp off; measured on
+    # torch 2.13, every CPU capability); the CUDA one is. The fp64 sqrt of an fp32 value, rounded to fp32,
+    # is the correctly rounded fp32 sqrt on both.
+    return torch.sqrt((mean + _scalar(eps, x32)).double()).float()
 
 
 class _FixedOrderRMSNorm(torch.autograd.Function):
@@ -46,7 +69,7 @@ class _FixedOrderRMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x32: torch.Tensor, w32: torch.Tensor,
                 eps: float) -> torch.Tensor:
-        rms = torch.sqrt(sum_of_squares_fixed_order(x32) / x32.shape[-1] + eps)
+        rms = _rms(x32, eps)
         ctx.save_for_backward(x32, w32, rms)
         # x / rms rounds once where x * rsqrt(.) rounds twice; both are the contract's formula.
         return (x32 / rms) * w32
@@ -57,11 +80,12 @@ class _FixedOrderRMSNorm(torch.autograd.Function):
         grad = grad.float()
         gw = grad * w32
         # d/dx_j of x_j * w_j / rms = (g_j w_j - x_j * mean(g w x) / rms^2) / rms
-        mean_gwx = sum_fixed_order(gw * x32) / x32.shape[-1]
+        mean_gwx = sum_fixed_order(gw * x32) / _scalar(x32.shape[-1], x32)
         dx = (gw - x32 * (mean_gwx / (rms * rms))) / rms
-        # dw sums over every row: a fixed tree over the flattened rows, the same on every run and device.
+        # dw sums over every row in the canonical order, rows in place of elements; the + 0.0 makes a zero
+        # sum +0.0 whatever zero rows a kernel pads with.
         per_row = (grad * (x32 / rms)).reshape(-1, x32.shape[-1])
-        dw = sum_fixed_order(per_row.t()).reshape(-1) if per_row.shape[0] else torch.zeros_like(w32)
+        dw = sum_fixed_order(per_row.t()).reshape(-1) + 0.0 if per_row.shape[0] else torch.zeros_like(w32)
         return dx, dw, None
 
 

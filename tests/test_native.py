@@ -1,15 +1,137 @@
-"""The ground truth itself: invariant by construction, close to the fp64 oracle, differentiable."""
+"""The ground truth itself: the canonical order pinned by hand and by an independent implementation,
+invariant by construction, close to the fp64 oracle, differentiable."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
-from rmsnorm_conformance.contract.reference import oracle_fp64, sum_of_squares_fixed_order
+from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
+from rmsnorm_conformance.contract.reference import oracle_fp64, sum_fixed_order, sum_of_squares_fixed_order
 from rmsnorm_conformance.harness.comparison import compare_bitwise, ulp_distance
 
 OP = NativeRMSNormOp()
+TINY = 2.0**-24  # half an ulp of 1.0 in fp32: 1 + TINY rounds back to 1, 1 + 2 * TINY does not
+
+
+# ------------------------------------------------------------------------------------------------------
+# The canonical order, by hand.
+
+
+def _row(dim: int, values: dict[int, float]) -> torch.Tensor:
+    row = torch.zeros(1, dim)
+    for index, value in values.items():
+        row[0, index] = value
+    return row
+
+
+def test_one_group_is_halved_inside():
+    """[a, b, c] pads to [a, b, c, 0, 0, 0, 0, 0]: (a + c) + b, not (a + b) + c nor a + (b + c)."""
+    s = sum_fixed_order(_row(3, {0: 1.0, 1: TINY, 2: TINY}))
+    assert s.item() == 1.0  # (1 + TINY) + TINY: each add rounds back to 1
+    s = sum_fixed_order(_row(3, {0: TINY, 1: 1.0, 2: TINY}))
+    assert s.item() == 1.0 + 2 * TINY  # (TINY + TINY) + 1 is exact
+
+
+def test_groups_are_halved_across():
+    """Four groups of 8 with sums g0..g3 reduce as (g0 + g2) + (g1 + g3), not in sequence."""
+    s = sum_fixed_order(_row(32, {0: 1.0, 8: TINY, 16: TINY, 24: -1.0}))
+    assert s.item() == TINY  # (1 + TINY) + (TINY - 1) = 1 + (-1 + TINY)
+    one, tiny = np.float32(1.0), np.float32(TINY)
+    assert ((one + tiny) + tiny) - one == 0.0  # the sequential order gives another answer
+
+
+def test_element_order_inside_a_group_comes_before_the_groups():
+    """Element 4 of group 0 meets element 0 of group 0 before group 1 is added."""
+    s = sum_fixed_order(_row(16, {0: 1.0, 4: TINY, 8: TINY}))
+    assert s.item() == 1.0  # (1 + TINY) + TINY
+    s = sum_fixed_order(_row(16, {0: TINY, 4: TINY, 8: 1.0}))
+    assert s.item() == 1.0 + 2 * TINY
+
+
+@pytest.mark.parametrize(("size", "width"), [(1, 8), (7, 8), (8, 8), (9, 16), (128, 128), (129, 256),
+                                             (4096, 4096), (4097, 8192)])
+def test_padded_width(size, width):
+    assert padded_width(size) == width
+
+
+# ------------------------------------------------------------------------------------------------------
+# The canonical order, against a straightforward implementation of its written steps in numpy float32.
+
+
+def _canonical_sum(values: list) -> np.float32:
+    """The written steps literally: pad with +0.0, halve each group of GROUP, halve the group sums."""
+    width = padded_width(len(values))
+    v = [np.float32(a) for a in values] + [np.float32(0.0)] * (width - len(values))
+    sums = []
+    for start in range(0, width, GROUP):
+        group = v[start : start + GROUP]
+        while len(group) > 1:
+            half = len(group) // 2
+            group = [group[i] + group[i + half] for i in range(half)]
+        sums.append(group[0])
+    while len(sums) > 1:
+        half = len(sums) // 2
+        sums = [sums[i] + sums[i + half] for i in range(half)]
+    return sums[0]
+
+
+def _canonical_forward(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    out = np.empty_like(x)
+    d, e = np.float32(x.shape[1]), np.float32(eps)
+    for r, row in enumerate(x):
+        rms = np.sqrt(_canonical_sum([a * a for a in row]) / d + e)
+        out[r] = [(a / rms) * b for a, b in zip(row, w, strict=True)]
+    return out
+
+
+def _canonical_backward(x: np.ndarray, w: np.ndarray, g: np.ndarray, eps: float):
+    d, e = np.float32(x.shape[1]), np.float32(eps)
+    dx = np.empty_like(x)
+    products = np.empty_like(x)
+    for r, (row, grow) in enumerate(zip(x, g, strict=True)):
+        rms = np.sqrt(_canonical_sum([a * a for a in row]) / d + e)
+        gw = [a * b for a, b in zip(grow, w, strict=True)]
+        c = (_canonical_sum([a * b for a, b in zip(gw, row, strict=True)]) / d) / (rms * rms)
+        dx[r] = [(a - b * c) / rms for a, b in zip(gw, row, strict=True)]
+        products[r] = [a * (b / rms) for a, b in zip(grow, row, strict=True)]
+    dw = np.array([_canonical_sum(list(col)) + np.float32(0.0) for col in products.T], dtype=np.float32)
+    return dx, dw
+
+
+def _spread_rows(rows: int, dim: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, dim, generator=gen) * torch.logspace(-4, 4, rows).unsqueeze(1)
+
+
+@pytest.mark.parametrize("dim", [1, 3, 7, 8, 9, 127, 128, 129, 1000, 4096, 4097])
+def test_forward_is_the_written_order_bit_for_bit(dim):
+    x = _spread_rows(3, dim, dim)
+    w = torch.randn(dim, generator=torch.Generator().manual_seed(dim + 1))
+    expected = torch.from_numpy(_canonical_forward(x.numpy(), w.numpy(), 1e-6))
+    assert compare_bitwise(OP.forward_fp32(x, w, 1e-6), expected).equal
+
+
+@pytest.mark.parametrize(("rows", "dim"), [(1, 1), (5, 7), (9, 8), (17, 129), (3, 1000)])
+def test_backward_is_the_written_order_bit_for_bit(rows, dim):
+    x = _spread_rows(rows, dim, dim)
+    gen = torch.Generator().manual_seed(rows)
+    w, g = torch.randn(dim, generator=gen), torch.randn(rows, dim, generator=gen)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    OP.forward_fp32(xr, wr, 1e-5).backward(g)
+    dx, dw = _canonical_backward(x.numpy(), w.numpy(), g.numpy(), 1e-5)
+    assert compare_bitwise(xr.grad, torch.from_numpy(dx)).equal
+    assert compare_bitwise(wr.grad, torch.from_numpy(dw)).equal
+
+
+def test_a_zero_dw_is_positive_zero():
+    """Eight zero rows under negative gradients: every product is -0.0, and their sum is +0.0."""
+    x = torch.zeros(8, 16, requires_grad=True)
+    w = torch.ones(16, requires_grad=True)
+    OP.forward_fp32(x, w).backward(-torch.ones(8, 16))
+    assert not torch.signbit(w.grad).any()
 
 
 @pytest.mark.parametrize("dim", [1, 3, 128, 1000, 4096, 8193])
