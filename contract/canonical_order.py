@@ -40,8 +40,8 @@ CANONICAL_ORDER: tuple[Step, ...] = (
          "correctly rounded fp32 operation in that order; `dx` is `dx32` rounded once to x's dtype."),
     Step("backward dw", "For each column, the products `p_r = g_r * (x32_r / rms_r)` of every row r (leading "
          "dims flattened) are summed in the order of the padding, group and groups steps with rows in place "
-         "of elements, then `+ 0.0` is added, so that a zero sum is +0.0 and a kernel may pad the row count "
-         "further with zero rows; `dw` is that rounded once to the weight's dtype. The order depends on the "
+         "of elements, then `+ 0.0` is added: a zero sum is +0.0, so a kernel may pad the rows with zero rows "
+         "up to any larger power of two; `dw` is that rounded once to the weight's dtype. The order depends on the "
          "number of rows only, never on a launch."),
 )
 

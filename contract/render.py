@@ -12,6 +12,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from . import rmsnorm as c
+from .canonical_order import render_markdown as _canonical_order
 from .rules import Tolerance, UlpBound
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
@@ -51,6 +52,7 @@ def render_blocks() -> dict[str, str]:
         "semantics": _rules_table(c.SEMANTIC_RULES),
         "gradients": _rules_table(c.GRADIENT_RULES),
         "interface": _rules_table(c.INTERFACE_RULES),
+        "canonical_order": _canonical_order(),
     }
 
 
