@@ -19,6 +19,9 @@ from typing import Any
 
 import torch
 
+# The real exit, kept before any backend call can see os._exit replaced (see no_exit): the watchdog needs it.
+_REAL_EXIT = os._exit
+
 
 def global_state() -> dict[str, Any]:
     """The parts of torch's process-wide state a backend call could change and later cases would feel."""
@@ -117,7 +120,7 @@ class Watchdog:
     deadline plus a grace period it calls ``on_hang`` (which writes the report), then ends the process, so
     that pytest-xdist reports the crashed test and goes on with a fresh worker."""
 
-    GRACE = 30.0  # seconds past the case deadline: long enough for a signal to land in slow Python code
+    MAX_GRACE = 30.0  # seconds past the case deadline: long enough for a signal to land in slow Python code
 
     def __init__(self) -> None:
         self._deadline: float | None = None
@@ -128,7 +131,7 @@ class Watchdog:
 
     def arm(self, seconds: float, what: str) -> None:
         with self._lock:
-            self._deadline = time.monotonic() + seconds + self.GRACE
+            self._deadline = time.monotonic() + seconds + min(self.MAX_GRACE, max(5.0, seconds))
             self._what = what
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="rmsnorm-conformance-watchdog",
@@ -150,7 +153,7 @@ class Watchdog:
                 if self.on_hang is not None:
                     with contextlib.suppress(Exception):
                         self.on_hang(message)
-                os._exit(2)  # pytest's "interrupted" status; under xdist, a crashed worker
+                _REAL_EXIT(2)  # pytest's "interrupted" status; under xdist, a crashed worker
 
 
 WATCHDOG = Watchdog()

@@ -190,3 +190,14 @@ class InfiniteStatistics(NativeRMSNormOp):
         y = y.clone()
         y.reshape(-1)[:1] = float("inf")
         return y
+
+
+class HangsInNativeCode(NativeRMSNormOp):
+    """Blocks the timer signal and sleeps, as a kernel spinning in native code would: no Python handler can run."""
+
+    name = "hangs_in_native_code"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(600)
+        return super().forward(x, weight, eps)

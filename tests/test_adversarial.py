@@ -188,6 +188,19 @@ def test_a_hung_case_times_out_and_the_run_goes_on(gate, monkeypatch):
     assert native and not any(s["failures"] for s in native), "the run must go on after the hang"
 
 
+def test_a_hang_in_native_code_is_ended_with_an_incomplete_report(tmp_path):
+    report = tmp_path / "r.json"
+    started = time.monotonic()
+    proc = _spawn(tmp_path, f"--backend={H}:HangsInNativeCode", "--rule=axis_b.output", f"--report={report}",
+                  "--case-timeout=1")
+    out, _ = proc.communicate(timeout=300)
+    assert time.monotonic() - started < 120, "the watchdog must end the hang"
+    assert proc.returncode == 2, out
+    data = _strict_json(report.read_text())
+    assert data["verdict"] == "INCOMPLETE" and "hung past its deadline" in data["incomplete"]
+    assert any("test_output" in n for n in data["unfinished"])
+
+
 # --- global state and reused buffers ------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("spec", "what"), [("SetsDefaultDtype", "default dtype"), ("DisablesGrad", "grad mode")])
