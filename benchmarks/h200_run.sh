@@ -17,14 +17,13 @@ for stage in $stages; do
   start=$(date +%s)
   case $stage in
     suites)
-      python3 -m pytest suites --backend=native,triton,cuda --device=cuda -n "$workers" -q -p no:cacheprovider \
-        --sweep=ci --report="$OUT/conformance.md" --report="$OUT/conformance.json" ;;
+      python3 -m pytest --pyargs rmsnorm_conformance.suites --backend=native,triton,cuda --device=cuda \
+        -n "$workers" -q -p no:cacheprovider --sweep=ci \
+        --report="$OUT/conformance.md" --report="$OUT/conformance.json" ;;
     adapters)
       # SIGINT, not SIGTERM, on timeout: pytest then still writes the report, marked as interrupted.
-      # Module paths rather than entry-point names: they work without installing the project.
-      adapters=backends.torch_functional:TorchRMSNorm,backends.torch_functional:TorchRMSNormUpcast
-      adapters=$adapters,backends.torch_compile:CompiledSeedFormula,backends.liger:LigerRMSNorm
-      timeout -s INT 240 python3 -m pytest suites --backend="$adapters" \
+      adapters=torch_rms_norm,torch_rms_norm_fp32,torch_compile,liger
+      timeout -s INT 240 python3 -m pytest --pyargs rmsnorm_conformance.suites --backend="$adapters" \
         --device=cuda -n "$workers" -q -p no:cacheprovider --sweep=ci \
         --report="$OUT/adapters.md" --report="$OUT/adapters.json" ;;
     bench)

@@ -19,14 +19,15 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rmsnorm_conformance.contract import rule  # noqa: E402
 from tests.defects import DEFECTS  # noqa: E402
-from tests.test_detection import RULE_TESTS  # noqa: E402
 
 
 def run_one(defect: type, device: str) -> list[object]:
-    suite, test = RULE_TESTS[defect.breaks]
-    cmd = [sys.executable, "-m", "pytest", f"suites/{suite}", "-k", test, f"--backend=tests.defects:{defect.__name__}",
-           f"--device={device}", "--sweep=ci", "-x", "-q", "-p", "no:cacheprovider"]
+    strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
+           f"--backend=tests.defects:{defect.__name__}", f"--device={device}", "--sweep=ci", "-x", "-q",
+           "-p", "no:cacheprovider", *strict]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT),
                                                                                 **_env()})
