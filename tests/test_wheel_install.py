@@ -40,6 +40,7 @@ QUICK = ["--device=cpu", "--sweep=ci", "--dtype=float32", "--rule=axis_a.batch_s
 KERNEL = '''\
 """A user's kernels: one correct, one whose reduction order depends on the number of rows."""
 import torch
+import torch.nn.functional as F
 
 from backends import tree_sum  # the user's own package called backends
 
@@ -58,11 +59,15 @@ class Bad(Good):
 
     def forward(self, x, weight, eps=1e-6):
         x32 = x.float()
-        squares = x32 * x32
-        rows = x32.numel() // max(x.shape[-1], 1)
-        # From 16 rows on, torch's own reduction, whose order differs from the tree's.
-        total = tree_sum(squares) if rows < 16 else squares.sum(-1, keepdim=True)
-        return ((x32 / torch.sqrt(total / x.shape[-1] + eps)) * weight.float()).to(x.dtype)
+        dim = x.shape[-1]
+        rows = x32.numel() // max(dim, 1)
+        # Split-K for small batches: the fewer the rows, the more pieces each row is summed in.
+        split = max(1, 64 // max(rows, 1))
+        pieces = F.pad(x32 * x32, (0, -dim % split)).unflatten(-1, (split, -1)).sum(-1)
+        total = pieces[..., :1]
+        for i in range(1, split):
+            total = total + pieces[..., i:i + 1]
+        return ((x32 / torch.sqrt(total / dim + eps)) * weight.float()).to(x.dtype)
 '''
 
 USER_BACKENDS = '''\
