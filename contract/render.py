@@ -52,6 +52,7 @@ def render_blocks() -> dict[str, str]:
         "semantics": _rules_table(c.SEMANTIC_RULES),
         "gradients": _rules_table(c.GRADIENT_RULES),
         "interface": _rules_table(c.INTERFACE_RULES),
+        "parity": _rules_table(c.PARITY_RULES),
         "canonical_order": _canonical_order(),
     }
 

@@ -101,7 +101,16 @@ GRADIENT_RULES: tuple[Rule, ...] = (
          "dw is bitwise identical run to run for the same inputs."),
 )
 
-ALL_RULES: tuple[Rule, ...] = AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES
+# Checked only when a run asks for it (--require-parity, --modes): then it gates like any numerics rule.
+PARITY_RULES: tuple[Rule, ...] = (
+    Rule("parity.bitwise", "bitwise parity",
+         "Two backends required to be at parity (or one backend and itself under torch.compile or CUDA-graph "
+         "replay) give identical output bits for the same input bits, under every Axis-A variant, dtype and "
+         "entry point both offer."),
+)
+
+ALL_RULES: tuple[Rule, ...] = (AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES
+                               + PARITY_RULES)
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 
 

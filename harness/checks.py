@@ -59,6 +59,9 @@ class Subject:
     current_case: Any = None
     # The last output returned and a copy taken at once: the next call must not change it (fresh_output).
     _last_output: tuple[torch.Tensor, torch.Tensor] | None = None
+    # The parity gate: the other side of the pair, and the (pair label, devices) its checks are recorded under.
+    other: Subject | None = None
+    record_as: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         # What Hypothesis prints in a falsifying example: which subject, not its whole state.
@@ -159,7 +162,8 @@ class Subject:
         if self.manifest is not None:
             match = self.manifest.match(self.backend.name, str(self.device), self.dtype, rule_id)
             expected = -1 if match is None else match
-        self.collector.add(Check(self.backend.name, str(self.device), self.dtype, dim, rule_id, passed,
+        backend_name, device_name = self.record_as or (self.backend.name, str(self.device))
+        self.collector.add(Check(backend_name, device_name, self.dtype, dim, rule_id, passed,
                                  case=repr(case), detail="" if passed else detail,
                                  replay="" if passed else replay, expected=expected, size=case_size(case),
                                  severity=contract_rule(rule_id).severity, gating=self.gates(rule_id), **stats))
@@ -242,7 +246,8 @@ def correctly_rounded(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Ten
     return reference.oracle_fp64(x.float(), w.float(), eps)
 
 
-def conformance(rules: str | Sequence[str], case_type: type, cases: Callable[[Subject], st.SearchStrategy[Any]],
+def conformance(rules: str | Sequence[str], case_type: type | tuple[type, ...],
+                cases: Callable[[Subject], st.SearchStrategy[Any]],
                 *, skip_reason: Callable[[Subject], str | None] | None = None) -> Callable[[Callable], Callable]:
     """Declare a conformance test: the contract rule(s) it checks and the cases it sweeps.
 
@@ -300,7 +305,8 @@ def conformance(rules: str | Sequence[str], case_type: type, cases: Callable[[Su
         test.__module__ = check.__module__
         test.__doc__ = check.__doc__
         hypothesis_test = active_settings()(given(data=st.data())(test))
-        marker = pytest.mark.conformance(rules=declared, case_types=(case_type.__name__,))
+        case_types = case_type if isinstance(case_type, tuple) else (case_type,)
+        marker = pytest.mark.conformance(rules=declared, case_types=tuple(t.__name__ for t in case_types))
         return marker(hypothesis_test)
 
     return decorate

@@ -57,6 +57,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--strict-interface", action="store_true", default=False,
         help="fail the run on breaches of interface rules (which exception, which words), not only warn.")
     group.addoption(
+        "--require-parity", action="append", default=[], metavar="A:B",
+        help="require two backends (each optionally @device) to give bit-identical outputs for the same input "
+             "bits under every Axis-A variant, dtype and shared entry point; a difference fails the run "
+             "(repeatable; e.g. triton:cuda, native@cpu:native@cuda).")
+    group.addoption(
+        "--modes", default=None, metavar="MODES",
+        help="also run each backend's forward under these execution modes and require bitwise parity with "
+             "eager: a comma list of compile, cudagraph (skipped with the reason where a mode cannot run).")
+    group.addoption(
         "--sweep", default=None, choices=sorted(SWEEPS),
         help="how hard Hypothesis searches in conformance tests (and only there): "
              + "; ".join(f"{k}: {v}" for k, v in SWEEPS.items()) + " (default: ci when $CI is set, else dev).")
@@ -119,6 +128,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     run = metafunc.config.stash[RUN]
     run.resolve()
+    marker = metafunc.definition.get_closest_marker("conformance")
+    if marker is not None and "parity.bitwise" in marker.kwargs.get("rules", ()):
+        pairs = [(pair, dtype) for pair in run.parity_pairs for dtype in run.dtypes]
+        metafunc.parametrize("subject", pairs, ids=[f"{p.label}-{t}" for p, t in pairs], indirect=True)
+        return
     if "parity" in metafunc.fixturenames:
         pairs = [(device, dtype) for device in run.devices for dtype in run.dtypes]
         metafunc.parametrize("parity", pairs, ids=[f"{d}-{t}" for d, t in pairs], indirect=True)
@@ -166,7 +180,7 @@ def _takes_case(item: pytest.Item, case: Any) -> bool:
     callspec = getattr(item, "callspec", None)
     if callspec is None or "subject" not in callspec.params:
         return False
-    _, _, dtype = callspec.params["subject"]
+    dtype = callspec.params["subject"][-1]
     batch = getattr(case, "batch", None)
     if batch is None or batch.dtype != dtype:
         return False
@@ -177,10 +191,13 @@ def _takes_case(item: pytest.Item, case: Any) -> bool:
 
 @pytest.fixture
 def subject(request: pytest.FixtureRequest) -> Subject:
-    """The (backend, device, dtype) a conformance test runs against; skipped with the reason if it cannot run."""
-    backend, device, dtype = request.param
+    """The (backend, device, dtype) a conformance test runs against; skipped with the reason if it cannot run.
+    For the parity gate, a pair of them: the subject calls the left side, ``subject.other`` the right."""
     config = request.config
     run = config.stash[RUN]
+    if len(request.param) == 2:
+        return _pair_subject(request, run)
+    backend, device, dtype = request.param
     request.node.stash[SUBJECT] = {"backend": backend.name, "device": str(device)}
     device = worker_device(device)
     try:
@@ -213,6 +230,46 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
                    manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
                    case_timeout=run.case_timeout)
+
+
+def _pair_subject(request: pytest.FixtureRequest, run: ConformanceRun) -> Subject:
+    pair, dtype = request.param
+    config = request.config
+    sides = []
+    for backend, device in ((pair.left_backend, pair.left_device), (pair.right_backend, pair.right_device)):
+        device = worker_device(device)
+        try:
+            reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
+        except BackendError as exc:
+            pytest.fail(f"backend {backend.name!r} cannot say whether it runs on {device}: {exc}", pytrace=False)
+        if reason:
+            pytest.skip(f"parity {pair.label}: {reason}")
+        if getattr(torch, dtype) not in backend.dtypes:
+            pytest.skip(f"parity {pair.label}: {backend.name} does not support {dtype}")
+        sides.append((backend, device))
+    request.node.stash[SUBJECT] = {"backend": pair.label, "device": pair.device_label}
+    records = _test_records(request, run)
+    profile_ = profile(config.getoption("--contract-profile"))
+    interpreted = any(getattr(b.impl, "interpreted", False) for b, _ in sides)
+    max_elements = config.getoption("--max-elements") or (
+        INTERPRETED_MAX_ELEMENTS if interpreted else DEFAULT_MAX_ELEMENTS)
+
+    def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
+        request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
+
+    def replay(rule_id: str, case: Any) -> str:
+        return run.parity_replay_command(pair, dtype, case)
+
+    def make(backend: Any, device: torch.device) -> Subject:
+        return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,
+                       nodeid=request.node.nodeid, replay=replay, on_failure=on_failure, max_elements=max_elements,
+                       replay_case=run.replay_case, manifest=run.manifest, case_timeout=run.case_timeout,
+                       strict_interface=config.getoption("--strict-interface"))
+
+    left, right = make(*sides[0]), make(*sides[1])
+    left.other = right
+    left.record_as = (pair.label, pair.device_label)
+    return left
 
 
 class Parity:

@@ -169,7 +169,9 @@ class Collector:
         return sum(s.warnings for s in self.summaries.values())
 
     def checks_of(self, backend: str) -> int:
-        return sum(s.checks for s in self.summaries.values() if s.backend == backend)
+        """Checks a backend took part in: its own, and those of parity pairs ("a=b") it is a side of."""
+        return sum(s.checks for s in self.summaries.values()
+                   if s.backend == backend or backend in s.backend.split("="))
 
     def named_but_not_run(self) -> list[str]:
         """Backends the user named that ran no check on any device."""

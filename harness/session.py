@@ -28,6 +28,7 @@ from .backend import Backend, BackendError, DeclarationError
 from .devices import device_unavailable_reason, parse_device_option
 from .environment import fingerprint
 from .manifest import Manifest, entry_status, load_manifest, manifest_rows
+from .parity import ModeBackend, ParitySpec, parse_modes, parse_parity
 from .records import Collector
 from .registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
 from .render import REPORT_SUFFIXES, render_terminal, write_report
@@ -37,7 +38,7 @@ from .sweeps import default_sweep, sweep_settings
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
 # Options whose presence on the command line makes a run a conformance run from the start.
 CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
-                       "sweep", "max_examples", "strict_interface", "case_timeout")
+                       "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes")
 # Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
 DEFAULT_CASE_TIMEOUT = 300.0
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
@@ -95,6 +96,7 @@ class ConformanceRun:
     explicit_backends: bool = False
     case_timeout: float = DEFAULT_CASE_TIMEOUT
     running: list[str] = field(default_factory=list)
+    parity_pairs: list[ParityPair] = field(default_factory=list)
     interrupted_by: str = ""
     _previous_sigterm: Any = None
 
@@ -185,6 +187,7 @@ class ConformanceRun:
                                     "names key the report, so each must be unique")
         if self.explicit_backends:
             self.collector.named_backends = names
+        self.parity_pairs = self._resolve_parity(config.getoption("--require-parity"), config.getoption("--modes"))
         self.collector.environment = fingerprint(self.devices, {
             "contract profile": config.getoption("--contract-profile"),
             "interface rules": "gate (--strict-interface)" if config.getoption("--strict-interface") else "warn",
@@ -194,6 +197,50 @@ class ConformanceRun:
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
         })
         isolation.WATCHDOG.on_hang = self._hung
+
+    def _resolve_parity(self, specs: list[str], modes_option: str | None) -> list[ParityPair]:
+        """Every required pair on every device it runs on; names must be among the selected backends."""
+        by_name = {b.name: b for b in self.backends}
+        try:
+            parsed = [parse_parity(v) for v in specs]
+            modes = parse_modes(modes_option)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        for spec in parsed:
+            for name in (spec.left, spec.right):
+                if name not in by_name:
+                    raise pytest.UsageError(f"--require-parity={spec.label.replace('=', ':')}: {name!r} is not a "
+                                            f"selected backend (selected: {', '.join(by_name) or 'none'}); "
+                                            "add it to --backend")
+        pairs: list[ParityPair] = []
+        for spec in parsed:
+            for left_device, right_device in self._pair_devices(spec):
+                pairs.append(ParityPair(spec, by_name[spec.left], by_name[spec.right], left_device, right_device))
+        for mode in modes:
+            for backend in self.backends:
+                moded = Backend(ModeBackend(backend, mode), spec=backend.spec)
+                spec = ParitySpec(backend.name, moded.name)
+                for device in self.devices:
+                    pairs.append(ParityPair(spec, backend, moded, device, device, mode=mode))
+        return pairs
+
+    def _pair_devices(self, spec: ParitySpec) -> list[tuple[torch.device, torch.device]]:
+        if spec.left_device and spec.right_device:
+            return [(torch.device(spec.left_device), torch.device(spec.right_device))]
+        fixed = spec.left_device or spec.right_device
+        if fixed:
+            return [(torch.device(fixed), torch.device(fixed))]
+        return [(d, d) for d in self.devices]
+
+    def parity_replay_command(self, pair: ParityPair, dtype: str, case: Any) -> str:
+        """One command that re-runs just this case of the parity gate."""
+        specs = ",".join(dict.fromkeys((pair.left_backend.spec, pair.right_backend.spec if not pair.mode
+                                        else pair.left_backend.spec)))
+        gate = f"--modes={pair.mode}" if pair.mode else f"--require-parity={pair.spec.label.replace('=', ':')}"
+        devices = ",".join(dict.fromkeys((str(pair.left_device), str(pair.right_device))))
+        args = ["pytest", "--pyargs", "rmsnorm_conformance.suites", f"--backend={specs}", f"--device={devices}",
+                f"--dtype={dtype}", "--rule=parity.bitwise", gate]
+        return shlex.join(args) + " --replay=" + _double_quoted(repr(case))
 
     def _check_reports(self, paths: list[str]) -> None:
         """Every --report path: a known suffix and a writable place, checked before the run, not after it."""
@@ -418,6 +465,28 @@ class ConformanceRun:
             terminalreporter.write_line(f"report written: {path}")
         if not verbose and not self.written:
             terminalreporter.write_line("full tolerance tables: -v, or --report=PATH.md / PATH.json")
+
+
+@dataclass(frozen=True)
+class ParityPair:
+    """One required pair on concrete devices, as the parity gate's tests are parametrized."""
+
+    spec: ParitySpec
+    left_backend: Backend
+    right_backend: Backend
+    left_device: torch.device
+    right_device: torch.device
+    mode: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.left_backend.name}={self.right_backend.name}"
+
+    @property
+    def device_label(self) -> str:
+        if self.left_device == self.right_device:
+            return str(self.left_device)
+        return f"{self.left_device}/{self.right_device}"
 
 
 FAILURE_PROPERTY = "rmsnorm_conformance_failure"
