@@ -18,9 +18,12 @@ from typing import Any
 
 from tabulate import tabulate
 
-from rmsnorm_conformance.contract import ALL_RULES
+from rmsnorm_conformance.contract import ALL_RULES, Rule
 
-from .records import FORMAT
+from .records import FORMAT, _from_finite_json
+from .render import md_cell, md_code
+
+ERRORS = "errors"  # the column for tests that failed without recording a failing check
 
 _AXIS_LETTER = {"axis_a": "A", "axis_b": "B", "semantics": "S", "gradients": "G"}
 
@@ -54,7 +57,7 @@ class Matrix:
         env = data.get("environment", {})
         self.sources.append(f"{source}: {data.get('verdict')}, exit status {env.get('exit status', '?')}, "
                             f"{env.get('date', '?')}, torch {env.get('torch', '?')}")
-        for s in data.get("summaries", []):
+        for s in map(_from_finite_json, data.get("summaries", [])):
             row = (s["backend"], _device_label(s["device"], env))
             cell = self.cells.setdefault(row, {}).setdefault(
                 s["rule"], {"checks": 0, "failures": 0, "expected": 0, "case": "", "replay": "", "size": -1})
@@ -69,12 +72,28 @@ class Matrix:
                 st["max_ulp"] = max(st["max_ulp"] or 0, s["max_ulp"])
             if s.get("margin") is not None and not s["rule"].startswith("gradients."):
                 st["margin"] = max(st["margin"] or 0.0, s["margin"])
+        for nodeid, outcome in data.get("outcomes", {}).items():
+            # A test that failed without a failing check (a crashed worker, an error in setup) still fails its
+            # backend's row: under the rule it names, or under "errors".
+            if outcome.get("outcome") not in ("failed", "error") or not outcome.get("backend"):
+                continue
+            row = (outcome["backend"], _device_label(outcome.get("device", ""), env))
+            rule_id = outcome.get("rule") or ERRORS
+            cell = self.cells.setdefault(row, {}).setdefault(
+                rule_id, {"checks": 0, "failures": 0, "expected": 0, "case": "", "replay": "", "size": -1})
+            if not cell["failures"]:
+                cell["failures"] += 1
+                cell["checks"] = max(cell["checks"], 1)
+                cell["case"] = cell["case"] or f"{nodeid}: {outcome.get('reason', '')}"
+                cell["replay"] = cell["replay"] or outcome.get("replay", "")
         for entry in data.get("not_run", []):
             self.not_run[(entry["backend"], _device_label(entry["device"], env))] = entry["reason"]
 
     def render(self, bench: dict[str, Any] | None = None) -> str:
         rows, notes = [], []
         rules = [r for r in ALL_RULES if any(r.id in cells for cells in self.cells.values())]
+        if any(ERRORS in cells for cells in self.cells.values()):
+            rules.append(Rule(ERRORS, "errors", "tests that failed without a failing check"))
         for row in sorted(self.cells):
             cells = self.cells[row]
             line = [row[0], row[1]]
@@ -83,10 +102,10 @@ class Matrix:
                 if cell is None:
                     line.append("–")
                 elif cell["failures"] or cell["expected"]:
-                    notes.append(f"{row[0]} on {row[1]}, `{r.id}`: {cell['failures'] + cell['expected']} of "
+                    notes.append(f"{md_cell(row[0])} on {row[1]}, `{r.id}`: {cell['failures'] + cell['expected']} of "
                                  f"{cell['checks']} checks failed"
                                  + (" (expected by the manifest)" if not cell["failures"] else "")
-                                 + f"; minimal configuration `{cell['case']}`; replay `{cell['replay']}`")
+                                 + f"; minimal configuration {md_code(cell['case'])}; replay {md_code(cell['replay'])}")
                     mark = "xfail" if not cell["failures"] else "FAIL"
                     line.append(f"{mark} [{len(notes)}]")
                 else:
@@ -110,7 +129,7 @@ class Matrix:
                "known-failure manifest expects), `–` (not checked). max ULP is Axis-B output's worst, in the "
                "output dtype; margin is the worst error over its allowance across Axis-B and semantics "
                "(<= 1 passes).", "",
-               tabulate(rows, headers, tablefmt="github"), ""]
+               tabulate([[md_cell(v) for v in row] for row in rows], headers, tablefmt="github"), ""]
         if notes:
             out += ["## Notes", "", *(f"{i}. {n}" for i, n in enumerate(notes, 1)), ""]
         out += ["## Sources", "", *(f"- {s}" for s in self.sources), ""]

@@ -31,7 +31,7 @@ def test_merge_puts_each_backend_device_on_a_row_and_footnotes_failures(tmp_path
     text = merge([a, b], bench=bench)
     assert "| native" in text and "cuda (NVIDIA H200)" in text
     assert "FAIL [1]" in text and "Case(min)" in text and "pytest r" in text
-    assert "4000 (0.98) | –" in text
+    assert "4000 (0.98) \\| –" in text  # the pipe is escaped: it is inside a table cell
     assert "cuda on cpu did not run: cuda runs on cuda, not cpu" in text
 
 
@@ -39,3 +39,17 @@ def test_merge_command_writes_the_file(tmp_path, capsys):
     a = _report(tmp_path / "cpu.json", "native", "cpu", "x86_64")
     assert main([str(a), "--out", str(tmp_path / "m.md")]) == 0
     assert (tmp_path / "m.md").read_text().startswith("# Conformance matrix")
+
+
+def test_a_test_that_failed_without_a_check_still_fails_its_row(tmp_path):
+    """A crashed worker or a setup error records no check; merge must not read the row as ok."""
+    c = Collector(environment={"date": "d", "torch": "t"})
+    c.add(Check("crashy", "cpu", "float32", 8, "axis_b.output", True))
+    c.outcomes["test_axis_b.py::test_output[crashy-cpu-float32]"] = {
+        "outcome": "failed", "reason": "worker 'gw0' crashed while running it", "backend": "crashy", "device": "cpu",
+        "where": "crashy-cpu-float32"}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(c.to_json()))
+    text = merge([path])
+    assert "FAIL [1]" in text and "worker 'gw0' crashed" in text
+    assert "errors" in text
