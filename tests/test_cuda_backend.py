@@ -1,9 +1,12 @@
 """The CUDA backend's own tests.
 
-Without a GPU: the package imports without building, says why it cannot run, raises the shared input
-errors, and its sources compile with nvcc (when nvcc is present). On a GPU: accuracy against the
-reference, bitwise batch invariance (batch size, slice views at odd offsets, misaligned strided rows,
-leading dims), dx invariance and dw determinism, across dims that take every kernel path.
+Without a GPU: the package imports without building, says why it cannot run, raises the contract's input
+errors, and its sources compile with nvcc (when nvcc is present). On a GPU: bitwise parity with the native
+reference (forward, forward_fp32, dx) over dims that take every kernel path and over value families that
+take the slow division; the documented dw order, bit for bit; batch invariance; the custom operators under
+``torch.library.opcheck``, ``torch.compile(fullgraph=True)`` and CUDA-graph replay, each bitwise equal to
+eager; and the variants (fused add, in place too; weight offset; no weight) against straightforward torch
+formulas of the contract's definitions.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _build
+from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _build, _ops
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
 from rmsnorm_conformance.contract import profile
+from rmsnorm_conformance.contract.reference import sum_fixed_order
 
 ROOT = Path(__file__).resolve().parents[1]
 OP = CudaRMSNormOp()
@@ -46,7 +50,7 @@ def gpu() -> None:
 def test_import_builds_nothing():
     code = (
         "import sys, rmsnorm_conformance.backends.cuda_rmsnorm as m\n"
-        "assert m._module is None and m._build_error is None\n"
+        "assert m._ops._library is None and m._ops._error is None\n"
         "assert 'torch.utils.cpp_extension' not in sys.modules\n"
         "m.CudaRMSNormOp()\n"
     )
@@ -59,7 +63,10 @@ def test_declared_capabilities():
     assert OP.devices == ("cuda",)
     assert set(OP.dtypes) == set(DTYPES)
     assert OP.supports_backward is True
-    assert callable(OP.forward_fp32)
+    assert OP.fused_add_in_place is False
+    assert OP.offset_dtype == "float32"
+    for method in ("forward_fp32", "fused_add", "fused_add_", "forward_offset", "forward_unweighted"):
+        assert callable(getattr(OP, method)), method
 
 
 def test_unavailable_on_cpu():
@@ -82,11 +89,12 @@ def test_registry_resolves_without_failing():
     assert backend.unavailable_reason("cpu") is not None
 
 
-@needs_no_gpu
-def test_forward_without_gpu_raises_the_reason():
+def test_cpu_tensors_raise_the_reason():
     x, w = torch.randn(2, 8), torch.randn(8)
-    with pytest.raises(RuntimeError, match="cannot run"):
+    with pytest.raises(RuntimeError, match="cannot run on cpu"):
         OP.forward(x, w)
+    with pytest.raises(RuntimeError, match="cannot run on cpu"):
+        OP.fused_add(x, x.clone(), w)
 
 
 @pytest.mark.parametrize(
@@ -97,8 +105,9 @@ def test_forward_without_gpu_raises_the_reason():
         (torch.randn(2, 8), torch.randn(7), 1e-6, ValueError),
         (torch.randn(2, 8), torch.randn(8), 0.0, ValueError),
         (torch.randn(2, 8), torch.randn(8), float("nan"), ValueError),
+        (torch.randn(2, 8), torch.randn(8), True, ValueError),
     ],
-    ids=["float64", "weight dtype", "weight shape", "eps zero", "eps nan"],
+    ids=["float64", "weight dtype", "weight shape", "eps zero", "eps nan", "eps bool"],
 )
 def test_input_errors_match_native(x, w, eps, error):
     with pytest.raises(error) as ours:
@@ -118,7 +127,17 @@ def test_shorten_keeps_the_error_lines():
 def test_extension_name_tracks_sources_and_arch():
     assert _build.extension_name() == _build.extension_name()
     assert _build.extension_name("80") != _build.extension_name()
-    assert "-gencode=arch=compute_90,code=[sm_90,compute_90]" in _build.nvcc_flags()
+    flags = _build.nvcc_flags()
+    assert "-gencode=arch=compute_90,code=[sm_90,compute_90]" in flags
+    assert "-fmad=false" in flags and "--use_fast_math" not in flags
+
+
+def test_a_broken_prebuilt_library_is_the_reason(tmp_path, monkeypatch):
+    bogus = tmp_path / "not_a_library.so"
+    bogus.write_text("not an ELF file")
+    monkeypatch.setenv(_build.LIBRARY_ENV, str(bogus))
+    with pytest.raises(RuntimeError, match="loading RMSNORM_CUDA_LIBRARY"):
+        _build.build()
 
 
 @pytest.mark.skipif(_build.find_nvcc() is None, reason="nvcc not found (set CUDA_HOME or NVCC)")
@@ -129,15 +148,20 @@ def test_sources_compile_with_nvcc(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------
-# On a GPU.
+# On a GPU: helpers.
 
-# Dims that take every kernel path (bf16 / fp32): one thread per row (1, 7), several rows per warp (128,
-# 1000 bf16), several rows per block across warps (4096 bf16, 1000 fp32), a block per row (8192), a partial
-# last chunk with rows that are not 16-byte aligned (7, 1001), 1024 threads per row (20000 bf16) and the
-# looping kernels (20000 fp32, 70000; the backward from 20000 bf16).
+# Dims that take every kernel path. One thread per row with one, two and four groups (1-8, 9-16, 17-32),
+# rows sharing a warp (128) or a block across warps (1000, 4096), 256 threads a row (8192), eight groups a
+# thread (16384), the streaming kernels (20000, 70000); dims that are not a multiple of 8 (and rows that
+# are not 16-byte aligned), and powers of two and their neighbours, where the zero padding changes.
+PARITY_DIMS = (*range(1, 18), 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 1000, 1023, 1024,
+               1025, 2047, 2049, 4095, 4096, 4097, 8191, 8192, 8193, 16384, 20000, 70000)
 GPU_DIMS = (1, 7, 128, 1000, 1001, 4096, 8192, 20000, 70000)
 BATCH_SIZES = (1, 2, 3, 8, 15, 17, 255, 256, 257)
 FULL_ROWS = 4100
+# Value families beside plain normal values: the slow division path (zeros, tiny and huge values, subnormal
+# inputs, NaN and Inf), and rows whose scales differ widely.
+FAMILIES = ("normal", "tiny", "huge", "zeros", "mixed", "subnormal", "nonfinite")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -145,11 +169,17 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _assert_bitwise(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Equal bits, except that any NaN matches any NaN (payloads are not the contract's business)."""
     __tracebackhide__ = True
-    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
-    if not torch.equal(_bits(actual), _bits(expected)):
-        mismatched = (_bits(actual) != _bits(expected)).sum().item()
-        pytest.fail(f"{what}: {mismatched} / {actual.numel()} elements differ bitwise")
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, (
+        f"{what}: {actual.shape}/{actual.dtype} against {expected.shape}/{expected.dtype}")
+    a, e = _bits(actual), _bits(expected)
+    both_nan = torch.isnan(actual) & torch.isnan(expected)
+    if not torch.equal(a.masked_fill(both_nan, 0), e.masked_fill(both_nan, 0)):
+        differ = ((a != e) & ~both_nan).nonzero()
+        first = tuple(differ[0].tolist())
+        pytest.fail(f"{what}: {differ.shape[0]} / {actual.numel()} elements differ bitwise; first at {first}: "
+                    f"{actual[first].item()!r} against {expected[first].item()!r}")
 
 
 def _assert_close(actual: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float, what: str) -> None:
@@ -157,11 +187,27 @@ def _assert_close(actual: torch.Tensor, reference: torch.Tensor, atol: float, rt
     torch.testing.assert_close(actual.float(), reference.float(), atol=atol, rtol=rtol, equal_nan=True, msg=what)
 
 
-def _inputs(rows: int, dim: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _inputs(rows: int, dim: int, dtype: torch.dtype, seed: int = 0,
+            family: str = "normal") -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, dim, generator=gen).to(dtype).cuda()
+    x = torch.randn(rows, dim, generator=gen)
+    if family == "tiny":
+        x = x * 1e-20
+    elif family == "huge":
+        x = x * (1e18 if dtype == torch.float32 else 1e4)
+    elif family == "zeros":
+        x[::2] = 0.0
+        x[1::4, ::3] = -0.0
+    elif family == "mixed":
+        x = x * torch.logspace(-8, 8, rows).unsqueeze(1)
+    elif family == "subnormal":
+        x = x * 1e-39 if dtype == torch.float32 else x * 1e-6
+    elif family == "nonfinite":
+        x[1, 0] = float("nan")
+        x[2, -1] = float("inf")
+        x[3, dim // 2] = -float("inf")
     w = (1 + 0.5 * torch.randn(dim, generator=gen)).to(dtype).cuda()
-    return x, w
+    return x.to(dtype).cuda(), w
 
 
 def _rows_for(dim: int) -> int:
@@ -169,20 +215,105 @@ def _rows_for(dim: int) -> int:
     return FULL_ROWS if dim <= 8192 else 300
 
 
+# ------------------------------------------------------------------------------------------------------
+# Parity with the native reference: the canonical order, bit for bit.
+
+
 @pytest.mark.usefixtures("gpu")
-@pytest.mark.parametrize("dim", GPU_DIMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_forward_accuracy(dtype, dim):
-    x, w = _inputs(37, dim, dtype)
-    reference = REFERENCE.forward_fp32(x.float(), w.float(), 1e-6)
-    bound = SEED.output_bound(str(dtype).removeprefix("torch."))
-    _assert_close(OP.forward(x, w), reference, bound.atol, bound.rtol, "forward")
-    fp32 = SEED.output_bound("float32")
-    out32 = OP.forward_fp32(x, w)
-    assert out32.dtype == torch.float32
-    _assert_close(out32, reference, fp32.atol, fp32.rtol, "forward_fp32")
-    # forward is forward_fp32 rounded once to x.dtype.
-    _assert_bitwise(OP.forward(x, w), out32.to(dtype), "forward against rounded forward_fp32")
+def test_forward_bitwise_equal_to_native_over_dims(dtype):
+    for dim in PARITY_DIMS:
+        x, w = _inputs(33 if dim <= 8192 else 5, dim, dtype, seed=dim)
+        _assert_bitwise(OP.forward(x, w), REFERENCE.forward(x, w), f"forward, dim {dim}")
+        _assert_bitwise(OP.forward_fp32(x, w), REFERENCE.forward_fp32(x, w), f"forward_fp32, dim {dim}")
+
+
+@pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forward_bitwise_equal_to_native_over_values(dtype, family):
+    for dim in (7, 128, 1001, 4096):
+        for eps in (1e-6, 1e-2):
+            x, w = _inputs(40, dim, dtype, seed=dim, family=family)
+            _assert_bitwise(OP.forward(x, w, eps), REFERENCE.forward(x, w, eps), f"{family}, dim {dim}, eps {eps}")
+            _assert_bitwise(OP.forward_fp32(x, w, eps), REFERENCE.forward_fp32(x, w, eps),
+                            f"fp32 out, {family}, dim {dim}, eps {eps}")
+
+
+@pytest.mark.usefixtures("gpu")
+def test_forward_equals_the_cpu_reference():
+    # The canonical order makes the reference's CPU bits its GPU bits; the kernels must match both.
+    for dtype in DTYPES:
+        for dim in (5, 128, 4097):
+            x, w = _inputs(16, dim, dtype, seed=7)
+            _assert_bitwise(OP.forward_fp32(x, w).cpu(), REFERENCE.forward_fp32(x.cpu(), w.cpu()),
+                            f"{dtype} dim {dim}")
+
+
+def _grads(fn, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    xs = x.detach().requires_grad_(True)
+    ws = w.detach().requires_grad_(True)
+    fn(xs, ws, 1e-6).backward(g)
+    return xs.grad, ws.grad
+
+
+@pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dx_bitwise_equal_to_native(dtype):
+    for dim in (1, 7, 8, 9, 100, 128, 1000, 1001, 4096, 4097, 8192, 16384, 20000):
+        rows = 64 if dim <= 8192 else 6
+        x, w = _inputs(rows, dim, dtype, seed=dim)
+        for fn_ours, fn_ref in ((OP.forward, REFERENCE.forward), (OP.forward_fp32, REFERENCE.forward_fp32)):
+            out_dtype = dtype if fn_ours == OP.forward else torch.float32
+            g = torch.randn(rows, dim, generator=torch.Generator().manual_seed(dim)).to(out_dtype).cuda()
+            dx, _ = _grads(fn_ours, x, w, g)
+            dx_ref, _ = _grads(fn_ref, x, w, g)
+            _assert_bitwise(dx, dx_ref, f"dx through {fn_ours.__name__}, dim {dim}")
+
+
+def _documented_dw(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
+    """dw summed in the order the backend documents (rmsnorm_kernels.cu, "Backward"), in plain torch."""
+    rows, dim = x.shape
+    rows_per_block, steps = (int(v) for v in _ops.op("backward_plan")(rows, dim, x.dtype))
+    x32 = x.float()
+    rms = torch.sqrt((sum_fixed_order(x32 * x32) / torch.full((), dim, device=x.device)
+                      + torch.full((), eps, device=x.device)).double()).float()
+    terms = g.float() * (x32 / rms)
+    per_chunk = rows_per_block * steps
+    chunks = []
+    for first in range(0, rows, per_chunk):
+        total = None
+        for group in range(rows_per_block):
+            acc = torch.zeros(dim, device=x.device)
+            for s in range(steps):
+                row = first + s * rows_per_block + group
+                if row < rows:
+                    acc = acc + terms[row]
+            total = acc if total is None else total + acc
+        chunks.append(total)
+    sums = [torch.zeros(dim, device=x.device) for _ in range(32)]
+    for q, chunk in enumerate(chunks):
+        sums[q % 32] = sums[q % 32] + chunk
+    total = sums[0]
+    for s in sums[1:]:
+        total = total + s
+    return total.to(w.dtype)
+
+
+@pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dw_follows_its_documented_order(dtype):
+    for rows, dim in ((1, 7), (300, 128), (70, 1001), (40, 4096), (5, 20000)):
+        x, w = _inputs(rows, dim, dtype, seed=rows)
+        g = torch.randn(rows, dim, generator=torch.Generator().manual_seed(1)).to(dtype).cuda()
+        _, dw = _grads(OP.forward, x, w, g)
+        _assert_bitwise(dw, _documented_dw(x, w, g, 1e-6), f"dw, {rows}x{dim}")
+        _, dw_again = _grads(OP.forward, x, w, g)
+        _assert_bitwise(dw_again, dw, f"dw run to run, {rows}x{dim}")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Batch invariance, accuracy, gradients.
 
 
 @pytest.mark.usefixtures("gpu")
@@ -229,44 +360,30 @@ def test_backward(dtype, dim):
     rows = 300 if dim > 8192 else 1500
     x, w = _inputs(rows, dim, dtype, seed=3)
     g = torch.randn(rows, dim, generator=torch.Generator().manual_seed(4)).to(dtype).cuda()
-
-    def grads(xs: torch.Tensor, gs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        xs = xs.detach().requires_grad_(True)
-        ws = w.detach().requires_grad_(True)
-        OP.forward(xs, ws).backward(gs)
-        return xs.grad, ws.grad
-
-    dx, dw = grads(x, g)
+    dx, dw = _grads(OP.forward, x, w, g)
     x32 = x.float().requires_grad_(True)
     w32 = w.float().requires_grad_(True)
     REFERENCE.forward_fp32(x32, w32, 1e-6).backward(g.float())
     bound = SEED.gradient_bound(str(dtype).removeprefix("torch."))
     _assert_close(dx, x32.grad, bound.atol, bound.rtol, "dx")
     _assert_close(dw, w32.grad, bound.atol, bound.rtol, "dw")
-    _, dw_again = grads(x, g)
-    _assert_bitwise(dw_again, dw, "dw run to run")
     for b in (1, 3, 17, 257):
-        dx_part, _ = grads(x[:b].clone(), g[:b].clone())
+        dx_part, _ = _grads(OP.forward, x[:b].clone(), w, g[:b].clone())
         _assert_bitwise(dx_part, dx[:b], f"dx of rows [0:{b}] alone")
-    dx_view, _ = grads(x[3:260], g[3:260])
+    dx_view, _ = _grads(OP.forward, x[3:260], w, g[3:260])
     _assert_bitwise(dx_view, dx[3:260], "dx of the view x[3:260]")
 
 
 @pytest.mark.usefixtures("gpu")
-def test_backward_of_forward_fp32_and_weight_only():
+def test_gradient_of_one_input_only():
     x, w = _inputs(64, 1000, torch.bfloat16, seed=5)
     xs = x.detach().requires_grad_(True)
+    OP.forward(xs, w).float().sum().backward()
     ws = w.detach().requires_grad_(True)
-    OP.forward_fp32(xs, ws).sum().backward()
-    x32 = x.float().requires_grad_(True)
-    w32 = w.float().requires_grad_(True)
-    REFERENCE.forward_fp32(x32, w32, 1e-6).sum().backward()
-    bound = SEED.gradient_bound("bfloat16")
-    _assert_close(xs.grad, x32.grad, bound.atol, bound.rtol, "dx through forward_fp32")
-    _assert_close(ws.grad, w32.grad, bound.atol, bound.rtol, "dw through forward_fp32")
-    ws2 = w.detach().requires_grad_(True)
-    OP.forward(x, ws2).float().sum().backward()
-    assert ws2.grad is not None and ws2.grad.shape == w.shape
+    OP.forward(x, ws).float().sum().backward()
+    both_x, both_w = _grads(OP.forward, x, w, torch.ones_like(x))
+    _assert_bitwise(xs.grad, both_x, "dx alone")
+    _assert_bitwise(ws.grad, both_w, "dw alone")
 
 
 @pytest.mark.usefixtures("gpu")
@@ -287,3 +404,149 @@ def test_empty_batch_nonfinite_rows_and_purity(dtype):
     keep = [i for i in range(40) if i not in (5, 9)]
     _assert_bitwise(out[keep], clean[keep], "rows beside NaN/Inf rows")
     assert torch.isnan(out[5]).all() and torch.isnan(out[9, 0]) and not torch.isnan(out[9, 1:]).any()
+
+
+@pytest.mark.usefixtures("gpu")
+def test_bad_cuda_inputs_raise_the_contracts_errors():
+    x, w = _inputs(4, 16, torch.bfloat16)
+    cases = [((x, w.float(), 1e-6), TypeError), ((x, w[:8], 1e-6), ValueError), ((x, w, -1.0), ValueError),
+             ((x.double(), w.double(), 1e-6), TypeError), ((x, w.cpu(), 1e-6), ValueError)]
+    for args, error in cases:
+        with pytest.raises(error) as ours:
+            OP.forward(*args)
+        with pytest.raises(error) as native:
+            REFERENCE.forward(*args)
+        assert str(ours.value) == str(native.value)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Custom operators: opcheck, torch.compile, CUDA graphs.
+
+
+@pytest.mark.usefixtures("gpu")
+def test_opcheck_every_operator():
+    x, w = _inputs(6, 40, torch.bfloat16, seed=8)
+    r = torch.randn_like(x)
+    grad_x = x.detach().clone().requires_grad_(True)
+    grad_w = w.detach().clone().requires_grad_(True)
+    samples = [
+        ("rms_norm", (grad_x, grad_w, 1e-6, False)),
+        ("rms_norm", (grad_x, grad_w, 1e-6, True)),
+        ("rms_norm", (x.float(), w.float(), 1e-5, False)),
+        ("rms_norm_backward", (torch.randn_like(x), x, w, 1e-6, True)),
+        ("rms_norm_backward", (torch.randn_like(x, dtype=torch.float32), x, w, 1e-6, False)),
+        ("rms_norm_offset", (x, w, 1e-6)),
+        ("rms_norm_unweighted", (x, 1e-6)),
+        ("fused_add_rms_norm", (x, r, w, 1e-6)),
+        ("fused_add_rms_norm_", (x.clone(), r.clone(), w, 1e-6)),
+    ]
+    for name, args in samples:
+        torch.library.opcheck(_ops.op(name), args)
+
+
+@pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compiled_fullgraph_is_bitwise_eager(dtype):
+    torch._dynamo.reset()
+    x, w = _inputs(70, 1001, dtype, seed=9)
+    r = torch.randn_like(x)
+    g = torch.randn_like(x)
+
+    def step(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y, r_out = OP.fused_add(x, r, w)
+        return (OP.forward(x, w), OP.forward_fp32(x, w), OP.forward_offset(x, w), OP.forward_unweighted(x),
+                y, r_out)
+
+    compiled = torch.compile(step, fullgraph=True)
+    for ours, eager in zip(compiled(x, w, r), step(x, w, r), strict=True):
+        _assert_bitwise(ours, eager, "compiled against eager")
+
+    def train(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return OP.forward(x, w) * 2
+
+    compiled_train = torch.compile(train, fullgraph=True)
+    eager_dx, eager_dw = _grads(lambda a, b, eps: train(a, b), x, w, g)
+    ours_dx, ours_dw = _grads(lambda a, b, eps: compiled_train(a, b), x, w, g)
+    _assert_bitwise(ours_dx, eager_dx, "compiled dx")
+    _assert_bitwise(ours_dw, eager_dw, "compiled dw")
+
+
+@pytest.mark.usefixtures("gpu")
+def test_cuda_graph_replay_is_bitwise_eager():
+    x, w = _inputs(257, 4096, torch.bfloat16, seed=10)
+    r = torch.randn_like(x)
+    static_x, static_r = x.clone(), r.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm up outside the capture
+            OP.forward(static_x, w)
+            OP.fused_add(static_x, static_r, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = OP.forward(static_x, w)
+        y32 = OP.forward_fp32(static_x, w)
+        fy, fr = OP.fused_add(static_x, static_r, w)
+    for seed in (11, 12):
+        new_x, _ = _inputs(257, 4096, torch.bfloat16, seed=seed)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_bitwise(y, OP.forward(new_x, w), "graph forward")
+        _assert_bitwise(y32, OP.forward_fp32(new_x, w), "graph forward_fp32")
+        ey, er = OP.fused_add(new_x, r, w)
+        _assert_bitwise(fy, ey, "graph fused_add y")
+        _assert_bitwise(fr, er, "graph fused_add residual")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Variants: the contract's definitions in plain torch, on the reference's canonical sum.
+
+
+def _normalized(x32: torch.Tensor, eps: float) -> torch.Tensor:
+    dim = x32.shape[-1]
+    mean = sum_fixed_order(x32 * x32) / torch.full((), dim, device=x32.device)
+    rms = torch.sqrt((mean + torch.full((), eps, device=x32.device)).double()).float()
+    return x32 / rms
+
+
+@pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_variants_follow_their_definitions(dtype):
+    for dim in (1, 7, 16, 128, 1001, 4096, 20000):
+        rows = 37 if dim <= 4096 else 4
+        x, w = _inputs(rows, dim, dtype, seed=dim)
+        r = torch.randn(rows, dim, generator=torch.Generator().manual_seed(dim + 1)).to(dtype).cuda()
+        residual_out = (x.float() + r.float()).to(dtype)
+        y, r_out = OP.fused_add(x, r, w)
+        _assert_bitwise(r_out, residual_out, f"fused_add residual_out, dim {dim}")
+        _assert_bitwise(y, REFERENCE.forward(residual_out, w), f"fused_add y, dim {dim}")
+        offset = (_normalized(x.float(), 1e-6) * (1 + w.float())).to(dtype)
+        _assert_bitwise(OP.forward_offset(x, w), offset, f"forward_offset, dim {dim}")
+        plain = _normalized(x.float(), 1e-6).to(dtype)
+        _assert_bitwise(OP.forward_unweighted(x), plain, f"forward_unweighted, dim {dim}")
+
+
+@pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_add_in_place_and_batch_invariant(dtype):
+    for dim in (7, 128, 4096):
+        x, w = _inputs(300, dim, dtype, seed=dim)
+        r = torch.randn_like(x)
+        y, r_out = OP.fused_add(x, r, w)
+        for b, a in ((1, 0), (3, 5), (17, 1), (257, 2)):
+            yb, rb = OP.fused_add(x[a:a + b], r[a:a + b], w)
+            _assert_bitwise(yb, y[a:a + b], f"fused_add y, rows [{a}:{a + b}], dim {dim}")
+            _assert_bitwise(rb, r_out[a:a + b], f"fused_add residual, rows [{a}:{a + b}], dim {dim}")
+            _assert_bitwise(OP.forward_offset(x[a:a + b], w), OP.forward_offset(x, w)[a:a + b], "offset slice")
+        xi, ri = x.clone(), r.clone()
+        returned = OP.fused_add_(xi, ri, w)
+        assert returned[0] is xi and returned[1] is ri
+        _assert_bitwise(xi, y, f"in-place y, dim {dim}")
+        _assert_bitwise(ri, r_out, f"in-place residual, dim {dim}")
+        # Column-major inputs cannot be written in place row by row: computed aside and copied back.
+        xc, rc = x.t().contiguous().t(), r.t().contiguous().t()
+        OP.fused_add_(xc, rc, w)
+        _assert_bitwise(xc.contiguous(), y, f"in-place y, column-major, dim {dim}")
+        _assert_bitwise(rc.contiguous(), r_out, f"in-place residual, column-major, dim {dim}")

@@ -1,133 +1,161 @@
-"""The CUDA C++ RMSNorm backend: batch-invariant forward and backward kernels, built on first use.
+"""The CUDA C++ RMSNorm backend: kernels in the contract's canonical reduction order, as torch custom operators.
 
-Importing this package never compiles and never fails: the extension is built (or loaded from torch's
-extension cache) the first time the backend is asked about, or used on, a CUDA device, and any reason it
-cannot run there (no GPU, no toolkit, a failed build) is reported by ``unavailable_reason``.
+Its outputs are bitwise equal to the native reference's on every input (forward, forward_fp32, the
+backward's dx and the variants), and batch-invariant. Importing this package never compiles and never
+fails: the operator library is built (or taken from torch's extension cache, or from a prebuilt file named
+by ``RMSNORM_CUDA_LIBRARY``) the first time the backend is asked about, or used on, a CUDA device, and any
+reason it cannot run there (no GPU, no toolkit, a failed build) is reported by ``unavailable_reason``.
 """
 
 from __future__ import annotations
 
-import threading
-from types import ModuleType
+import math
+import numbers
 
 import torch
-from torch.autograd.function import FunctionCtx, once_differentiable
 
 from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs
 
-from ._build import BUILD_DIR_ENV
+from . import _ops
+from ._build import BUILD_DIR_ENV, LIBRARY_ENV
 
-__all__ = ["BUILD_DIR_ENV", "CudaRMSNormOp"]
-
-# The built extension once loaded; the failure reason once a build failed (not retried in this process).
-_module: ModuleType | None = None
-_build_error: str | None = None
-_build_lock = threading.Lock()
+__all__ = ["BUILD_DIR_ENV", "LIBRARY_ENV", "CudaRMSNormOp"]
 
 
-def _environment_reason(device: torch.device) -> str | None:
-    """Why no CUDA build can run on `device`, from what torch and the machine say, without building."""
-    if device.type != "cuda":
-        return f"the cuda backend runs on cuda devices, not {device.type}"
-    if getattr(torch.version, "hip", None):
-        return "the cuda backend needs a CUDA build of torch, not a ROCm one"
-    if not torch.version.cuda:
-        return f"torch {torch.__version__} was built without CUDA, so the CUDA extension cannot be built"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU is visible (torch.cuda.is_available() is False)"
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index >= torch.cuda.device_count():
-        return f"no CUDA device {device} (torch sees {torch.cuda.device_count()})"
-    from torch.utils import cpp_extension
-
-    if cpp_extension.CUDA_HOME is None:
-        return "no CUDA toolkit found to build the extension: set CUDA_HOME or put nvcc on the PATH"
-    if not cpp_extension.is_ninja_available():
-        return "ninja is needed to build the CUDA extension (pip install ninja)"
-    return None
+def _check_residual(x: torch.Tensor, residual: torch.Tensor) -> None:
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"fused_add expects a tensor residual, got {type(residual).__name__}")
+    if residual.dtype != x.dtype:
+        raise TypeError(
+            f"fused_add needs residual in the dtype of x, got x.dtype={x.dtype} and residual.dtype={residual.dtype}"
+        )
+    if residual.shape != x.shape:
+        raise ValueError(
+            f"fused_add needs residual of x's shape, got x.shape={tuple(x.shape)} and "
+            f"residual.shape={tuple(residual.shape)}"
+        )
+    if residual.device != x.device:
+        raise ValueError(
+            f"fused_add needs x and residual on one device, got x.device={x.device} and "
+            f"residual.device={residual.device}"
+        )
 
 
-def _device_arch(device: torch.device) -> str | None:
-    """The device's own arch when it is older than Hopper (sm_90 PTX cannot run there), else None."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    major, minor = torch.cuda.get_device_capability(index)
-    return f"{major}{minor}" if major < 9 else None
-
-
-def _load(device: torch.device) -> ModuleType | str:
-    """The extension, built on first use; or why it is unavailable on `device`."""
-    global _module, _build_error
-    reason = _environment_reason(device)
-    if reason is not None:
-        return reason
-    with _build_lock:
-        if _module is None and _build_error is None:
-            from . import _build
-
-            try:
-                _module = _build.build(_device_arch(device))
-            except RuntimeError as exc:
-                _build_error = str(exc)
-        return _module if _module is not None else str(_build_error)
-
-
-def _require(device: torch.device) -> ModuleType:
-    loaded = _load(device)
-    if isinstance(loaded, str):
-        raise RuntimeError(f"the cuda rms_norm backend cannot run on {device}: {loaded}")
-    return loaded
-
-
-class _RMSNormFunction(torch.autograd.Function):
-    """Autograd through the kernels: the forward saves each row's fp32 1/rms, the backward reuses it."""
-
-    @staticmethod
-    def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor, eps: float, out_fp32: bool) -> torch.Tensor:
-        y, rstd = _module.forward_train(x, weight, eps, out_fp32)
-        ctx.save_for_backward(x, weight, rstd)
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: FunctionCtx, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, weight, rstd = ctx.saved_tensors
-        dx, dw = _module.backward(dy, x, weight, rstd, ctx.needs_input_grad[1])
-        return (dx if ctx.needs_input_grad[0] else None), dw, None, None
+def _check_unweighted(x: torch.Tensor, eps: float) -> None:
+    """The contract's input rules that do not involve a weight."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"rms_norm expects a tensor, got x of type {type(x).__name__}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"rms_norm supports x of dtype float32, bfloat16 or float16, got x.dtype={x.dtype}")
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"rms_norm needs a last dim of at least 1, got x.shape={tuple(x.shape)}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"rms_norm needs eps to be a finite number > 0, got eps={eps!r}")
 
 
 class CudaRMSNormOp:
-    """RMSNorm as CUDA C++ kernels whose bits do not depend on the batch.
+    """RMSNorm as CUDA C++ kernels in the contract's canonical reduction order.
 
-    Launch configuration depends on (dim, dtype) only; every row is reduced in one fixed order in fp32;
-    ``forward`` returns ``x.dtype`` and ``forward_fp32`` float32, both differentiable; dx is
-    batch-invariant and dw is reduced without atomics, bitwise identical run to run.
+    The launch configuration depends on (dim, dtype) only and every row is reduced in the one canonical
+    order, so the bits equal the native reference's and cannot depend on the batch. ``forward`` returns
+    ``x.dtype`` and ``forward_fp32`` float32, both differentiable (the backward recomputes each row's rms);
+    dx is batch-invariant and dw is reduced without atomics in an order fixed by (rows, dim, dtype).
+    Variants: ``fused_add`` (and ``fused_add_`` in place), ``forward_offset`` (``1 + w`` in fp32) and
+    ``forward_unweighted``.
+
+    An eager call goes straight to the operator's C++ entry; any error there is raised again through the
+    contract's own input checks, so bad input fails with the same words as the reference.
     """
 
     name = "cuda"
     devices = ("cuda",)
     dtypes = SUPPORTED_DTYPES
     supports_backward = True
+    fused_add_in_place = False
+    offset_dtype = "float32"
 
     def unavailable_reason(self, device: torch.device | str) -> str | None:
         """None when the kernels can run on `device` (building them on first ask), else why not."""
-        loaded = _load(torch.device(device))
-        return loaded if isinstance(loaded, str) else None
+        return _ops.load(torch.device(device))
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        return self._apply(x, weight, eps, False)
+        call = _ops.rms_norm
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                return call(x, weight, eps, False)
+            except Exception:  # raised again below, through the contract's checks
+                pass
+        return self._checked("rms_norm", x, weight, eps, False)
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        return self._apply(x, weight, eps, True)
+        call = _ops.rms_norm
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                return call(x, weight, eps, True)
+            except Exception:  # as in forward
+                pass
+        return self._checked("rms_norm", x, weight, eps, True)
 
     __call__ = forward
 
-    def _apply(self, x: torch.Tensor, weight: torch.Tensor, eps: float, out_fp32: bool) -> torch.Tensor:
-        # The hot path: the shared checks, then straight into C++ unless autograd needs a graph node.
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """y = (x / rms) * (1 + w), with 1 + w formed in fp32, rounded once to x.dtype."""
+        call = _ops.rms_norm_offset
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                return call(x, weight, eps)
+            except Exception:  # as in forward
+                pass
+        return self._checked("rms_norm_offset", x, weight, eps)
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """y = x / rms rounded once to x.dtype."""
+        call = _ops.rms_norm_unweighted
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                return call(x, eps)
+            except Exception:  # as in forward
+                pass
+        _check_unweighted(x, eps)
+        self._require(x.device)
+        return _ops.op("rms_norm_unweighted")(x, float(eps))
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y, residual_out): residual_out = x + residual (fp32 add, rounded once), y its RMSNorm as stored."""
+        call = _ops.fused_add_rms_norm
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                return call(x, residual, weight, eps)
+            except Exception:  # as in forward
+                pass
         check_inputs(x, weight, eps)
-        ext = _module if _module is not None else _require(x.device)
-        if (x.requires_grad or weight.requires_grad) and torch.is_grad_enabled():
-            return _RMSNormFunction.apply(x, weight, float(eps), out_fp32)
-        return ext.forward(x, weight, float(eps), out_fp32)
+        _check_residual(x, residual)
+        self._require(x.device)
+        return _ops.op("fused_add_rms_norm")(x, residual, weight, float(eps))
+
+    def fused_add_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual."""
+        check_inputs(x, weight, eps)
+        _check_residual(x, residual)
+        self._require(x.device)
+        _ops.op("fused_add_rms_norm_")(x, residual, weight, float(eps))
+        return x, residual
+
+    def _checked(self, op: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *rest: bool) -> torch.Tensor:
+        # The slow path: the contract's checks raise its own errors, then why the backend cannot run here,
+        # and only then the operator, whose remaining errors are its own.
+        check_inputs(x, weight, eps)
+        self._require(x.device)
+        return _ops.op(op)(x, weight, float(eps), *rest)
+
+    @staticmethod
+    def _require(device: torch.device) -> None:
+        # Under torch.compile the operators must already be loaded (any eager call or unavailable_reason
+        # loads them): loading takes a lock and may build, which a traced graph cannot hold.
+        if not torch.compiler.is_compiling():
+            _ops.require(device)
 
     def __repr__(self) -> str:
         return "CudaRMSNormOp()"

@@ -1,12 +1,17 @@
-"""A quick self-benchmark on one GPU: bandwidth against a device-to-device copy, and small-batch latency
-against torch.nn.functional.rms_norm. The shared benchmark suite is the reference; this is a smoke check.
+"""The CUDA backend's own benchmark on one GPU: bandwidth of the forward, the backward (dx + dw) and the fused
+add against a device-to-device copy measured in the same run, and the per-call latency of small batches
+against torch.nn.functional.rms_norm and a copy, eager, through the backend's public methods.
+
+``python -m rmsnorm_conformance.backends.cuda_rmsnorm --bench [--json PATH]`` prints a table and can write
+the records as JSON (one record per variant, shape and dtype with ``gbps`` and ``copy_gbps``; latency records
+with ``rows``, ``us`` and the ``F.rms_norm`` and copy figures of the same run).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from types import ModuleType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -14,9 +19,10 @@ import torch.nn.functional as F
 # (rows, dim): Qwen3-8B's hidden norm over 64k tokens and its QK-norm over 16k tokens x 128 heads.
 BANDWIDTH_SHAPES: tuple[tuple[int, int], ...] = ((65536, 4096), (2097152, 128))
 LATENCY_ROWS: tuple[int, ...] = (1, 8, 64, 256)
+LATENCY_DIM = 4096
 
 
-def _median_ms(fn: Callable[[], object], reps: int = 25, warmup: int = 5) -> float:
+def _median_ms(fn: Callable[[], object], reps: int = 30, warmup: int = 5) -> float:
     """Median of per-call CUDA-event times."""
     for _ in range(warmup):
         fn()
@@ -31,10 +37,11 @@ def _median_ms(fn: Callable[[], object], reps: int = 25, warmup: int = 5) -> flo
     return statistics.median(times)
 
 
-def _per_call_us(fn: Callable[[], object], calls: int = 1000) -> float:
-    """Back-to-back calls, host overhead included: what a small batch costs a caller."""
-    for _ in range(20):
+def _per_call_us(fn: Callable[[], object], calls: int = 2000) -> float:
+    """Back-to-back eager calls, host overhead included: what a small batch costs a caller."""
+    for _ in range(50):
         fn()
+    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
@@ -44,48 +51,104 @@ def _per_call_us(fn: Callable[[], object], calls: int = 1000) -> float:
     return start.elapsed_time(end) * 1e3 / calls
 
 
-def _bandwidth(ext: ModuleType, rows: int, dim: int, device: str) -> list[str]:
-    dtype = torch.bfloat16
-    x = torch.randn(rows, dim, device=device, dtype=dtype)
-    w = torch.randn(dim, device=device, dtype=dtype)
+def _record(variant: str, rows: int, dim: int, dtype: torch.dtype, nbytes: int, ms: float,
+            copy_gbps: float) -> dict[str, Any]:
+    gbps = nbytes / ms / 1e6
+    return {"backend": "cuda", "variant": variant, "rows": rows, "dim": dim,
+            "dtype": str(dtype).removeprefix("torch."), "bytes": nbytes, "ms": round(ms, 5),
+            "gbps": round(gbps, 1), "copy_gbps": round(copy_gbps, 1), "of_copy": round(gbps / copy_gbps, 4)}
+
+
+def bandwidth(op: Any, rows: int, dim: int, dtype: torch.dtype = torch.bfloat16,
+              device: str = "cuda") -> list[dict[str, Any]]:
+    """Forward, forward_fp32, backward (dx + dw) and fused add at one shape, each against a copy of its size."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(rows, dim, device=device, dtype=dtype, generator=gen)
+    w = 1 + 0.1 * torch.randn(dim, device=device, dtype=dtype, generator=gen)
+    esize = x.element_size()
+    elems = x.numel()
     y = torch.empty_like(x)
-    nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
     copy_ms = _median_ms(lambda: y.copy_(x))
-    ours_ms = _median_ms(lambda: ext.forward(x, w, 1e-6, False))
-    torch_ms = _median_ms(lambda: F.rms_norm(x, (dim,), w, 1e-6))
-    copy_gbs = nbytes / copy_ms / 1e6
-    lines = [f"forward {rows}x{dim} bf16: copy {copy_gbs:.0f} GB/s; ours {nbytes / ours_ms / 1e6:.0f} GB/s "
-             f"({copy_ms / ours_ms:.3f} of copy); F.rms_norm {nbytes / torch_ms / 1e6:.0f} GB/s"]
+    copy_gbps = 2 * elems * esize / copy_ms / 1e6
+    out = [{"backend": "copy", "variant": "copy", "rows": rows, "dim": dim,
+            "dtype": str(dtype).removeprefix("torch."), "bytes": 2 * elems * esize, "ms": round(copy_ms, 5),
+            "gbps": round(copy_gbps, 1),
+            "copy_gbps": round(copy_gbps, 1), "of_copy": 1.0}]
+    # Forward: x read, y written (the weight is noise at these sizes and left out, as for the copy).
+    out.append(_record("forward", rows, dim, dtype, 2 * elems * esize,
+                       _median_ms(lambda: op.forward(x, w)), copy_gbps))
+    out.append(_record("forward_fp32", rows, dim, dtype, elems * (esize + 4),
+                       _median_ms(lambda: op.forward_fp32(x, w)), copy_gbps))
+    out.append(_record("forward_offset", rows, dim, dtype, 2 * elems * esize,
+                       _median_ms(lambda: op.forward_offset(x, w)), copy_gbps))
+    # Fused add: x and residual read, y and residual_out written; against the copy's bandwidth.
+    r = torch.randn_like(x)
+    out.append(_record("fused_add", rows, dim, dtype, 4 * elems * esize,
+                       _median_ms(lambda: op.fused_add(x, r, w)), copy_gbps))
+    xi, ri = x.clone(), r.clone()
+    out.append(_record("fused_add_in_place", rows, dim, dtype, 4 * elems * esize,
+                       _median_ms(lambda: op.fused_add_(xi, ri, w)), copy_gbps))
+    # Backward: x and dy read, dx written (dw and its workspace are counted as overhead, as the issue says).
+    from . import _ops
+
     dy = torch.randn_like(x)
-    _, rstd = ext.forward_train(x, w, 1e-6, False)
-    bwd_bytes = 3 * x.numel() * x.element_size() + 2 * w.numel() * w.element_size() + rstd.numel() * 4
-    bwd_ms = _median_ms(lambda: ext.backward(dy, x, w, rstd, True))
-    lines.append(f"backward {rows}x{dim} bf16 (dx + dw): {bwd_bytes / bwd_ms / 1e6:.0f} GB/s "
-                 f"({bwd_bytes / bwd_ms / 1e6 / copy_gbs:.3f} of copy)")
-    return lines
+    backward = _ops.op("rms_norm_backward")
+    out.append(_record("backward", rows, dim, dtype, 3 * elems * esize,
+                       _median_ms(lambda: backward(dy, x, w, 1e-6, True)), copy_gbps))
+    out.append(_record("backward_dx_only", rows, dim, dtype, 3 * elems * esize,
+                       _median_ms(lambda: backward(dy, x, w, 1e-6, False)), copy_gbps))
+    torch_ms = _median_ms(lambda: F.rms_norm(x, (dim,), w, 1e-6))
+    out.append({**_record("forward", rows, dim, dtype, 2 * elems * esize, torch_ms, copy_gbps),
+                "backend": "torch_rms_norm"})
+    return out
 
 
-def _latency(op: object, rows: int, dim: int, device: str, rounds: int = 7) -> str:
-    x = torch.randn(rows, dim, device=device, dtype=torch.bfloat16)
-    w = torch.randn(dim, device=device, dtype=torch.bfloat16)
-    ours, theirs = [], []
-    for _ in range(rounds):  # interleaved, so that a noisy moment of the host hits both
+def latency(op: Any, rows: int, dim: int = LATENCY_DIM, dtype: torch.dtype = torch.bfloat16,
+            device: str = "cuda", rounds: int = 7) -> dict[str, Any]:
+    """Per-call µs of op.forward, F.rms_norm and a copy, interleaved so a noisy moment hits all three."""
+    gen = torch.Generator(device=device).manual_seed(1)
+    x = torch.randn(rows, dim, device=device, dtype=dtype, generator=gen)
+    w = torch.randn(dim, device=device, dtype=dtype, generator=gen)
+    y = torch.empty_like(x)
+    ours, theirs, copies = [], [], []
+    for _ in range(rounds):
         ours.append(_per_call_us(lambda: op.forward(x, w, 1e-6)))
         theirs.append(_per_call_us(lambda: F.rms_norm(x, (dim,), w, 1e-6)))
-    ours_us, theirs_us = statistics.median(ours), statistics.median(theirs)
-    return (f"latency {rows}x{dim} bf16: ours {ours_us:.2f} us/call, F.rms_norm {theirs_us:.2f} us/call "
-            f"(F.rms_norm / ours = {theirs_us / ours_us:.2f})")
+        copies.append(_per_call_us(lambda: y.copy_(x)))
+    us, torch_us, copy_us = statistics.median(ours), statistics.median(theirs), statistics.median(copies)
+    return {"backend": "cuda", "variant": "latency", "rows": rows, "dim": dim,
+            "dtype": str(dtype).removeprefix("torch."), "us": round(us, 2),
+            "torch_rms_norm_us": round(torch_us, 2), "copy_us": round(copy_us, 2),
+            "of_torch": round(us / torch_us, 3)}
 
 
-def run(device: str = "cuda") -> list[str]:
-    """Measure and return printable lines."""
-    from . import CudaRMSNormOp, _require
+def run(device: str = "cuda") -> list[dict[str, Any]]:
+    """Every record, bandwidth then latency."""
+    from . import CudaRMSNormOp
+    from ._ops import require
 
+    require(torch.device(device))
     op = CudaRMSNormOp()
-    ext = _require(torch.device(device))
-    lines = [f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}"]
+    records: list[dict[str, Any]] = []
     for rows, dim in BANDWIDTH_SHAPES:
-        lines += _bandwidth(ext, rows, dim, device)
+        records += bandwidth(op, rows, dim, device=device)
         torch.cuda.empty_cache()
-    lines += [_latency(op, rows, dim, device) for dim in (4096, 128) for rows in LATENCY_ROWS]
+    records += [latency(op, rows, device=device) for rows in LATENCY_ROWS]
+    return records
+
+
+def render(records: list[dict[str, Any]]) -> list[str]:
+    """A markdown table of the records."""
+    lines = ["| backend | variant | shape | dtype | GB/s | copy GB/s | of copy |", "|---|---|---|---|---|---|---|"]
+    for r in records:
+        if r["variant"] == "latency":
+            continue
+        lines.append(f"| {r['backend']} | {r['variant']} | {r['rows']}x{r['dim']} | {r['dtype']} | {r['gbps']:.0f} "
+                     f"| {r['copy_gbps']:.0f} | {r['of_copy']:.3f} |")
+    lines += ["", "| rows x dim | cuda µs/call | F.rms_norm µs/call | copy µs/call | cuda / F.rms_norm |",
+              "|---|---|---|---|---|"]
+    for r in records:
+        if r["variant"] == "latency":
+            lines.append(f"| {r['rows']}x{r['dim']} | {r['us']:.2f} | {r['torch_rms_norm_us']:.2f} | "
+                         f"{r['copy_us']:.2f} | {r['of_torch']:.3f} |")
     return lines

@@ -1,8 +1,11 @@
-"""Building the CUDA extension: the flags, the lazy torch.utils.cpp_extension build, and a compile-only check.
+"""Building the CUDA operator library: the flags, the lazy torch.utils.cpp_extension build (or a prebuilt
+library named by an environment variable), and a compile-only check.
 
 The kernels (rmsnorm_kernels.cu) include no torch header and compile with nvcc alone; the binding
-(binding.cpp) includes only CPU-side torch headers. So the compile check runs on any machine with nvcc
-and a torch wheel, a CPU-only one included, and needs no GPU.
+(binding.cpp) includes only CPU-side torch headers and no Python ones. So the compile check runs on any
+machine with nvcc and a torch wheel, a CPU-only one included, and needs no GPU; and the library, which
+registers torch operators rather than a Python module, loads into any Python that runs the torch it was
+built against.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 SOURCE_DIR = Path(__file__).resolve().parent
 KERNELS = "rmsnorm_kernels.cu"
@@ -27,6 +29,8 @@ HEADER = "rmsnorm.h"
 
 # Where the built extension is cached; unset means torch's default (TORCH_EXTENSIONS_DIR or ~/.cache).
 BUILD_DIR_ENV = "RMSNORM_CUDA_BUILD_DIR"
+# A library built ahead (same sources, same torch) to load instead of building on first use.
+LIBRARY_ENV = "RMSNORM_CUDA_LIBRARY"
 
 # Hopper machine code plus its PTX, which the driver compiles for newer chips at load time.
 BASE_ARCH = "90"
@@ -41,8 +45,9 @@ _TORCH_NVCC_DEFINES = (
 )
 
 # No --use_fast_math: it flushes denormals and approximates division and sqrt, and the contract wants
-# the correctly rounded operations the kernels spell out.
-_NVCC_OPTIONS = ("-O3", "-lineinfo")
+# the correctly rounded operations the kernels spell out. -fmad=false: no multiply and add may be fused
+# into an FMA behind the kernels' back (they write every FMA they mean, as __fmaf_rn).
+_NVCC_OPTIONS = ("-O3", "-lineinfo", "-fmad=false")
 
 # A build failure is reported in at most this many characters.
 _MESSAGE_LIMIT = 1200
@@ -92,10 +97,18 @@ def _failure_output(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def build(extra_arch: str | None = None, *, verbose: bool = False) -> ModuleType:
-    """Compile (or load from the cache) and import the extension; raises RuntimeError with a short reason."""
+def build(extra_arch: str | None = None, *, verbose: bool = False) -> str:
+    """Compile (or take from the cache) and load the operator library; its path. RuntimeError if not."""
+    import torch
     from torch.utils import cpp_extension
 
+    prebuilt = os.environ.get(LIBRARY_ENV)
+    if prebuilt:
+        try:
+            torch.ops.load_library(prebuilt)
+        except Exception as exc:  # a stale or foreign library becomes the backend's unavailable reason
+            raise RuntimeError(f"loading {LIBRARY_ENV}={prebuilt} failed: {type(exc).__name__}: {exc}") from exc
+        return prebuilt
     name = extension_name(extra_arch)
     build_directory = None
     root = os.environ.get(BUILD_DIR_ENV)
@@ -111,6 +124,7 @@ def build(extra_arch: str | None = None, *, verbose: bool = False) -> ModuleType
             extra_include_paths=[str(SOURCE_DIR)],
             build_directory=build_directory,
             verbose=verbose,
+            is_python_module=False,
         )
     except Exception as exc:  # any build or import failure becomes the backend's unavailable reason
         raise RuntimeError(f"building the CUDA extension failed: {shorten(_failure_output(exc))}") from exc
@@ -200,7 +214,7 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None) -> Check
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rmsnorm_conformance.backends.cuda_rmsnorm --compile-check [--verbose] [--out DIR]``,
-    ``--bench`` or ``--smoke``."""
+    ``--bench [--json PATH]`` or ``--smoke``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m rmsnorm_conformance.backends.cuda_rmsnorm",
@@ -211,14 +225,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", metavar="DIR", help="keep the object file in DIR (default: a temp dir)")
     parser.add_argument("--bench", action="store_true",
                         help="on a GPU: bandwidth against a device copy and latency against F.rms_norm")
+    parser.add_argument("--json", metavar="PATH", help="with --bench: also write the records as JSON to PATH")
     parser.add_argument("--smoke", action="store_true",
                         help="on a GPU: launch every kernel variant once (a run for compute-sanitizer)")
     args = parser.parse_args(argv)
-    if args.bench or args.smoke:
-        from ._bench import run as bench
+    if args.bench:
+        import json
+
+        import torch
+
+        from . import _bench
+
+        records = _bench.run()
+        print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+        print("\n".join(_bench.render(records)), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
+        return 0
+    if args.smoke:
         from ._smoke import run as smoke
 
-        for line in (bench() if args.bench else smoke()):
+        for line in smoke():
             print(line, flush=True)
         return 0
     if not args.compile_check:

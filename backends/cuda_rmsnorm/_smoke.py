@@ -1,19 +1,19 @@
-"""Every kernel variant launched once on small inputs: a run to put under compute-sanitizer.
+"""Every kernel launched once on small inputs: a run to put under compute-sanitizer.
 
-Covers each dtype, every launch shape (one thread per row, rows sharing a warp or a block, a block per
-row, four chunks per thread, the looping kernels), aligned and misaligned rows, a misaligned weight, and
-the backward of both outputs.
+Covers each dtype, every launch shape (one thread per row with one, two or four groups, rows sharing a warp
+or a block, a block per row, eight groups a thread, the streaming kernels), aligned and misaligned rows, a
+misaligned weight, the backward of both outputs, and every variant.
 """
 
 from __future__ import annotations
 
 import torch
 
-SMOKE_DIMS: tuple[int, ...] = (1, 7, 128, 1000, 1001, 4096, 8192, 20000, 70000)
+SMOKE_DIMS: tuple[int, ...] = (1, 7, 16, 128, 1000, 1001, 4096, 8192, 16384, 20000, 70000)
 
 
 def run(device: str = "cuda") -> list[str]:
-    """Launch every variant and synchronize; returns one line per (dtype, dim)."""
+    """Launch every kernel and synchronize; returns one line per (dtype, dim)."""
     from . import CudaRMSNormOp
 
     op = CudaRMSNormOp()
@@ -27,8 +27,10 @@ def run(device: str = "cuda") -> list[str]:
             wide = torch.randn(rows, dim + 3, generator=gen).to(device=device, dtype=dtype)
             w_buffer = torch.randn(dim + 1, generator=gen).to(device=device, dtype=dtype)
             for xs, ws in ((x, w), (wide[:, 1:1 + dim], w), (x, w_buffer[1:])):
-                op.forward(xs, ws)
-                op.forward_fp32(xs, ws)
+                op.forward_offset(xs, ws)
+                op.forward_unweighted(xs)
+                op.fused_add(xs, xs.clone(), ws)
+                op.fused_add_(xs.clone(), xs.clone(), ws)
                 for fn in (op.forward, op.forward_fp32):
                     xg = xs.detach().requires_grad_(True)
                     wg = ws.detach().requires_grad_(True)

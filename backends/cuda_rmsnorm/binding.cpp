@@ -1,23 +1,34 @@
-// Torch binding for the RMSNorm kernels: shapes, layouts, allocation, the current stream, errors.
+// The kernels as torch custom operators (namespace rmsnorm_cuda): schemas, the CUDA implementations (shapes,
+// layouts, allocation, the current stream, errors) and the forward's autograd, all in C++ so that an eager
+// call goes from Python straight into the dispatcher and the launch, with no Python in between.
 //
-// Only CPU-side torch headers: the current CUDA stream and the device guard go through c10's
-// device-generic interfaces, so this file compiles against any torch build's headers (a CPU-only wheel
-// ships c10/cuda headers that cannot be included), and everything CUDA lives in rmsnorm_kernels.cu.
+// No Python and no CUDA headers: the library loads into any Python through torch.ops.load_library, and
+// this file compiles against a CPU-only torch's headers; everything CUDA lives in rmsnorm_kernels.cu. The
+// fake (meta) implementations that torch.compile and opcheck need are registered from Python (_ops.py).
 
-#include <torch/extension.h>
-
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
 
-#include <string>
+#include <cmath>
 #include <tuple>
+#include <vector>
 
 #include "rmsnorm.h"
 
 namespace {
 
-rmsnorm::DType dtype_code(const at::Tensor& t) {
-  switch (t.scalar_type()) {
+using at::Tensor;
+
+rmsnorm::DType dtype_code(at::ScalarType type) {
+  switch (type) {
     case at::kFloat:
       return rmsnorm::DType::kFloat32;
     case at::kBFloat16:
@@ -27,14 +38,16 @@ rmsnorm::DType dtype_code(const at::Tensor& t) {
     default:
       break;
   }
-  TORCH_CHECK_TYPE(false, "rms_norm supports float32, bfloat16 or float16, got ", t.scalar_type());
+  TORCH_CHECK_TYPE(false, "rms_norm supports x of dtype float32, bfloat16 or float16, got x.dtype=", type);
 }
 
-// x as [rows, dim] with unit stride along dim. reshape gives a view whenever the leading dims can be
-// flattened with one row stride (contiguous batches, row slices, rows of a wider buffer), and a copy
-// otherwise; a last-dim stride other than 1 (column-major, say) takes a contiguous copy.
-at::Tensor as_rows(const at::Tensor& t, int64_t dim) {
-  at::Tensor rows = t.dim() == 2 ? t : t.reshape({-1, dim});
+rmsnorm::DType dtype_code(const Tensor& t) { return dtype_code(t.scalar_type()); }
+
+// t as [rows, dim] with unit stride along dim. reshape gives a view whenever the leading dims flatten with
+// one row stride (contiguous batches, row slices, rows of a wider buffer), and a copy otherwise; a last-dim
+// stride other than 1 (column-major, say) takes a contiguous copy.
+Tensor as_rows(const Tensor& t, int64_t dim) {
+  Tensor rows = t.dim() == 2 ? t : t.reshape({-1, dim});
   if (dim > 1 && rows.stride(1) != 1) rows = rows.contiguous();
   return rows;
 }
@@ -48,100 +61,226 @@ void check(const char* err, const char* what) {
   TORCH_CHECK(err == nullptr, "rms_norm CUDA ", what, " failed: ", err == nullptr ? "" : err);
 }
 
-void check_cuda_pair(const at::Tensor& x, const at::Tensor& w) {
-  TORCH_CHECK(x.is_cuda(), "the cuda rms_norm needs tensors on a cuda device, got x.device=", x.device());
-  TORCH_CHECK(w.device() == x.device(), "rms_norm needs x and weight on one device, got x.device=", x.device(),
-              " and weight.device=", w.device());
+// The contract's input rules (contract/inputs.py words them for Python; the Python wrapper re-raises any
+// failure here through them, so these messages only need to be clear).
+void check_x(const Tensor& x, double eps) {
+  TORCH_CHECK(x.is_cuda(), "the cuda rms_norm needs x on a cuda device, got x.device=", x.device());
+  dtype_code(x);
+  TORCH_CHECK_VALUE(x.dim() >= 1 && x.size(-1) >= 1, "rms_norm needs a last dim of at least 1, got x.shape=",
+                    x.sizes());
+  TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "rms_norm needs eps to be a finite number > 0, got eps=", eps);
+}
+
+void check_weight(const Tensor& x, const Tensor& w) {
   TORCH_CHECK_TYPE(w.scalar_type() == x.scalar_type(), "rms_norm needs weight in the dtype of x, got x.dtype=",
                    x.scalar_type(), " and weight.dtype=", w.scalar_type());
-  TORCH_CHECK(x.dim() >= 1 && w.dim() == 1 && w.size(0) == x.size(-1) && x.size(-1) >= 1,
-              "rms_norm needs weight of shape (", x.dim() >= 1 ? x.size(-1) : 0, ",), got x.shape=", x.sizes(),
-              " and weight.shape=", w.sizes());
+  TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == x.size(-1), "rms_norm needs weight of shape (", x.size(-1),
+                    ",), got x.shape=", x.sizes(), " and weight.shape=", w.sizes());
+  TORCH_CHECK_VALUE(w.device() == x.device(), "rms_norm needs x and weight on one device, got x.device=",
+                    x.device(), " and weight.device=", w.device());
 }
 
-// y (and, when want_rstd, each row's fp32 1/rms for the backward) for x of any shape [..., dim].
-std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& x, const at::Tensor& weight, double eps,
-                                                bool out_fp32, bool want_rstd) {
-  check_cuda_pair(x, weight);
+void check_residual(const Tensor& x, const Tensor& r) {
+  TORCH_CHECK_TYPE(r.scalar_type() == x.scalar_type(), "fused_add needs residual in the dtype of x, got x.dtype=",
+                   x.scalar_type(), " and residual.dtype=", r.scalar_type());
+  TORCH_CHECK_VALUE(r.sizes() == x.sizes(), "fused_add needs residual of x's shape, got x.shape=", x.sizes(),
+                    " and residual.shape=", r.sizes());
+  TORCH_CHECK_VALUE(r.device() == x.device(), "fused_add needs x and residual on one device, got x.device=",
+                    x.device(), " and residual.device=", r.device());
+}
+
+int64_t row_count(const Tensor& x) { return x.numel() / x.size(-1); }
+
+Tensor forward_variant(const Tensor& x, const Tensor* weight, double eps, rmsnorm::Variant variant, bool out_fp32) {
+  check_x(x, eps);
+  if (weight != nullptr) check_weight(x, *weight);
   const int64_t dim = x.size(-1);
-  const auto out_type = out_fp32 ? at::kFloat : x.scalar_type();
-  at::Tensor y = at::empty(x.sizes(), x.options().dtype(out_type));
-  const int64_t rows = dim == 0 ? 0 : x.numel() / dim;
-  at::Tensor rstd = want_rstd ? at::empty({rows}, x.options().dtype(at::kFloat)) : at::Tensor();
-  if (rows == 0) return {y, rstd};
-
+  Tensor y = at::empty(x.sizes(), x.options().dtype(out_fp32 ? at::kFloat : x.scalar_type()));
+  const int64_t rows = row_count(x);
+  if (rows == 0) return y;
   const c10::DeviceGuard guard(x.device());
-  const at::Tensor x2 = as_rows(x, dim);
-  const at::Tensor w = weight.contiguous();
-  check(rmsnorm::forward(dtype_code(x), out_fp32, x2.data_ptr(), x2.stride(0), w.data_ptr(), y.data_ptr(), dim,
-                         want_rstd ? rstd.data_ptr<float>() : nullptr, rows, dim, static_cast<float>(eps),
-                         current_stream(x.device())),
+  const Tensor x2 = as_rows(x, dim);
+  const Tensor w = weight == nullptr ? Tensor() : weight->contiguous();
+  check(rmsnorm::forward(dtype_code(x), variant, out_fp32, x2.data_ptr(), x2.stride(0),
+                         weight == nullptr ? nullptr : w.data_ptr(), y.data_ptr(), dim, rows, dim,
+                         static_cast<float>(eps), current_stream(x.device())),
         "forward");
-  return {y, rstd};
+  return y;
 }
 
-at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, double eps, bool out_fp32) {
-  return std::get<0>(forward_impl(x, weight, eps, out_fp32, false));
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, bool out_fp32) {
+  return forward_variant(x, &weight, eps, rmsnorm::Variant::kPlain, out_fp32);
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_train(const at::Tensor& x, const at::Tensor& weight, double eps,
-                                                 bool out_fp32) {
-  return forward_impl(x, weight, eps, out_fp32, true);
+Tensor rms_norm_offset(const Tensor& x, const Tensor& weight, double eps) {
+  return forward_variant(x, &weight, eps, rmsnorm::Variant::kOffset, false);
 }
 
-// (dx, dw) from dy and the forward's saved x, weight and rstd; dw is undefined (None) unless need_dw.
-std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
-                                            const at::Tensor& rstd, bool need_dw) {
-  check_cuda_pair(x, weight);
-  TORCH_CHECK(dy.sizes() == x.sizes(), "rms_norm backward needs dy of x's shape, got dy.shape=", dy.sizes(),
-              " and x.shape=", x.sizes());
+Tensor rms_norm_unweighted(const Tensor& x, double eps) {
+  return forward_variant(x, nullptr, eps, rmsnorm::Variant::kUnweighted, false);
+}
+
+// (dx, dw) from dy, x, weight and eps; dw is an empty tensor unless need_dw. The rms is recomputed from x
+// in the forward's order, so nothing but the inputs needs saving.
+std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps,
+                                             bool need_dw) {
+  check_x(x, eps);
+  check_weight(x, weight);
+  TORCH_CHECK_VALUE(dy.sizes() == x.sizes(), "rms_norm backward needs dy of x's shape, got dy.shape=", dy.sizes(),
+                    " and x.shape=", x.sizes());
   const bool dy_fp32 = dy.scalar_type() == at::kFloat && x.scalar_type() != at::kFloat;
   TORCH_CHECK_TYPE(dy.scalar_type() == x.scalar_type() || dy_fp32,
                    "rms_norm backward needs dy in x's dtype or float32, got dy.dtype=", dy.scalar_type());
-  TORCH_CHECK(dy.device() == x.device() && rstd.device() == x.device(), "rms_norm backward needs all tensors on ",
-              x.device());
+  TORCH_CHECK_VALUE(dy.device() == x.device(), "rms_norm backward needs dy on ", x.device(), ", got ",
+                    dy.device());
   const int64_t dim = x.size(-1);
-  const int64_t rows = x.numel() / dim;
-  TORCH_CHECK(rstd.scalar_type() == at::kFloat && rstd.numel() == rows && rstd.is_contiguous(),
-              "rms_norm backward needs the forward's rstd");
-
-  at::Tensor dx = at::empty(x.sizes(), x.options());
-  if (rows == 0) return {dx, need_dw ? at::zeros_like(weight) : at::Tensor()};
-
+  const int64_t rows = row_count(x);
+  Tensor dx = at::empty(x.sizes(), x.options());
+  if (rows == 0) return {dx, need_dw ? at::zeros({dim}, weight.options()) : at::empty({0}, weight.options())};
+  Tensor dw = at::empty({need_dw ? dim : 0}, weight.options());
   const c10::DeviceGuard guard(x.device());
   const auto code = dtype_code(x);
-  int64_t parts = 0;
-  int64_t rows_per_part = 0;
-  int64_t padded_dim = 0;
-  bool zero_workspace = false;
-  check(rmsnorm::backward_plan(code, dy_fp32, rows, dim, &parts, &rows_per_part, &padded_dim, &zero_workspace),
-        "backward plan");
-  at::Tensor workspace;
-  at::Tensor dw;
-  if (need_dw) {
-    const auto opts = x.options().dtype(at::kFloat);
-    workspace = zero_workspace ? at::zeros({parts, padded_dim}, opts) : at::empty({parts, padded_dim}, opts);
-    dw = at::empty({dim}, weight.options());
-  }
-  const at::Tensor x2 = as_rows(x, dim);
-  const at::Tensor dy2 = as_rows(dy, dim);
-  const at::Tensor w = weight.contiguous();
+  int64_t rows_per_block = 0;
+  int64_t steps = 0;
+  int64_t chunks = 0;
+  check(rmsnorm::backward_plan(code, rows, dim, &rows_per_block, &steps, &chunks), "backward plan");
+  Tensor workspace;
+  if (need_dw) workspace = at::empty({chunks, dim}, x.options().dtype(at::kFloat));
+  const Tensor x2 = as_rows(x, dim);
+  const Tensor dy2 = as_rows(dy, dim);
+  const Tensor w = weight.contiguous();
   check(rmsnorm::backward(code, dy_fp32, dy2.data_ptr(), dy2.stride(0), x2.data_ptr(), x2.stride(0), w.data_ptr(),
-                          rstd.data_ptr<float>(), dx.data_ptr(), dim,
-                          need_dw ? workspace.data_ptr<float>() : nullptr, parts, rows_per_part, padded_dim,
-                          need_dw ? dw.data_ptr() : nullptr, rows, dim, current_stream(x.device())),
+                          dx.data_ptr(), dim, need_dw ? workspace.data_ptr<float>() : nullptr, chunks,
+                          need_dw ? dw.data_ptr() : nullptr, rows, dim, static_cast<float>(eps),
+                          current_stream(x.device())),
         "backward");
   return {dx, dw};
 }
 
+// [rows_per_block, steps, chunks]: how the backward sums dw for a batch of `rows` rows of `dim` (the
+// order rmsnorm_kernels.cu documents), so that tests can sum in that order independently.
+std::vector<int64_t> backward_plan(int64_t rows, int64_t dim, at::ScalarType dtype) {
+  int64_t plan[3] = {0, 0, 0};
+  check(rmsnorm::backward_plan(dtype_code(dtype), rows, dim, &plan[0], &plan[1], &plan[2]), "backward plan");
+  return {plan[0], plan[1], plan[2]};
+}
+
+// The kernel writes y and residual_out row by row through the given row strides; `y` may be x and
+// `residual_out` may be residual.
+void launch_fused_add(const Tensor& x2, const Tensor& r2, const Tensor& w, const Tensor& y2, const Tensor& ro2,
+                      double eps) {
+  const int64_t dim = x2.size(1);
+  check(rmsnorm::fused_add(dtype_code(x2), x2.data_ptr(), x2.stride(0), r2.data_ptr(), r2.stride(0), w.data_ptr(),
+                           y2.data_ptr(), y2.stride(0), ro2.data_ptr(), ro2.stride(0), x2.size(0), dim,
+                           static_cast<float>(eps), current_stream(x2.device())),
+        "fused_add");
+}
+
+std::tuple<Tensor, Tensor> fused_add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                              double eps) {
+  check_x(x, eps);
+  check_weight(x, weight);
+  check_residual(x, residual);
+  Tensor y = at::empty(x.sizes(), x.options());
+  Tensor residual_out = at::empty(x.sizes(), x.options());
+  if (row_count(x) == 0) return {y, residual_out};
+  const c10::DeviceGuard guard(x.device());
+  const int64_t dim = x.size(-1);
+  launch_fused_add(as_rows(x, dim), as_rows(residual, dim), weight.contiguous(), y.view({-1, dim}),
+                   residual_out.view({-1, dim}), eps);
+  return {y, residual_out};
+}
+
+// In place, as engines do: y into x, residual_out into residual. Rows that cannot be addressed in place
+// (a layout reshape must copy) are computed aside and copied back.
+void fused_add_rms_norm_(Tensor& x, Tensor& residual, const Tensor& weight, double eps) {
+  check_x(x, eps);
+  check_weight(x, weight);
+  check_residual(x, residual);
+  if (row_count(x) == 0) return;
+  const c10::DeviceGuard guard(x.device());
+  const int64_t dim = x.size(-1);
+  const Tensor x2 = as_rows(x, dim);
+  const Tensor r2 = as_rows(residual, dim);
+  if (x2.is_alias_of(x) && r2.is_alias_of(residual)) {
+    launch_fused_add(x2, r2, weight.contiguous(), x2, r2, eps);
+    return;
+  }
+  const Tensor y = at::empty(x2.sizes(), x2.options());
+  const Tensor residual_out = at::empty(x2.sizes(), x2.options());
+  launch_fused_add(x2, r2, weight.contiguous(), y, residual_out, eps);
+  x.copy_(y.view(x.sizes()));
+  residual.copy_(residual_out.view(x.sizes()));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Autograd for rms_norm: the forward saves x and weight; the backward recomputes each row's rms.
+
+const c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, double, bool)>& forward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("rmsnorm_cuda::rms_norm", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, double, bool)>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, double, bool)>&
+backward_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("rmsnorm_cuda::rms_norm_backward", "")
+          .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, double, bool)>();
+  return op;
+}
+
+class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
+ public:
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& weight, double eps,
+                        bool out_fp32) {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    Tensor y = forward_op().call(x, weight, eps, out_fp32);
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["eps"] = eps;
+    return y;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const double eps = ctx->saved_data["eps"].toDouble();
+    auto [dx, dw] = backward_op().call(grads[0], saved[0], saved[1], eps, ctx->needs_input_grad(1));
+    return {ctx->needs_input_grad(0) ? dx : Tensor(), ctx->needs_input_grad(1) ? dw : Tensor(), Tensor(),
+            Tensor()};
+  }
+};
+
+Tensor rms_norm_autograd(const Tensor& x, const Tensor& weight, double eps, bool out_fp32) {
+  // The common eager case, no graph to record, skips the autograd node altogether.
+  if (!c10::GradMode::is_enabled() || !(x.requires_grad() || weight.requires_grad())) {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    return forward_op().call(x, weight, eps, out_fp32);
+  }
+  return RMSNormFunction::apply(x, weight, eps, out_fp32);
+}
+
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Batch-invariant RMSNorm CUDA kernels";
-  m.def("forward", &forward, "y = x * rsqrt(mean(x^2) + eps) * weight", py::arg("x"), py::arg("weight"),
-        py::arg("eps"), py::arg("out_fp32"));
-  m.def("forward_train", &forward_train, "(y, rstd) for the backward", py::arg("x"), py::arg("weight"),
-        py::arg("eps"), py::arg("out_fp32"));
-  m.def("backward", &backward, "(dx, dw) from dy", py::arg("dy"), py::arg("x"), py::arg("weight"),
-        py::arg("rstd"), py::arg("need_dw"));
+TORCH_LIBRARY(rmsnorm_cuda, m) {
+  m.def("rms_norm(Tensor x, Tensor weight, float eps, bool out_fp32=False) -> Tensor");
+  m.def("rms_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps, bool need_dw) -> (Tensor, Tensor)");
+  m.def("rms_norm_offset(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("rms_norm_unweighted(Tensor x, float eps) -> Tensor");
+  m.def("fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("fused_add_rms_norm_(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()");
+  m.def("backward_plan(int rows, int dim, ScalarType dtype) -> int[]", &backward_plan);
 }
+
+TORCH_LIBRARY_IMPL(rmsnorm_cuda, CUDA, m) {
+  m.impl("rms_norm", &rms_norm);
+  m.impl("rms_norm_backward", &rms_norm_backward);
+  m.impl("rms_norm_offset", &rms_norm_offset);
+  m.impl("rms_norm_unweighted", &rms_norm_unweighted);
+  m.impl("fused_add_rms_norm", &fused_add_rms_norm);
+  m.impl("fused_add_rms_norm_", &fused_add_rms_norm_);
+}
+
+TORCH_LIBRARY_IMPL(rmsnorm_cuda, Autograd, m) { m.impl("rms_norm", &rms_norm_autograd); }

@@ -1,0 +1,144 @@
+"""The torch custom operators ``rmsnorm_cuda::*``: loading their library on first use, their fake (meta)
+implementations for torch.compile and opcheck, and the direct handles the backend's eager path calls.
+
+The schemas, the CUDA implementations and the forward's autograd are registered in C++ (binding.cpp) when
+the library loads; only the fake implementations live here, since they are what tracing runs in Python.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+NAMESPACE = "rmsnorm_cuda"
+OP_NAMES: tuple[str, ...] = (
+    "rms_norm",
+    "rms_norm_backward",
+    "rms_norm_offset",
+    "rms_norm_unweighted",
+    "fused_add_rms_norm",
+    "fused_add_rms_norm_",
+)
+
+# The loaded library's path once loaded; the failure reason once loading failed (not retried in this process).
+_library: str | None = None
+_error: str | None = None
+_lock = threading.Lock()
+
+# Direct handles to the operators' C++ entry (OpOverload._op, the dispatcher call without the Python
+# __call__ around it), set once the library is loaded; None before.
+rms_norm: Callable[..., Any] | None = None
+rms_norm_offset: Callable[..., Any] | None = None
+rms_norm_unweighted: Callable[..., Any] | None = None
+fused_add_rms_norm: Callable[..., Any] | None = None
+fused_add_rms_norm_: Callable[..., Any] | None = None
+
+
+def environment_reason(device: torch.device) -> str | None:
+    """Why no CUDA build can run on `device`, from what torch and the machine say, without building."""
+    if device.type != "cuda":
+        return f"the cuda backend runs on cuda devices, not {device.type}"
+    if getattr(torch.version, "hip", None):
+        return "the cuda backend needs a CUDA build of torch, not a ROCm one"
+    if not torch.version.cuda:
+        return f"torch {torch.__version__} was built without CUDA, so the CUDA extension cannot be built"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible (torch.cuda.is_available() is False)"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        return f"no CUDA device {device} (torch sees {torch.cuda.device_count()})"
+    from . import _build
+
+    if os.environ.get(_build.LIBRARY_ENV):
+        return None
+    from torch.utils import cpp_extension
+
+    if cpp_extension.CUDA_HOME is None:
+        return "no CUDA toolkit found to build the extension: set CUDA_HOME or put nvcc on the PATH"
+    if not cpp_extension.is_ninja_available():
+        return "ninja is needed to build the CUDA extension (pip install ninja)"
+    return None
+
+
+def _device_arch(device: torch.device) -> str | None:
+    """The device's own arch when it is older than Hopper (sm_90 PTX cannot run there), else None."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"{major}{minor}" if major < 9 else None
+
+
+def load(device: torch.device) -> str | None:
+    """None once the operators are registered (building them on first use), else why they cannot run."""
+    global _library, _error
+    reason = environment_reason(device)
+    if reason is not None:
+        return reason
+    with _lock:
+        if _library is None and _error is None:
+            from . import _build
+
+            try:
+                _library = _build.build(_device_arch(device))
+                _register_fakes()
+                _bind_handles()
+            except RuntimeError as exc:
+                _error = str(exc)
+        return None if _library is not None else str(_error)
+
+
+def require(device: torch.device) -> None:
+    """Raise RuntimeError, with the reason, unless the operators can run on `device`."""
+    reason = load(device)
+    if reason is not None:
+        raise RuntimeError(f"the cuda rms_norm backend cannot run on {device}: {reason}")
+
+
+def op(name: str) -> torch._ops.OpOverload:
+    """The operator ``rmsnorm_cuda::name`` (its default overload); the library must be loaded."""
+    return getattr(getattr(torch.ops, NAMESPACE), name).default
+
+
+def _bind_handles() -> None:
+    global rms_norm, rms_norm_offset, rms_norm_unweighted, fused_add_rms_norm, fused_add_rms_norm_
+    handles = {name: getattr(op(name), "_op", op(name)) for name in OP_NAMES}
+    rms_norm = handles["rms_norm"]
+    rms_norm_offset = handles["rms_norm_offset"]
+    rms_norm_unweighted = handles["rms_norm_unweighted"]
+    fused_add_rms_norm = handles["fused_add_rms_norm"]
+    fused_add_rms_norm_ = handles["fused_add_rms_norm_"]
+
+
+def _register_fakes() -> None:
+    """Shapes, dtypes and strides of every operator's outputs, as the CUDA implementations allocate them
+    (contiguous, whatever the inputs' layout)."""
+    register = torch.library.register_fake
+
+    @register(f"{NAMESPACE}::rms_norm")
+    def _(x: torch.Tensor, weight: torch.Tensor, eps: float, out_fp32: bool = False) -> torch.Tensor:
+        return x.new_empty(x.shape, dtype=torch.float32 if out_fp32 else x.dtype)
+
+    @register(f"{NAMESPACE}::rms_norm_backward")
+    def _(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float,
+          need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.new_empty(x.shape), weight.new_empty((weight.shape[0] if need_dw else 0,))
+
+    @register(f"{NAMESPACE}::rms_norm_offset")
+    def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return x.new_empty(x.shape)
+
+    @register(f"{NAMESPACE}::rms_norm_unweighted")
+    def _(x: torch.Tensor, eps: float) -> torch.Tensor:
+        return x.new_empty(x.shape)
+
+    @register(f"{NAMESPACE}::fused_add_rms_norm")
+    def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+          eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.new_empty(x.shape), residual.new_empty(residual.shape)
+
+    @register(f"{NAMESPACE}::fused_add_rms_norm_")
+    def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+        return None
