@@ -274,7 +274,7 @@ def test_dx_bitwise_equal_to_native(dtype):
 def _documented_dw(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     """dw summed in the order the backend documents (rmsnorm_kernels.cu, "Backward"), in plain torch."""
     rows, dim = x.shape
-    rows_per_block, steps = (int(v) for v in _ops.op("backward_plan")(rows, dim, x.dtype))
+    rows_per_block, steps, _ = (int(v) for v in _ops.op("backward_plan")(rows, dim, x.dtype))
     x32 = x.float()
     rms = torch.sqrt((sum_fixed_order(x32 * x32) / torch.full((), dim, device=x.device)
                       + torch.full((), eps, device=x.device)).double()).float()
@@ -404,6 +404,20 @@ def test_empty_batch_nonfinite_rows_and_purity(dtype):
     keep = [i for i in range(40) if i not in (5, 9)]
     _assert_bitwise(out[keep], clean[keep], "rows beside NaN/Inf rows")
     assert torch.isnan(out[5]).all() and torch.isnan(out[9, 0]) and not torch.isnan(out[9, 1:]).any()
+
+
+@pytest.mark.usefixtures("gpu")
+def test_the_direct_entry_is_used_and_subclasses_take_torch_ops():
+    assert _ops.fast_module(_ops._library) is not None, "the library's Python entry did not load"
+    assert _ops.rms_norm is _ops.fast_module(_ops._library).rms_norm
+
+    class Marked(torch.Tensor):
+        pass
+
+    x, w = _inputs(9, 100, torch.bfloat16, seed=13)
+    _assert_bitwise(OP.forward(x.as_subclass(Marked), w).as_subclass(torch.Tensor), OP.forward(x, w),
+                    "a tensor subclass through torch.ops")
+    _assert_bitwise(OP.forward(x, torch.nn.Parameter(w, requires_grad=False)), OP.forward(x, w), "a Parameter")
 
 
 @pytest.mark.usefixtures("gpu")

@@ -68,6 +68,7 @@ def bandwidth(op: Any, rows: int, dim: int, dtype: torch.dtype = torch.bfloat16,
     esize = x.element_size()
     elems = x.numel()
     y = torch.empty_like(x)
+    # The copy twice, before and after the kernels; the faster counts, so that no clock ramp flatters them.
     copy_ms = _median_ms(lambda: y.copy_(x))
     copy_gbps = 2 * elems * esize / copy_ms / 1e6
     out = [{"backend": "copy", "variant": "copy", "rows": rows, "dim": dim,
@@ -100,6 +101,12 @@ def bandwidth(op: Any, rows: int, dim: int, dtype: torch.dtype = torch.bfloat16,
     torch_ms = _median_ms(lambda: F.rms_norm(x, (dim,), w, 1e-6))
     out.append({**_record("forward", rows, dim, dtype, 2 * elems * esize, torch_ms, copy_gbps),
                 "backend": "torch_rms_norm"})
+    copy_again = 2 * elems * esize / _median_ms(lambda: y.copy_(x)) / 1e6
+    if copy_again > copy_gbps:
+        out[0]["gbps"] = round(copy_again, 1)
+        for r in out:
+            r["copy_gbps"] = round(copy_again, 1)
+            r["of_copy"] = round(r["gbps"] / copy_again, 4)
     return out
 
 
@@ -122,6 +129,48 @@ def latency(op: Any, rows: int, dim: int = LATENCY_DIM, dtype: torch.dtype = tor
             "of_torch": round(us / torch_us, 3)}
 
 
+def latency_paths(op: Any, rows: int = 1, dim: int = LATENCY_DIM, dtype: torch.dtype = torch.bfloat16,
+                  device: str = "cuda") -> list[dict[str, Any]]:
+    """Per-call µs of each way into the forward, and of an allocation alone: where the host time goes."""
+    from . import _ops
+
+    gen = torch.Generator(device=device).manual_seed(2)
+    x = torch.randn(rows, dim, device=device, dtype=dtype, generator=gen)
+    w = torch.randn(dim, device=device, dtype=dtype, generator=gen)
+    overload = _ops.op("rms_norm")
+    paths: dict[str, Callable[[], object]] = {
+        "backend.forward": lambda: op.forward(x, w, 1e-6),
+        "entry used by the backend": lambda: _ops.rms_norm(x, w, 1e-6, False),
+        "OpOverload._op (boxed)": lambda: overload._op(x, w, 1e-6, False),
+        "torch.ops OpOverload": lambda: overload(x, w, 1e-6, False),
+        "F.rms_norm": lambda: F.rms_norm(x, (dim,), w, 1e-6),
+        "torch.empty_like": lambda: torch.empty_like(x),
+    }
+    out = []
+    for name, fn in paths.items():
+        us = statistics.median(_per_call_us(fn) for _ in range(5))
+        out.append({"backend": "cuda", "variant": "latency_path", "path": name, "rows": rows, "dim": dim,
+                    "dtype": str(dtype).removeprefix("torch."), "us": round(us, 2)})
+    return out
+
+
+def _warm_up(device: str) -> None:
+    """Half a second of copies, so that the clocks have ramped before the first measurement."""
+    a = torch.empty(1 << 28, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    while True:
+        for _ in range(50):
+            b.copy_(a)
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) > 500:
+            return
+
+
 def run(device: str = "cuda") -> list[dict[str, Any]]:
     """Every record, bandwidth then latency."""
     from . import CudaRMSNormOp
@@ -129,11 +178,13 @@ def run(device: str = "cuda") -> list[dict[str, Any]]:
 
     require(torch.device(device))
     op = CudaRMSNormOp()
+    _warm_up(device)
     records: list[dict[str, Any]] = []
     for rows, dim in BANDWIDTH_SHAPES:
         records += bandwidth(op, rows, dim, device=device)
         torch.cuda.empty_cache()
     records += [latency(op, rows, device=device) for rows in LATENCY_ROWS]
+    records += latency_paths(op, device=device)
     return records
 
 
@@ -151,4 +202,8 @@ def render(records: list[dict[str, Any]]) -> list[str]:
         if r["variant"] == "latency":
             lines.append(f"| {r['rows']}x{r['dim']} | {r['us']:.2f} | {r['torch_rms_norm_us']:.2f} | "
                          f"{r['copy_us']:.2f} | {r['of_torch']:.3f} |")
+    paths = [r for r in records if r["variant"] == "latency_path"]
+    if paths:
+        lines += ["", f"| path ({paths[0]['rows']}x{paths[0]['dim']}) | µs/call |", "|---|---|"]
+        lines += [f"| {r['path']} | {r['us']:.2f} |" for r in paths]
     return lines

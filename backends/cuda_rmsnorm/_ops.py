@@ -7,6 +7,7 @@ the library loads; only the fake implementations live here, since they are what 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from collections.abc import Callable
@@ -23,14 +24,19 @@ OP_NAMES: tuple[str, ...] = (
     "fused_add_rms_norm",
     "fused_add_rms_norm_",
 )
+# The library's Python module and the operators it has direct entries for.
+FAST_MODULE = "rmsnorm_cuda_fast"
+FAST_NAMES: tuple[str, ...] = ("rms_norm", "rms_norm_offset", "rms_norm_unweighted", "fused_add_rms_norm")
 
 # The loaded library's path once loaded; the failure reason once loading failed (not retried in this process).
 _library: str | None = None
 _error: str | None = None
 _lock = threading.Lock()
 
-# Direct handles to the operators' C++ entry (OpOverload._op, the dispatcher call without the Python
-# __call__ around it), set once the library is loaded; None before.
+# The eager entries the backend calls, set once the library is loaded (None before): the library's own
+# Python module (rmsnorm_cuda_fast, straight into the operators' typed dispatcher handles) where its check
+# passes, else each operator's C++ entry (OpOverload._op, the boxed dispatcher call without the Python
+# __call__ around it). Same arguments either way.
 rms_norm: Callable[..., Any] | None = None
 rms_norm_offset: Callable[..., Any] | None = None
 rms_norm_unweighted: Callable[..., Any] | None = None
@@ -84,7 +90,7 @@ def load(device: torch.device) -> str | None:
             try:
                 _library = _build.build(_device_arch(device))
                 _register_fakes()
-                _bind_handles()
+                _bind_handles(_library)
             except RuntimeError as exc:
                 _error = str(exc)
         return None if _library is not None else str(_error)
@@ -102,9 +108,26 @@ def op(name: str) -> torch._ops.OpOverload:
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
-def _bind_handles() -> None:
+def fast_module(path: str) -> Any | None:
+    """The library's Python module, if it imports and reads torch's tensor objects as torch lays them out."""
+    try:
+        spec = importlib.util.spec_from_file_location(FAST_MODULE, path)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        probe = torch.empty(0)
+        return module if module.layout_matches(probe, probe._cdata) else None
+    except Exception:  # any failure leaves the torch.ops entries in place
+        return None
+
+
+def _bind_handles(path: str) -> None:
     global rms_norm, rms_norm_offset, rms_norm_unweighted, fused_add_rms_norm, fused_add_rms_norm_
     handles = {name: getattr(op(name), "_op", op(name)) for name in OP_NAMES}
+    fast = fast_module(path)
+    if fast is not None:
+        handles.update({name: getattr(fast, name) for name in FAST_NAMES})
     rms_norm = handles["rms_norm"]
     rms_norm_offset = handles["rms_norm_offset"]
     rms_norm_unweighted = handles["rms_norm_unweighted"]

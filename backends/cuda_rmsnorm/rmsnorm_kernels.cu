@@ -24,6 +24,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "rmsnorm.h"
@@ -45,11 +46,13 @@ constexpr int kMaxStack = 32;
 // The dw reduction over chunks: a 32 x 32 block, 32 columns by 32 interleaved running sums.
 constexpr int kFinalCols = 32;
 constexpr int kFinalSplits = 32;
-// dw: rows are cut into chunks of rows_per_block * steps rows; steps doubles (up to kMaxSteps) until at
-// most kMaxChunks chunks cover the batch. More chunks spread the batch over more blocks, fewer chunks
-// write and re-read less workspace (chunks x dim fp32).
+// dw: rows are cut into chunks of rows_per_block * steps rows; steps doubles (up to kMaxSteps) from the
+// fewest that make a chunk kMinChunkRows rows until at most kMaxChunks chunks cover the batch. More chunks
+// spread the batch over more blocks, fewer chunks write and re-read less workspace (chunks x dim fp32).
 constexpr int kMaxChunks = 1024;
 constexpr int kMaxSteps = 64;
+// A chunk's workspace row (dim fp32, written and read back) stays under a tenth of its rows' traffic.
+constexpr int kMinChunkRows = 16;
 
 // ---------------------------------------------------------------------------------------------------
 // Elements: exact widening to fp32 from a packed 32-bit word (`hi` picks the upper 16-bit element), and
@@ -133,16 +136,41 @@ using RawOf = typename std::conditional<sizeof(E) == 4, uint32_t, unsigned short
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// How a 16-byte access treats the caches: rows of x, dy and the outputs stream through once (evict first,
+// so that they do not push the weight out of L1); the weight is read by every row (read-only path);
+// workspace and shared memory plain.
+enum class Cache : int { kPlain, kStream, kReadOnly };
+
+template <Cache C>
+__device__ __forceinline__ uint4 load16(const uint4* p) {
+  if constexpr (C == Cache::kStream) {
+    return __ldcs(p);
+  } else if constexpr (C == Cache::kReadOnly) {
+    return __ldg(p);
+  } else {
+    return *p;
+  }
+}
+
+template <Cache C>
+__device__ __forceinline__ void store16(uint4* p, uint4 v) {
+  if constexpr (C == Cache::kStream) {
+    __stcs(p, v);
+  } else {
+    *p = v;
+  }
+}
+
 // Elements [base, base + 8) of `row`, +0.0 past `limit` (the canonical zero padding). A group wholly inside
 // a 16-byte-aligned row (`vec`) moves as 16-byte vectors; any other is built element by element into the
 // same words, so the arithmetic that follows cannot tell the two apart.
-template <typename E>
+template <typename E, Cache C = Cache::kPlain>
 __device__ __forceinline__ void load_group(Group<E>& g, const E* row, int base, int limit, bool vec) {
   if (vec && base + kGroup <= limit) {
     const uint4* src = reinterpret_cast<const uint4*>(row + base);
 #pragma unroll
     for (int i = 0; i < Group<E>::kWords / 4; ++i) {
-      const uint4 q = src[i];
+      const uint4 q = load16<C>(src + i);
       g.u[4 * i] = q.x;
       g.u[4 * i + 1] = q.y;
       g.u[4 * i + 2] = q.z;
@@ -163,13 +191,13 @@ __device__ __forceinline__ void load_group(Group<E>& g, const E* row, int base, 
   }
 }
 
-template <typename E>
+template <typename E, Cache C = Cache::kPlain>
 __device__ __forceinline__ void store_group(const Group<E>& g, E* row, int base, int limit, bool vec) {
   if (vec && base + kGroup <= limit) {
     uint4* dst = reinterpret_cast<uint4*>(row + base);
 #pragma unroll
     for (int i = 0; i < Group<E>::kWords / 4; ++i)
-      dst[i] = make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]);
+      store16<C>(dst + i, make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]));
   } else {
     RawOf<E>* raw = reinterpret_cast<RawOf<E>*>(row);
 #pragma unroll
@@ -310,11 +338,6 @@ __device__ __forceinline__ Divisor make_divisor(float d) {
   return Divisor{d, __frcp_rn(d), d >= 0x1p-60f && d <= 0x1p60f};
 }
 
-__device__ __forceinline__ bool in_fast_range(float a) {
-  const float m = fabsf(a);
-  return m >= 0x1p-60f && m <= 0x1p60f;
-}
-
 __device__ __forceinline__ float newton_quotient(float a, const Divisor& v) {
   const float q0 = __fmul_rn(a, v.y);
   const float q1 = __fmaf_rn(__fmaf_rn(-q0, v.d, a), v.y, q0);
@@ -322,14 +345,23 @@ __device__ __forceinline__ float newton_quotient(float a, const Divisor& v) {
 }
 
 // q[j] = RN(a[j] / d) for the 8 values of a group; a group with any value outside the fast range divides
-// all eight the long way (rare: one branch per group on the common path).
+// all eight the long way (rare: one branch per group on the common path). The range is checked on the
+// group's smallest and (with kBounded false) largest magnitude: fminf/fmaxf skip a NaN, which is fine, as
+// the Newton steps carry a NaN to a NaN. kBounded: the caller knows |a| <= sqrt(D) * d (a row's own
+// elements over its rms), so only the lower end can leave the range.
+template <bool kBounded>
 __device__ __forceinline__ void divide_group(const float (&a)[kGroup], const Divisor& v, float (&q)[kGroup]) {
-  bool fast = v.fast;
+  float lo = fabsf(a[0]);
+  float hi = lo;
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
     q[j] = newton_quotient(a[j], v);
-    fast = fast && in_fast_range(a[j]);
+    if (j > 0) {
+      lo = fminf(lo, fabsf(a[j]));
+      if constexpr (!kBounded) hi = fmaxf(hi, fabsf(a[j]));
+    }
   }
+  const bool fast = v.fast && lo >= 0x1p-60f && (kBounded || hi <= 0x1p60f);
   if (!fast) {
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) q[j] = __fdiv_rn(a[j], v.d);
@@ -343,6 +375,15 @@ __device__ __forceinline__ void divide_group(const float (&a)[kGroup], const Div
 // normalizes s as stored, as kPlain.
 
 enum class Mode : int { kPlain, kOffset, kUnweighted, kFusedAdd };
+
+// Register kernel blocks resident per multiprocessor the forward is compiled for: with up to 64 bytes of x a
+// thread, four (at most 64 registers a thread; 32 warps keep enough loads in flight to stream at copy
+// speed), three for the fused add, which holds the residual's words too (85 registers); with more, two
+// (128 registers), which the rows that wide need to hold their data unspilled.
+template <typename T, int K, Mode M>
+constexpr int forward_blocks_per_sm() {
+  return K * int(sizeof(T)) > 8 ? 2 : M == Mode::kFusedAdd ? 3 : 4;
+}
 
 struct ForwardArgs {
   const void* x;
@@ -366,15 +407,17 @@ struct ForwardArgs {
 template <typename T, Mode M>
 __device__ __forceinline__ void load_input(Group<T>& g, const ForwardArgs& a, int64_t row, int base, int limit) {
   const T* xr = static_cast<const T*>(a.x) + row * a.x_stride;
-  load_group(g, xr, base, limit, aligned16(xr));
+  load_group<T, Cache::kStream>(g, xr, base, limit, aligned16(xr));
   if constexpr (M == Mode::kFusedAdd) {
     const T* rr = static_cast<const T*>(a.residual) + row * a.residual_stride;
     Group<T> r;
-    load_group(r, rr, base, limit, aligned16(rr));
+    load_group<T, Cache::kStream>(r, rr, base, limit, aligned16(rr));
+    Group<T> sum;
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) g.set(j, __fadd_rn(g.get(j), r.get(j)));
+    for (int j = 0; j < kGroup; ++j) sum.set(j, __fadd_rn(g.get(j), r.get(j)));
+    g = sum;
     T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
-    store_group(g, out, base, limit, aligned16(out));
+    store_group<T, Cache::kStream>(g, out, base, limit, aligned16(out));
   }
 }
 
@@ -389,36 +432,43 @@ __device__ __forceinline__ float group_sum_of_squares(const Group<T>& g) {
   return group_tree(v);
 }
 
-// The output group from the input group `g` (re-widened with fresh) and the row's rms.
+template <typename T, Mode M>
+__device__ __forceinline__ void load_weight(Group<T>& wg, const ForwardArgs& a, int base, int limit) {
+  if constexpr (M != Mode::kUnweighted) {
+    load_group<T, Cache::kReadOnly>(wg, static_cast<const T*>(a.w), base, limit, aligned16(a.w));
+  }
+}
+
+// The output group from the input group `g` (re-widened with fresh), its weight group and the row's rms.
 template <typename T, typename O, Mode M>
-__device__ __forceinline__ void store_output(const Group<T>& g, const ForwardArgs& a, int64_t row, int base,
-                                             int limit, const Divisor& rms) {
-  Group<T> wg;
-  if constexpr (M != Mode::kUnweighted) load_group(wg, static_cast<const T*>(a.w), base, limit, aligned16(a.w));
+__device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& wg, const ForwardArgs& a,
+                                             int64_t row, int base, int limit, const Divisor& rms) {
   float xs[kGroup];
   float normalized[kGroup];
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) xs[j] = g.fresh(j);
-  divide_group(xs, rms, normalized);
+  // A row's own elements over its rms: |x / rms| <= sqrt(dim).
+  divide_group<true>(xs, rms, normalized);
   Group<O> out;
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
     const float n = normalized[j];
     float v = n;
     if constexpr (M == Mode::kOffset) {
-      v = __fmul_rn(n, __fadd_rn(1.0f, wg.get(j)));
+      v = __fmul_rn(n, __fadd_rn(1.0f, wg.fresh(j)));
     } else if constexpr (M != Mode::kUnweighted) {
-      v = __fmul_rn(n, wg.get(j));
+      v = __fmul_rn(n, wg.fresh(j));
     }
     out.set(j, v);
   }
   O* yr = static_cast<O*>(a.y) + row * a.y_stride;
-  store_group(out, yr, base, limit, aligned16(yr));
+  store_group<O, Cache::kStream>(out, yr, base, limit, aligned16(yr));
 }
 
-// Register kernel: blockDim.x / T rows per block, thread t of a row holds groups t + m T, m < K.
+// Register kernel: blockDim.x / T rows per block, thread t of a row holds groups t + m T, m < K. The weight
+// is loaded with the row, so that its latency overlaps the row's rather than following the row tree.
 template <typename T, typename O, Mode M, int K>
-__global__ void __launch_bounds__(kBlockThreads) forward_kernel(const ForwardArgs a) {
+__global__ void __launch_bounds__(kBlockThreads, (forward_blocks_per_sm<T, K, M>())) forward_kernel(const ForwardArgs a) {
   __shared__ float scratch[2 * kBlockThreads];
   const int tpr = 1 << a.tpr_shift;
   const int t = threadIdx.x & (tpr - 1);
@@ -429,16 +479,19 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(const ForwardArg
   const int limit = valid ? a.dim : 0;
 
   Group<T> g[K];
+  Group<T> wg[K];
   float part[K];
 #pragma unroll
   for (int m = 0; m < K; ++m) load_input<T, M>(g[m], a, row, (t + m * tpr) * kGroup, limit);
+#pragma unroll
+  for (int m = 0; m < K; ++m) load_weight<T, M>(wg[m], a, (t + m * tpr) * kGroup, limit);
 #pragma unroll
   for (int m = 0; m < K; ++m) part[m] = group_sum_of_squares(g[m]);
   float total[1] = {thread_tree<K>(part)};
   row_tree<1>(total, a.tpr_shift, scratch, 0);
   const Divisor rms = make_divisor(root_mean(total[0], a.dim, a.eps));
 #pragma unroll
-  for (int m = 0; m < K; ++m) store_output<T, O, M>(g[m], a, row, (t + m * tpr) * kGroup, limit, rms);
+  for (int m = 0; m < K; ++m) store_output<T, O, M>(g[m], wg[m], a, row, (t + m * tpr) * kGroup, limit, rms);
 }
 
 // Streaming kernel: one row per block of kLoopThreads threads, 2^groups_shift groups per thread. The first
@@ -466,11 +519,14 @@ __global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const Forwar
     again.x = a.residual_out;
     again.x_stride = a.residual_out_stride;
   }
+  constexpr Mode kOut = M == Mode::kFusedAdd ? Mode::kPlain : M;
   for (int m = 0; m < groups; ++m) {
     const int base = (t + m * tpr) * kGroup;
     Group<T> g;
-    load_input<T, M == Mode::kFusedAdd ? Mode::kPlain : M>(g, again, row, base, a.dim);
-    store_output<T, O, M == Mode::kFusedAdd ? Mode::kPlain : M>(g, a, row, base, a.dim, rms);
+    Group<T> wg;
+    load_input<T, kOut>(g, again, row, base, a.dim);
+    load_weight<T, kOut>(wg, a, base, a.dim);
+    store_output<T, O, kOut>(g, wg, a, row, base, a.dim, rms);
   }
 }
 
@@ -528,47 +584,74 @@ __device__ __forceinline__ RowFactors row_factors(const float (&sums)[2], int di
   return RowFactors{make_divisor(rms), __fdiv_rn(__fdiv_rn(sums[1], __int2float_rn(dim)), __fmul_rn(rms, rms))};
 }
 
-// dx for one group; adds the row's dw terms into `dw` when `acc`.
+// dx for one group, and (when `want_dw`) the row's dw terms g * (x / rms).
 template <typename T, typename G>
 __device__ __forceinline__ void group_grads(const Group<T>& x, const Group<G>& g, const Group<T>& w,
-                                            const RowFactors& f, Group<T>& dx, float (&dw)[kGroup], bool acc) {
+                                            const RowFactors& f, Group<T>& dx, float (&terms)[kGroup],
+                                            bool want_dw) {
   float numerator[kGroup];
   float quotient[kGroup];
 #pragma unroll
   for (int j = 0; j < kGroup; ++j)
     numerator[j] = __fsub_rn(__fmul_rn(g.fresh(j), w.fresh(j)), __fmul_rn(x.fresh(j), f.coef));
-  divide_group(numerator, f.rms, quotient);
+  divide_group<false>(numerator, f.rms, quotient);
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) dx.set(j, quotient[j]);
-  if (acc) {
+  if (want_dw) {
     float xs[kGroup];
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) xs[j] = x.fresh(j);
-    divide_group(xs, f.rms, quotient);
+    // A row's own elements over its rms: |x / rms| <= sqrt(dim).
+    divide_group<true>(xs, f.rms, quotient);
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) dw[j] = __fadd_rn(dw[j], __fmul_rn(g.fresh(j), quotient[j]));
+    for (int j = 0; j < kGroup; ++j) terms[j] = __fmul_rn(g.fresh(j), quotient[j]);
   }
 }
 
+// 8 fp32 sums in shared memory (16-byte aligned) plus 8 terms, in place.
+__device__ __forceinline__ void accumulate8(float* sums, const float (&terms)[kGroup]) {
+  float4* p = reinterpret_cast<float4*>(sums);
+  float4 a = p[0];
+  float4 b = p[1];
+  a.x = __fadd_rn(a.x, terms[0]);
+  a.y = __fadd_rn(a.y, terms[1]);
+  a.z = __fadd_rn(a.z, terms[2]);
+  a.w = __fadd_rn(a.w, terms[3]);
+  b.x = __fadd_rn(b.x, terms[4]);
+  b.y = __fadd_rn(b.y, terms[5]);
+  b.z = __fadd_rn(b.z, terms[6]);
+  b.w = __fadd_rn(b.w, terms[7]);
+  p[0] = a;
+  p[1] = b;
+}
+
+// Register kernel: each row group of the block walks `steps` rows of the chunk; its dw sums live in shared
+// memory (its own slice, which only its own threads touch until the end), so that the registers hold only
+// the row's x and dy.
 template <typename T, typename G, int K>
 __global__ void __launch_bounds__(kBackwardMaxThreadsPerRow) backward_kernel(const BackwardArgs a) {
   __shared__ float scratch[2 * 2 * kBackwardMaxThreadsPerRow];
-  extern __shared__ float4 group_sums_raw[];  // [row groups][K * T * 8] fp32, when row groups > 1
+  extern __shared__ float4 group_sums_raw[];  // [row groups][K * T * 8] fp32, when dw is wanted
   float* group_dw = reinterpret_cast<float*>(group_sums_raw);
 
   const int tpr = 1 << a.tpr_shift;
   const int t = threadIdx.x & (tpr - 1);
   const int rg = threadIdx.x >> a.tpr_shift;
   const int row_groups = blockDim.x >> a.tpr_shift;
+  const int width = K * tpr * kGroup;
   const int64_t first = int64_t(blockIdx.x) * row_groups * a.steps;
   const T* w = static_cast<const T*>(a.w);
   const bool w_vec = aligned16(w);
-
-  float dw[K][kGroup];
+  const bool want_dw = a.workspace != nullptr;
+  float* mine = group_dw + rg * width;
+  if (want_dw) {
 #pragma unroll
-  for (int m = 0; m < K; ++m)
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) dw[m][j] = 0.0f;
+    for (int m = 0; m < K; ++m) {
+      float4* p = reinterpret_cast<float4*>(mine + (t + m * tpr) * kGroup);
+      p[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      p[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
 
 #pragma unroll 1
   for (int s = 0; s < a.steps; ++s) {
@@ -583,18 +666,17 @@ __global__ void __launch_bounds__(kBackwardMaxThreadsPerRow) backward_kernel(con
     Group<T> xg[K];
     Group<G> gg[K];
 #pragma unroll
-    for (int m = 0; m < K; ++m) load_group(xg[m], xr, (t + m * tpr) * kGroup, limit, x_vec);
+    for (int m = 0; m < K; ++m) load_group<T, Cache::kStream>(xg[m], xr, (t + m * tpr) * kGroup, limit, x_vec);
 #pragma unroll
-    for (int m = 0; m < K; ++m) load_group(gg[m], gr, (t + m * tpr) * kGroup, limit, g_vec);
+    for (int m = 0; m < K; ++m) load_group<G, Cache::kStream>(gg[m], gr, (t + m * tpr) * kGroup, limit, g_vec);
 
     float sq[K];
     float gwx[K];
 #pragma unroll
     for (int m = 0; m < K; ++m) {
-      // The weight is read again (from L1) where it is needed rather than held across the row tree and the
-      // loop: the row's x, dy and the dw sums already take most of the registers.
+      // The weight is read again (from L1) where it is needed rather than held across the row tree.
       Group<T> wg;
-      load_group(wg, w, (t + m * tpr) * kGroup, limit, w_vec);
+      load_group<T, Cache::kReadOnly>(wg, w, (t + m * tpr) * kGroup, limit, w_vec);
       float both[2];
       group_sums(xg[m], gg[m], wg, both);
       sq[m] = both[0];
@@ -609,37 +691,19 @@ __global__ void __launch_bounds__(kBackwardMaxThreadsPerRow) backward_kernel(con
 #pragma unroll
     for (int m = 0; m < K; ++m) {
       Group<T> wg;
-      load_group(wg, w, (t + m * tpr) * kGroup, limit, w_vec);
+      load_group<T, Cache::kReadOnly>(wg, w, (t + m * tpr) * kGroup, limit, w_vec);
       Group<T> out;
-      group_grads(xg[m], gg[m], wg, f, out, dw[m], valid);
-      store_group(out, dxr, (t + m * tpr) * kGroup, limit, dx_vec);
+      float terms[kGroup];
+      group_grads(xg[m], gg[m], wg, f, out, terms, want_dw && valid);
+      store_group<T, Cache::kStream>(out, dxr, (t + m * tpr) * kGroup, limit, dx_vec);
+      if (want_dw && valid) accumulate8(mine + (t + m * tpr) * kGroup, terms);
     }
   }
 
-  if (a.workspace == nullptr) return;
-  float* chunk_row = a.workspace + int64_t(blockIdx.x) * a.dim;
-  if (row_groups == 1) {
-    const bool vec = aligned16(chunk_row);
-#pragma unroll
-    for (int m = 0; m < K; ++m) {
-      Group<float> out;
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j) out.set(j, dw[m][j]);
-      store_group(out, chunk_row, (t + m * tpr) * kGroup, a.dim, vec);
-    }
-    return;
-  }
-  // Several row groups: each parks its sums in shared memory, then the block adds them in group order.
-  const int width = K * tpr * kGroup;
-  float* mine = group_dw + rg * width;
-#pragma unroll
-  for (int m = 0; m < K; ++m) {
-    Group<float> out;
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) out.set(j, dw[m][j]);
-    store_group(out, mine, (t + m * tpr) * kGroup, width, true);
-  }
+  if (!want_dw) return;
+  // The chunk's sums: the row groups' added in group order, into the chunk's workspace row.
   __syncthreads();
+  float* chunk_row = a.workspace + int64_t(blockIdx.x) * a.dim;
   for (int col = threadIdx.x; col < a.dim; col += blockDim.x) {
     float total = group_dw[col];
     for (int j = 1; j < row_groups; ++j) total = __fadd_rn(total, group_dw[j * width + col]);
@@ -697,24 +761,20 @@ __global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const Backw
       load_group(xg, xr, base, a.dim, x_vec);
       load_group(gg, gr, base, a.dim, g_vec);
       load_group(wg, w, base, a.dim, w_vec);
-      float dw[kGroup];
-      Group<float> acc;
+      float terms[kGroup];
+      Group<T> out;
+      group_grads(xg, gg, wg, f, out, terms, chunk_row != nullptr);
+      store_group(out, dxr, base, a.dim, dx_vec);
       if (chunk_row != nullptr) {
+        Group<float> acc;
         if (s == 0) {
 #pragma unroll
           for (int j = 0; j < kGroup; ++j) acc.u[j] = 0u;  // +0.0: the first row's terms are added to it
         } else {
           load_group(acc, chunk_row, base, a.dim, ws_vec);
         }
-      }
 #pragma unroll
-      for (int j = 0; j < kGroup; ++j) dw[j] = acc.get(j);
-      Group<T> out;
-      group_grads(xg, gg, wg, f, out, dw, chunk_row != nullptr);
-      store_group(out, dxr, base, a.dim, dx_vec);
-      if (chunk_row != nullptr) {
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) acc.set(j, dw[j]);
+        for (int j = 0; j < kGroup; ++j) acc.set(j, __fadd_rn(acc.get(j), terms[j]));
         store_group(acc, chunk_row, base, a.dim, ws_vec);
       }
     }
@@ -782,14 +842,21 @@ Config make_config(int dim, int k_wanted, int k_max, int max_tpr) {
   return c;
 }
 
+// TUNING-ONLY (removed before landing): groups per thread from the environment, for one benchmark run.
+int tune_k(const char* name, int fallback) {
+  const char* v = getenv(name);
+  return v != nullptr && *v != '\0' ? atoi(v) : fallback;
+}
+
 Config forward_config(DType d, int dim) {
   const bool wide = d == DType::kFloat32;
-  return make_config(dim, wide ? 2 : 4, 8, kBlockThreads);
+  return make_config(dim, tune_k("RMSNORM_CUDA_FWD_K", wide ? 2 : 4), 8, kBlockThreads);
 }
 
 Config backward_config(DType d, int dim) {
   const bool wide = d == DType::kFloat32;
-  return make_config(dim, wide ? 2 : 4, wide ? 2 : 4, kBackwardMaxThreadsPerRow);
+  const int k = tune_k("RMSNORM_CUDA_BWD_K", wide ? 2 : 4);
+  return make_config(dim, k, k, kBackwardMaxThreadsPerRow);
 }
 
 template <typename T>
@@ -841,11 +908,12 @@ const char* launch_forward(const Config& c, const ForwardArgs& a, cudaStream_t s
   return last_error();
 }
 
-// Rows per row group per dw chunk: the fewest (a power of two up to kMaxSteps) that cover the batch
-// with at most kMaxChunks chunks.
+// Rows per row group per dw chunk: the fewest (a power of two up to kMaxSteps, giving chunks of at least
+// kMinChunkRows rows) that cover the batch with at most kMaxChunks chunks.
 int64_t dw_steps(const Config& c, int64_t rows) {
   int64_t steps = 1;
-  while (steps < kMaxSteps && (rows + c.rows_per_block * steps - 1) / (c.rows_per_block * steps) > kMaxChunks)
+  while (steps < kMaxSteps && (c.rows_per_block * steps < kMinChunkRows ||
+                               (rows + c.rows_per_block * steps - 1) / (c.rows_per_block * steps) > kMaxChunks))
     steps <<= 1;
   return steps;
 }
@@ -859,7 +927,7 @@ const char* launch_backward(const Config& c, BackwardArgs a, int64_t chunks, T* 
   if (c.k == 0) {
     backward_loop_kernel<T, G><<<unsigned(chunks), c.threads, 0, stream>>>(a);
   } else {
-    const size_t smem = c.rows_per_block > 1 && a.workspace != nullptr
+    const size_t smem = a.workspace != nullptr
                             ? size_t(c.rows_per_block) * c.k * (size_t(1) << a.tpr_shift) * kGroup * sizeof(float)
                             : 0;
     switch (c.k) {
