@@ -150,10 +150,10 @@ def test_sources_compile_with_nvcc(tmp_path):
 # ------------------------------------------------------------------------------------------------------
 # On a GPU: helpers.
 
-# Dims that take every kernel path. One thread per row with one, two and four groups (1-8, 9-16, 17-32),
-# rows sharing a warp (128) or a block across warps (1000, 4096), 256 threads a row (8192), eight groups a
-# thread (16384), the streaming kernels (20000, 70000); dims that are not a multiple of 8 (and rows that
-# are not 16-byte aligned), and powers of two and their neighbours, where the zero padding changes.
+# Dims that take every kernel path. One thread per row with one and two groups (1-8, 9-16), rows sharing a
+# warp (128) or a block across warps (1000, 4096), 256 threads a row (4096, 8192), four groups a thread
+# (8192), the streaming kernels (16384, 20000, 70000); dims that are not a multiple of 8 (and rows that are
+# not 16-byte aligned), and powers of two and their neighbours, where the zero padding changes.
 PARITY_DIMS = (*range(1, 18), 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 1000, 1023, 1024,
                1025, 2047, 2049, 4095, 4096, 4097, 8191, 8192, 8193, 16384, 20000, 70000)
 GPU_DIMS = (1, 7, 128, 1000, 1001, 4096, 8192, 20000, 70000)

@@ -1,7 +1,7 @@
 """Every kernel launched once on small inputs: a run to put under compute-sanitizer.
 
-Covers each dtype, every launch shape (one thread per row with one, two or four groups, rows sharing a warp
-or a block, a block per row, eight groups a thread, the streaming kernels), aligned and misaligned rows, a
+Covers each dtype, every launch shape (one thread per row with one or two groups, rows sharing a warp or a
+block, a block per row, four groups a thread, the streaming kernels), aligned and misaligned rows, a
 misaligned weight, the backward of both outputs, and every variant.
 """
 
