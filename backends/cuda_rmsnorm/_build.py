@@ -2,10 +2,10 @@
 library named by an environment variable), and a compile-only check.
 
 The kernels (rmsnorm_kernels.cu) include no torch header and compile with nvcc alone; the binding
-(binding.cpp) includes only CPU-side torch headers and no Python ones. So the compile check runs on any
-machine with nvcc and a torch wheel, a CPU-only one included, and needs no GPU; and the library, which
-registers torch operators rather than a Python module, loads into any Python that runs the torch it was
-built against.
+(binding.cpp) includes only CPU-side torch headers and Python's limited API. So the compile check runs on
+any machine with nvcc and a torch wheel, a CPU-only one included, and needs no GPU; and the library, which
+registers torch operators (plus one small limited-API module), loads into any Python 3.10+ that runs the
+torch it was built against.
 """
 
 from __future__ import annotations
