@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from .canonical_order import GROUP, padded_width
-from .inputs import check_inputs
+from .inputs import check_inputs, check_residual, check_unweighted_inputs
+from .rmsnorm import OFFSET_DTYPES
 
 
 def _halve(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -111,3 +112,62 @@ def oracle_fp64(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tor
     x64 = x.double()
     mean_square = (x64 * x64).mean(dim=-1, keepdim=True)
     return x64 / torch.sqrt(mean_square + eps) * weight.double()
+
+
+# --- The variants engines ship, and the rounding classes ------------------------------------------------------
+# Each variant's reference reuses the fixed-order normalization above; only what a variant adds is written here.
+
+
+def _normalize_fp32(x32: torch.Tensor, scale32: torch.Tensor, eps: float) -> torch.Tensor:
+    """(x32 / rms) * scale32 in the reference's fixed order: the variants differ from forward only in scale32."""
+    return _FixedOrderRMSNorm.apply(x32, scale32, float(eps))
+
+
+def reference_fused_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                        eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y32, residual_out)``: residual_out is x + residual in fp32, rounded once to the residual's dtype; y32 is
+    the fp32 reference RMSNorm of residual_out as stored (round y32 to x's dtype for the output)."""
+    check_inputs(x, weight, eps)
+    check_residual(x, residual, fp32_residual=True)
+    residual_out = (x.float() + residual.float()).to(residual.dtype)
+    return _normalize_fp32(residual_out.float(), weight.float(), eps), residual_out
+
+
+def offset_scale(weight: torch.Tensor, offset_dtype: str = "float32") -> torch.Tensor:
+    """``1 + weight`` as the fp32 factor a weight-offset RMSNorm scales by: formed in fp32, or (``"weight"``)
+    rounded once to the weight's dtype first, as a kernel that adds in the weight's dtype does."""
+    if offset_dtype not in OFFSET_DTYPES:
+        raise ValueError(f"offset_dtype={offset_dtype!r}; known: {', '.join(OFFSET_DTYPES)}")
+    scale = 1.0 + weight.float()
+    return scale.to(weight.dtype).float() if offset_dtype == "weight" else scale
+
+
+def reference_offset(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                     offset_dtype: str = "float32") -> torch.Tensor:
+    """The fp32 reference of ``(x / rms) * (1 + weight)`` (Gemma's norm), the offset formed as ``offset_dtype``
+    says."""
+    check_inputs(x, weight, eps)
+    return _normalize_fp32(x.float(), offset_scale(weight, offset_dtype), eps)
+
+
+def reference_unweighted(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The fp32 reference of ``x / rms``: RMSNorm with no weight (a scale of exactly 1 changes no bit)."""
+    check_unweighted_inputs(x, eps)
+    return _normalize_fp32(x.float(), torch.ones(x.shape[-1], dtype=torch.float32, device=x.device), eps)
+
+
+def rounding_class_outputs(x: torch.Tensor, scale32: torch.Tensor, eps: float,
+                           out_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The output in ``out_dtype`` of each rounding class (contract ``ROUNDING_CLASSES``) for rows ``x`` (any
+    float dtype, upcast) scaled by ``scale32`` (the weight, or 1 + weight, in fp32).
+
+    ``product_fp32`` is the reference rounded once; ``normalized_rounded`` rounds the normalized row to
+    ``out_dtype`` before the multiply, as Hugging Face's ``weight * hidden.to(input_dtype)`` does (a product of
+    two bf16 or fp16 values is exact in fp32, so rounding it once more is that order's second rounding).
+    """
+    x32 = x.float()
+    normalized = _normalize_fp32(x32, torch.ones(x32.shape[-1], dtype=torch.float32, device=x32.device), eps)
+    return {
+        "product_fp32": (normalized * scale32).to(out_dtype),
+        "normalized_rounded": (normalized.to(out_dtype).float() * scale32).to(out_dtype),
+    }

@@ -27,6 +27,15 @@ def _bound(b: Tolerance | UlpBound) -> tuple[str, str]:
     return (b.describe(), b.why)
 
 
+def _dtype_pairs_table() -> str:
+    swept = ", ".join(c.PAIR_SWEPT_AXES)
+    rows = [[x, w, "by default" if x == w else "where the backend declares it"] for x, w in c.DTYPE_PAIRS]
+    return (tabulate(rows, ["x dtype", "weight dtype", "taken"], tablefmt="github")
+            + f"\n\nMixed precision: {c.MIXED_PRECISION}"
+            + f"\n\nSwept over every declared pair: the rules whose ids start with {swept} "
+            + "(except " + ", ".join(f"`{r}`" for r in c.WEIGHTLESS_RULES) + ", which take no weight).")
+
+
 def render_blocks() -> dict[str, str]:
     header = "\n".join([
         f"- **Version:** {c.VERSION}",
@@ -54,6 +63,14 @@ def render_blocks() -> dict[str, str]:
         "interface": _rules_table(c.INTERFACE_RULES),
         "parity": _rules_table(c.PARITY_RULES),
         "canonical_order": _canonical_order(),
+        "dtype_pairs": _dtype_pairs_table(),
+        "variant_forms": tabulate([[f"`{name}`", form] for name, form in c.VARIANTS.items()],
+                                  ["method", "what it computes"], tablefmt="github"),
+        "variants": _rules_table(c.VARIANT_RULES),
+        "rounding_classes": tabulate(
+            [[f"`{name}`", "every weighted entry point", what] for name, what in c.ROUNDING_CLASSES.items()]
+            + [[f"`{name}`", "fused_add's input", what] for name, what in c.FUSED_ADD_INPUTS.items()],
+            ["class", "applies to", "where it rounds"], tablefmt="github"),
     }
 
 

@@ -85,7 +85,8 @@ INTERFACE_RULES: tuple[Rule, ...] = (
     Rule("interface.shape_error", "shape error",
          "The error for a wrong-shaped weight is a ValueError naming both shapes.", severity="interface"),
     Rule("interface.input_errors", "input errors",
-         "Dtypes the backend does not declare raise TypeError naming the dtype; mismatched devices raise "
+         "Dtypes the backend does not declare raise TypeError naming the dtype, and so does every (x dtype, "
+         "weight dtype) pair it does not declare, naming both; mismatched devices raise "
          "ValueError naming both devices; an eps that is not a number raises TypeError or ValueError naming eps; "
          "a non-finite or non-positive eps raises ValueError naming eps.", severity="interface"),
 )
@@ -109,8 +110,98 @@ PARITY_RULES: tuple[Rule, ...] = (
          "entry point both offer."),
 )
 
+# --- Declared capabilities, the variants engines ship, and rounding classes ---------------------------------
+
+# (x dtype, weight dtype) pairs the contract defines. Weight in x's dtype is the default a backend declares; an
+# fp32 weight with 16-bit activations is what engines run for Qwen3's q/k norms in on-policy RL.
+DTYPE_PAIRS: tuple[tuple[str, str], ...] = (
+    ("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float16"),
+    ("bfloat16", "float32"), ("float16", "float32"),
+)
+MIXED_PRECISION = (
+    "An fp32 weight with bf16 or fp16 x multiplies the fp32 normalized row in fp32, and the product is rounded "
+    "once to x's dtype: the weight is never rounded to x's dtype first."
+)
+# The rules a run sweeps over every declared (x dtype, weight dtype) pair, by the first part of their ids; the
+# others (semantics, interface) run once per x dtype, with the backend's first declared pair for it.
+PAIR_SWEPT_AXES: tuple[str, ...] = ("axis_a", "axis_b", "gradients", "variants", "mixed_precision")
+# Rules of an entry point that takes no weight: the weight's dtype means nothing to them, so they are not swept.
+WEIGHTLESS_RULES: tuple[str, ...] = ("axis_a.unweighted", "variants.unweighted_output")
+# Rules about an fp32 weight with 16-bit x: they run on those pairs only, where a backend declares them.
+MIXED_PAIR_AXES: tuple[str, ...] = ("mixed_precision",)
+
+# The variants, as optional backend methods; each has its reference in contract/reference.py.
+VARIANTS: dict[str, str] = {
+    "fused_add": "fused_add(x, residual, weight, eps) -> (y, residual_out): residual_out = x + residual in fp32, "
+                 "rounded once to residual's dtype; y = RMSNorm(residual_out as stored) in x's dtype.",
+    "forward_offset": "forward_offset(x, weight, eps) -> y = (x / rms) * (1 + weight), 1 + weight formed in fp32 "
+                      "(or rounded to the weight's dtype where the backend declares offset_dtype = 'weight').",
+    "forward_unweighted": "forward_unweighted(x, eps) -> y = x / rms, rounded once to x's dtype.",
+}
+# Where a backend forms 1 + weight: "float32" (the default) or "weight" (rounded to the weight's dtype).
+OFFSET_DTYPES: tuple[str, ...] = ("float32", "weight")
+# A fused add's residual: in x's dtype, or fp32 where a backend declares fused_add_fp32_residual.
+RESIDUAL_DTYPES = "x's dtype, or float32 with bf16/fp16 x where the backend declares fused_add_fp32_residual"
+
+# Rounding classes: where a kernel rounds. Two kernels of different classes are never bitwise equal, so the
+# report says which class each backend's bits match (informational); a backend may declare its class.
+ROUNDING_CLASSES: dict[str, str] = {
+    "product_fp32": "the fp32 normalized row times the fp32 weight, rounded once to x's dtype (the contract's "
+                    "formula, and Gemma's Hugging Face order)",
+    "normalized_rounded": "the normalized row rounded to x's dtype, then multiplied by the weight and rounded "
+                          "again (the Hugging Face Llama order, Liger's llama casting mode)",
+}
+# What a fused add normalizes. Only the stored residual meets the contract; the fp32 sum is reported as a class
+# so that a report can say why such a kernel is not bitwise equal to the others.
+FUSED_ADD_INPUTS: dict[str, str] = {
+    "stored_residual": "residual_out as stored, in the residual's dtype (the contract)",
+    "fp32_sum": "the fp32 sum x + residual before its rounding (breaks variants.fused_add_stored_residual)",
+}
+
+VARIANT_RULES: tuple[Rule, ...] = (
+    Rule("axis_a.fused_add", "fused add batch invariance",
+         "fused_add's y and residual_out hold every Axis-A variant above (batch size, slice offset, padding, "
+         "position, leading dims, strided rows, repeat), bitwise, the residual transformed like x."),
+    Rule("axis_a.offset", "offset batch invariance",
+         "forward_offset's output holds every Axis-A variant above, bitwise."),
+    Rule("axis_a.unweighted", "no-weight batch invariance",
+         "forward_unweighted's output holds every Axis-A variant above, bitwise."),
+    Rule("variants.fused_add_residual", "fused add residual",
+         "residual_out is bitwise x + residual computed in fp32 and rounded once to the residual's dtype; a "
+         "backend that declares fused_add_in_place writes it into residual (and y into x)."),
+    Rule("variants.fused_add_output", "fused add output accuracy",
+         "fused_add's y, in x's dtype and shape, lies within the output bound of the fp32 reference RMSNorm of "
+         "residual_out as stored."),
+    Rule("variants.fused_add_stored_residual", "fused add normalizes the stored residual",
+         "y is normalized from residual_out as stored, not from the fp32 sum: on the elements where the two "
+         "give different bits, y has the sum's bits on no more of them than the stored residual's (a breach "
+         "needs two)."),
+    Rule("variants.offset_output", "offset output accuracy",
+         "forward_offset's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
+         "(x / rms) * (1 + weight), 1 + weight formed in the declared offset dtype."),
+    Rule("variants.offset_dtype", "offset dtype",
+         "1 + weight is formed where the backend declares (fp32 by default): on the elements where forming it in "
+         "fp32 or in the weight's dtype gives different bits, y has the other one's bits on no more of them than "
+         "the declared one's (a breach needs two)."),
+    Rule("variants.unweighted_output", "no-weight output accuracy",
+         "forward_unweighted's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
+         "x / rms."),
+    Rule("variants.purity", "variant purity",
+         "A variant leaves its inputs unchanged and returns outputs that alias no input; a fused add that "
+         "declares fused_add_in_place writes y into x and residual_out into residual, and nothing else."),
+    Rule("variants.rounding_class", "declared rounding class",
+         "A backend that declares its rounding class follows it: on the elements where the two classes give "
+         "different bits, its output has the other class's bits on no more of them than the declared one's (a "
+         "breach needs two)."),
+    Rule("mixed_precision.fp32_weight", "fp32 weight",
+         "With an fp32 weight and bf16/fp16 x, the weight enters the product in fp32 (forward, and the fused add "
+         "and offset where offered): on the elements where rounding the weight to x's dtype first gives "
+         "different bits, the output has the rounded weight's bits on no more of them than the fp32 weight's "
+         "(a breach needs two)."),
+)
+
 ALL_RULES: tuple[Rule, ...] = (AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES
-                               + PARITY_RULES)
+                               + PARITY_RULES + VARIANT_RULES)
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 
 

@@ -1,19 +1,29 @@
 """What a backend is: the minimal protocol, and an adapter that fills in every optional part with a default.
 
 A third party writes only ``name`` and ``forward(x, weight, eps=1e-6)``; the adapter answers the harness's
-other questions (which devices and dtypes, is there a forward_fp32 or a backward, why can't it run here).
+other questions (which devices, dtypes and dtype pairs, which variants, is there a forward_fp32 or a backward,
+why can't it run here). Declarations are checked when the backend loads: a malformed one is a usage error
+that names the attribute, not a test failure later.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from rmsnorm_conformance.contract import DTYPES
+from rmsnorm_conformance.contract import DTYPE_PAIRS, DTYPES, OFFSET_DTYPES, ROUNDING_CLASSES, VARIANTS
 
 ALL_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in DTYPES)
+CONTRACT_PAIRS: tuple[tuple[torch.dtype, torch.dtype], ...] = tuple(
+    (getattr(torch, x), getattr(torch, w)) for x, w in DTYPE_PAIRS)
+# The entry points whose output has a weight multiply, hence a rounding class a backend may declare.
+ROUNDED_ENTRY_POINTS: tuple[str, ...] = ("forward", "fused_add", "forward_offset")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 @runtime_checkable
@@ -24,7 +34,17 @@ class RMSNormBackend(Protocol):
     - ``devices``: device types it runs on, e.g. ``("cuda",)`` (default: ``("cpu", "cuda")``; ``None``: any);
     - ``dtypes``: torch dtypes it accepts (default: float32, bfloat16, float16);
     - ``unavailable_reason(device) -> str | None``: why it cannot run on ``device`` (default: never);
-    - ``supports_backward``: bool (default: probed, is the output of a grad-requiring input differentiable).
+    - ``supports_backward``: bool (default: probed, is the output of a grad-requiring input differentiable);
+    - ``dtype_pairs``: the (x dtype, weight dtype) pairs it takes, among the contract's (default: the weight in
+      x's dtype for each of ``dtypes``);
+    - ``fused_add(x, residual, weight, eps) -> (y, residual_out)``, ``forward_offset(x, weight, eps)``,
+      ``forward_unweighted(x, eps)``: the variants (default: absent, their rules are skipped);
+    - ``fused_add_in_place``: bool (default False): fused_add writes y into x and residual_out into residual;
+    - ``fused_add_fp32_residual``: bool (default False): fused_add also takes an fp32 residual with 16-bit x;
+    - ``offset_dtype``: ``"float32"`` (default) or ``"weight"``: where forward_offset forms 1 + weight;
+    - ``rounding_class``: a class of the contract's ``ROUNDING_CLASSES``, or a mapping from entry point
+      (forward, fused_add, forward_offset) to one (default: none declared; the report still says which class
+      the bits match).
     """
 
     name: str
@@ -46,6 +66,11 @@ class Backend:
         self._backward: bool | None = getattr(impl, "supports_backward", None)
         self._probed: dict[tuple[str, str], bool] = {}
         validate_declarations(impl, self.name)
+        self.dtype_pairs: tuple[tuple[torch.dtype, torch.dtype], ...] = self._declared_pairs()
+        self.fused_add_in_place = self._declared_flag("fused_add_in_place")
+        self.fused_add_fp32_residual = self._declared_flag("fused_add_fp32_residual")
+        self.offset_dtype: str = self._declared_offset_dtype()
+        self.rounding_classes: dict[str, str] = self._declared_rounding_classes()
 
     def __repr__(self) -> str:
         return f"Backend({self.name!r})"
@@ -71,8 +96,92 @@ class Backend:
 
     @property
     def dtypes(self) -> tuple[torch.dtype, ...]:
-        declared: Iterable[torch.dtype] = getattr(self.impl, "dtypes", ALL_DTYPES) or ALL_DTYPES
+        """x dtypes: as declared, else those of the declared dtype pairs, else all the contract's."""
+        declared: Iterable[torch.dtype] | None = getattr(self.impl, "dtypes", None)
+        if not declared:
+            pairs = getattr(self.impl, "dtype_pairs", None)
+            declared = [x for x, _ in self.dtype_pairs] if pairs else ALL_DTYPES
         return tuple(d for d in ALL_DTYPES if d in tuple(declared))
+
+    def weight_dtypes(self, x_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+        """The weight dtypes declared with ``x_dtype``, the primary one (x's own, if declared) first."""
+        found = [w for x, w in self.dtype_pairs if x == x_dtype]
+        return tuple(sorted(found, key=lambda w: w != x_dtype))
+
+    # --- declarations, checked once ---------------------------------------------------------------------
+
+    def _bad(self, attribute: str, value: Any, want: str) -> DeclarationError:
+        return DeclarationError(f"backend {self.name!r}: {attribute}={value!r} is malformed: {want}")
+
+    def _declared_pairs(self) -> tuple[tuple[torch.dtype, torch.dtype], ...]:
+        declared = getattr(self.impl, "dtype_pairs", None)
+        if declared is None:
+            return tuple((d, d) for d in self.dtypes)
+        want = ("an iterable of (x dtype, weight dtype) pairs of torch dtypes among the contract's: "
+                + ", ".join(f"({x}, {w})" for x, w in DTYPE_PAIRS))
+        try:
+            pairs = [tuple(p) for p in declared]
+        except TypeError:
+            raise self._bad("dtype_pairs", declared, want) from None
+        if not pairs or any(len(p) != 2 or p not in CONTRACT_PAIRS for p in pairs):
+            raise self._bad("dtype_pairs", declared, want)
+        listed = getattr(self.impl, "dtypes", None)
+        if listed:
+            stray = [dtype_name(x) for x, _ in pairs if x not in tuple(listed)]
+            if stray:
+                raise self._bad("dtype_pairs", declared, f"x dtypes {', '.join(stray)} are not in its dtypes")
+        return tuple(p for p in CONTRACT_PAIRS if p in pairs)
+
+    def _declared_flag(self, attribute: str) -> bool:
+        value = getattr(self.impl, attribute, False)
+        if not isinstance(value, bool):
+            raise self._bad(attribute, value, "True or False")
+        return value
+
+    def _declared_offset_dtype(self) -> str:
+        value = getattr(self.impl, "offset_dtype", "float32")
+        if value not in OFFSET_DTYPES:
+            raise self._bad("offset_dtype", value, " or ".join(repr(v) for v in OFFSET_DTYPES))
+        return value
+
+    def _declared_rounding_classes(self) -> dict[str, str]:
+        value = getattr(self.impl, "rounding_class", None)
+        if value is None:
+            return {}
+        want = (f"one of {', '.join(ROUNDING_CLASSES)}, or a mapping from entry points "
+                f"({', '.join(ROUNDED_ENTRY_POINTS)}) to one")
+        claims = dict(value) if isinstance(value, Mapping) else dict.fromkeys(ROUNDED_ENTRY_POINTS, value)
+        if not claims or any(k not in ROUNDED_ENTRY_POINTS or v not in ROUNDING_CLASSES for k, v in claims.items()):
+            raise self._bad("rounding_class", value, want)
+        return claims
+
+    # --- the variants -------------------------------------------------------------------------------
+
+    def offers(self, variant: str) -> bool:
+        """Does the backend have this variant (a name of the contract's ``VARIANTS``)?"""
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+        return callable(getattr(self.impl, variant, None))
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y, residual_out). An in-place backend writes into copies of x and residual laid out as they are
+        (same strides and storage offset), and the copies are returned: the caller's tensors stay as they were."""
+        if self.fused_add_in_place:
+            x_io, residual_io = same_layout_copy(x), same_layout_copy(residual)
+            self.impl.fused_add(x_io, residual_io, weight, eps)
+            return x_io, residual_io
+        out = self.impl.fused_add(x, residual, weight, eps)
+        if not (isinstance(out, tuple | list) and len(out) == 2):
+            raise TypeError(f"{self.name}.fused_add returned {type(out).__name__}, not (y, residual_out); a backend "
+                            "that writes into x and residual declares fused_add_in_place = True")
+        return out[0], out[1]
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.impl.forward_offset(x, weight, eps)
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.impl.forward_unweighted(x, eps)
 
     def unavailable_reason(self, device: torch.device | str) -> str | None:
         """None if the backend can run on ``device``, else a sentence saying why not."""
@@ -103,9 +212,11 @@ class Backend:
 
             state = global_state()  # a probe must leave no trace, whatever the backend does to torch's state
             try:
+                # The weight in the first dtype declared with x's (x's own, unless it takes only an fp32 weight).
+                w_dtype = (self.weight_dtypes(dtype) or (dtype,))[0]
                 with torch.enable_grad():
                     x = torch.ones(2, 8, device=device, dtype=dtype, requires_grad=True)
-                    w = torch.ones(8, device=device, dtype=dtype, requires_grad=True)
+                    w = torch.ones(8, device=device, dtype=w_dtype, requires_grad=True)
                     y = self.forward(x, w, 1e-6)
                 self._probed[key] = bool(isinstance(y, torch.Tensor) and y.requires_grad and y.grad_fn is not None)
             except Exception:
@@ -152,3 +263,12 @@ def validate_declarations(impl: Any, name: str) -> None:
     for method in ("forward_fp32", "unavailable_reason"):
         if hasattr(impl, method) and not callable(getattr(impl, method)):
             raise DeclarationError(f"backend {name!r}: '{method}' must be a method")
+    for method in VARIANTS:  # None says "not offered", as absence does
+        if getattr(impl, method, None) is not None and not callable(getattr(impl, method)):
+            raise DeclarationError(f"backend {name!r}: '{method}' must be a method or None")
+
+
+def same_layout_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its sizes, strides and storage offset: the whole storage is copied, so a view's
+    neighbours and its alignment within the allocation come along."""
+    return t.new_empty(0).set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())

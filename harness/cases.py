@@ -41,9 +41,18 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
+# The salt of a fused add's residual: its own stream, apart from x's further batches (small salts).
+RESIDUAL_SALT = 101
+
+
 @dataclass(frozen=True)
 class Batch:
-    """A [rows, dim] batch of x in ``dtype`` and its weight, drawn from ``seed``."""
+    """A [rows, dim] batch of x in ``dtype`` and its weight, drawn from ``seed``.
+
+    ``weight_dtype`` (the weight's, when a backend declares that pair) and ``residual_dtype`` (a fused add's
+    residual) default to ``dtype``; the repr leaves them out then, so a case's repr is the same as before they
+    existed.
+    """
 
     dim: int
     rows: int
@@ -52,6 +61,20 @@ class Batch:
     weight: str = "normal"
     eps: float = 1e-6
     seed: int = 0
+    weight_dtype: str = ""
+    residual_dtype: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("weight_dtype", "residual_dtype"):
+            if not getattr(self, name):
+                object.__setattr__(self, name, self.dtype)
+
+    def __repr__(self) -> str:
+        fields = [f"dim={self.dim!r}", f"rows={self.rows!r}", f"dtype={self.dtype!r}", f"values={self.values!r}",
+                  f"weight={self.weight!r}", f"eps={self.eps!r}", f"seed={self.seed!r}"]
+        fields += [f"{name}={getattr(self, name)!r}" for name in ("weight_dtype", "residual_dtype")
+                   if getattr(self, name) != self.dtype]
+        return f"Batch({', '.join(fields)})"
 
     def generator(self, salt: int = 0) -> torch.Generator:
         return torch.Generator().manual_seed((self.seed * 1_000_003 + salt) % (2**63))
@@ -62,7 +85,12 @@ class Batch:
                            self.eps, self.generator(salt))
 
     def w(self) -> torch.Tensor:
-        return make_weight(self.weight, self.dim, self.dtype, self.generator(salt=-1))
+        return make_weight(self.weight, self.dim, self.weight_dtype, self.generator(salt=-1))
+
+    def residual(self, rows: int | None = None, salt: int = 0) -> torch.Tensor:
+        """A fused add's residual on the CPU, in ``residual_dtype``: the value family of x, its own draws."""
+        return make_values(self.values, rows if rows is not None else self.rows, self.dim, self.residual_dtype,
+                           self.eps, self.generator(RESIDUAL_SALT + salt))
 
 
 def make_values(family: str, rows: int, dim: int, dtype: str, eps: float,
@@ -192,6 +220,24 @@ class StridedCase:
 @dataclass(frozen=True)
 class RepeatCase:
     batch: Batch
+
+
+def strided_layout(case: StridedCase, t: torch.Tensor) -> torch.Tensor:
+    """Rows ``t`` ([rows, dim]) laid out as ``case`` says: the same values, other strides."""
+    rows, dim = t.shape
+    if case.layout == "row_stride":
+        buffer = torch.zeros(rows, dim + case.extra, dtype=t.dtype, device=t.device)
+        buffer[:, :dim] = t
+        return buffer[:, :dim]
+    if case.layout == "column_major":
+        return t.t().contiguous().t()
+    if case.layout == "fused_heads":
+        # q of a fused projection: [T, (H + extra) * dim] sliced to [T, H * dim], viewed as [T, H, dim].
+        tokens = rows // case.heads
+        buffer = torch.zeros(tokens, (case.heads + case.extra) * dim, dtype=t.dtype, device=t.device)
+        buffer[:, : case.heads * dim] = t[: tokens * case.heads].reshape(tokens, case.heads * dim)
+        return buffer[:, : case.heads * dim].view(tokens, case.heads, dim)
+    raise ValueError(f"unknown layout {case.layout!r}")
 
 
 # --- Axis-B, semantics and gradient cases ----------------------------------------------------------

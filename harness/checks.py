@@ -5,6 +5,7 @@ for the report, and the decorator that turns a check into a Hypothesis sweep (or
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -62,10 +63,26 @@ class Subject:
     # The parity gate: the other side of the pair, and the (pair label, devices) its checks are recorded under.
     other: Subject | None = None
     record_as: tuple[str, str] | None = None
+    weight_dtype: str = ""  # the weight's dtype, when the backend declares that pair; default x's
+
+    def __post_init__(self) -> None:
+        self.weight_dtype = self.weight_dtype or self.dtype
 
     def __repr__(self) -> str:
         # What Hypothesis prints in a falsifying example: which subject, not its whole state.
-        return f"Subject({self.backend.name!r}, {self.device}, {self.dtype})"
+        return f"Subject({self.backend.name!r}, {self.device}, {self.dtype_label})"
+
+    @property
+    def dtype_label(self) -> str:
+        """The dtype as reports show it: x's, and the weight's where it differs (as in the test id)."""
+        return self.dtype if self.weight_dtype == self.dtype else f"{self.dtype}-w_{self.weight_dtype}"
+
+    def with_weight_dtype(self, case: Any) -> Any:
+        """``case`` with its batch's weight in the subject's weight dtype: strategies draw x's dtype only."""
+        batch = getattr(case, "batch", None)
+        if batch is None or batch.weight_dtype == self.weight_dtype:
+            return case
+        return dataclasses.replace(case, batch=dataclasses.replace(batch, weight_dtype=self.weight_dtype))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
@@ -160,10 +177,10 @@ class Subject:
                      "margin": result.margin}
         expected = -1
         if self.manifest is not None:
-            match = self.manifest.match(self.backend.name, str(self.device), self.dtype, rule_id)
+            match = self.manifest.match(self.backend.name, str(self.device), self.dtype_label, rule_id)
             expected = -1 if match is None else match
         backend_name, device_name = self.record_as or (self.backend.name, str(self.device))
-        self.collector.add(Check(backend_name, device_name, self.dtype, dim, rule_id, passed,
+        self.collector.add(Check(backend_name, device_name, self.dtype_label, dim, rule_id, passed,
                                  case=repr(case), detail="" if passed else detail,
                                  replay="" if passed else replay, expected=expected, size=case_size(case),
                                  severity=contract_rule(rule_id).severity, gating=self.gates(rule_id), **stats))
@@ -188,7 +205,7 @@ def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
     replay, expected = recorded
     r = contract_rule(rule_id)
     message = (f"contract rule {rule_id} ({r.title}) broken by backend {subject.backend.name!r} on "
-               f"{subject.device}, {subject.dtype}: {what}\n  {detail}\n  rule: {r.statement}\n"
+               f"{subject.device}, {subject.dtype_label}: {what}\n  {detail}\n  rule: {r.statement}\n"
                f"  minimal configuration: {case!r}\n  replay: {replay}")
     if expected is not None:
         pytest.xfail(f"expected breach ({expected}): {message}")
@@ -272,7 +289,7 @@ def conformance(rules: str | Sequence[str], case_type: type | tuple[type, ...],
             if subject.replay_case is not None:
                 case = subject.replay_case
             else:
-                case = data.draw(cases(subject), label="case")
+                case = subject.with_weight_dtype(data.draw(cases(subject), label="case"))
                 for label in case_events(case):
                     event(label)
             subject.rules = declared

@@ -11,9 +11,16 @@ from typing import Any
 import pytest
 import torch
 
-from rmsnorm_conformance.contract import DEFAULT_PROFILE, PROFILES, profile
+from rmsnorm_conformance.contract import (
+    DEFAULT_PROFILE,
+    MIXED_PAIR_AXES,
+    PAIR_SWEPT_AXES,
+    PROFILES,
+    WEIGHTLESS_RULES,
+    profile,
+)
 
-from .backend import BackendError
+from .backend import BackendError, dtype_name
 from .checks import Subject
 from .devices import device_unavailable_reason, worker_device
 from .isolation import CaseTimedOut
@@ -137,12 +144,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pairs = [(device, dtype) for device in run.devices for dtype in run.dtypes]
         metafunc.parametrize("parity", pairs, ids=[f"{d}-{t}" for d, t in pairs], indirect=True)
         return
+    rules = marker.kwargs.get("rules", ()) if marker else ()
+    every_pair = any(r.split(".", 1)[0] in PAIR_SWEPT_AXES and r not in WEIGHTLESS_RULES for r in rules)
+    mixed_only = bool(rules) and all(r.split(".", 1)[0] in MIXED_PAIR_AXES for r in rules)
     params, ids = [], []
     for backend in run.backends:
         for device in run.devices:
             for dtype in run.dtypes:
-                params.append((backend, device, dtype))
-                ids.append(f"{backend.name}-{device}-{dtype}")
+                # Each declared (x dtype, weight dtype) pair, for the rules swept over pairs; the primary one
+                # (the weight in x's dtype, if declared) for the others, and its id stays the plain dtype.
+                weights = [dtype_name(w) for w in backend.weight_dtypes(getattr(torch, dtype))] or [dtype]
+                chosen = weights if every_pair else weights[:1]
+                if mixed_only:  # the other pairs, or the primary one to skip with its reason
+                    chosen = [w for w in weights if w != dtype] or weights[:1]
+                for weight_dtype in chosen:
+                    params.append((backend, device, dtype, weight_dtype))
+                    ids.append(f"{backend.name}-{device}-{dtype}"
+                               + (f"-w_{weight_dtype}" if weight_dtype != dtype else ""))
     metafunc.parametrize("subject", params, ids=ids, indirect=True)
 
 
@@ -180,9 +198,11 @@ def _takes_case(item: pytest.Item, case: Any) -> bool:
     callspec = getattr(item, "callspec", None)
     if callspec is None or "subject" not in callspec.params:
         return False
-    dtype = callspec.params["subject"][-1]
+    params = callspec.params["subject"]
+    # (backend, device, x dtype, weight dtype), or the parity gate's (pair, dtype)
+    dtype, weight_dtype = (params[2], params[3]) if len(params) == 4 else (params[-1], params[-1])
     batch = getattr(case, "batch", None)
-    if batch is None or batch.dtype != dtype:
+    if batch is None or batch.dtype != dtype or batch.weight_dtype != weight_dtype:
         return False
     marker = item.get_closest_marker("conformance")
     case_types = marker.kwargs.get("case_types", ()) if marker else ()
@@ -197,7 +217,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     run = config.stash[RUN]
     if len(request.param) == 2:
         return _pair_subject(request, run)
-    backend, device, dtype = request.param
+    backend, device, dtype, weight_dtype = request.param
     request.node.stash[SUBJECT] = {"backend": backend.name, "device": str(device)}
     device = worker_device(device)
     try:
@@ -208,6 +228,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
         pytest.skip(reason)
     if getattr(torch, dtype) not in backend.dtypes:
         pytest.skip(f"{backend.name} does not support {dtype}")
+    if getattr(torch, weight_dtype) not in backend.weight_dtypes(getattr(torch, dtype)):
+        pytest.skip(f"{backend.name} declares no {weight_dtype} weight with {dtype} x")
     interpreted = bool(getattr(backend.impl, "interpreted", False))
     max_elements = config.getoption("--max-elements") or (
         INTERPRETED_MAX_ELEMENTS if interpreted else DEFAULT_MAX_ELEMENTS)
@@ -224,7 +246,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
-    return Subject(backend=backend, device=device, dtype=dtype,
+    return Subject(backend=backend, device=device, dtype=dtype, weight_dtype=weight_dtype,
                    profile=profile(config.getoption("--contract-profile")),
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,

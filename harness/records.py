@@ -142,6 +142,8 @@ class Collector:
     named_backends: list[str] = field(default_factory=list)
     # A usage error that stopped the run before it started ("" if none).
     usage_error: str = ""
+    # Informational: per backend, device, dtype and entry point, how many rows match each rounding class.
+    rounding: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, check: Check) -> None:
         if 0 <= check.expected < len(self.expected):
@@ -219,6 +221,7 @@ class Collector:
             "not_run": self.not_run,
             "expected": self.expected,
             "parity": self.parity,
+            "rounding": self.rounding,
         }
 
     @classmethod
@@ -249,6 +252,7 @@ class Collector:
         self.unfinished += [n for n in data.get("unfinished", []) if n not in self.unfinished]
         self.not_started += data.get("not_started", 0)
         self.named_backends += [n for n in data.get("named_backends", []) if n not in self.named_backends]
+        self.rounding += data.get("rounding", [])
         for i, entry in enumerate(data.get("expected", [])):
             if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
                     **self.expected[i], "breached": 0, "passed": 0}:

@@ -195,6 +195,27 @@ def parity_rows(c: Collector) -> list[list[Any]]:
     return [[*k, f"{r[4]} / {r[5]}", r[6]] for k, r in sorted(folded.items())]
 
 
+def rounding_rows(c: Collector) -> list[list[Any]]:
+    """Rows matching each rounding class, folded over the shapes checked; the class followed is the one most
+    rows match ("indistinguishable" where the classes give the same bits, as in fp32)."""
+    folded: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in c.rounding:
+        key = (r["backend"], r["device"], r["dtype"], r["variant"])
+        row = folded.setdefault(key, {"rows": 0, "matches": {}, "distinct": False, "declared": r["declared"]})
+        row["rows"] += r["rows"]
+        row["distinct"] |= r["distinguishable"]
+        for name, n in r["matches"].items():
+            row["matches"][name] = row["matches"].get(name, 0) + n
+    rows = []
+    for key, row in sorted(folded.items()):
+        matches, total = row["matches"], max(row["rows"], 1)
+        best = max(matches, key=matches.get) if matches else ""
+        follows = "indistinguishable" if not row["distinct"] else best if matches.get(best) else "none"
+        shares = "; ".join(f"{name} {n / total:.0%}" for name, n in matches.items())
+        rows.append([*key, row["rows"], shares, follows, row["declared"] or "–"])
+    return rows
+
+
 def failures(c: Collector) -> list[tuple[str, dict[str, str]]]:
     return [(nodeid, o) for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
 
@@ -232,6 +253,9 @@ TABLES: tuple[tuple[str, list[str], Any], ...] = (
     ("Did not run", ["what", "reason", "tests"], not_run_rows),
     ("Cross-backend parity (informational): the same inputs through each pair of backends",
      ["device", "dtype", "dim", "pair", "bitwise equal", "max ULP apart"], parity_rows),
+    ("Rounding class (informational): rows whose bits match each reference rounding order",
+     ["backend", "device", "dtype", "variant", "rows", "share of rows matching", "follows", "declared"],
+     rounding_rows),
     ("Known failures (manifest)", ["backend", "device", "dtype", "rule", "reason", "breached", "passed", "status"],
      expected_rows),
 )

@@ -23,6 +23,8 @@ _NAMES = {"inf": math.inf, "nan": math.nan}
 # Field values restricted to a vocabulary, wherever the field appears.
 _VOCABULARY: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
+    "weight_dtype": DTYPES,
+    "residual_dtype": DTYPES,
     "values": VALUE_FAMILIES,
     "weight": WEIGHT_FAMILIES,
     "content": PAD_CONTENTS,

@@ -221,3 +221,16 @@ def gradient_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_M
     b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values=values))
     b = _widened(draw, b, max_elements)
     return GradientCase(b, draw(row_counts(max_rows=b.rows - 1)))
+
+
+def with_residual_dtypes(cases: st.SearchStrategy, residual_dtypes: tuple[str, ...]) -> st.SearchStrategy:
+    """``cases`` whose batch carries a fused add's residual dtype, drawn from ``residual_dtypes`` (x's dtype,
+    and fp32 where a backend takes an fp32 residual)."""
+    if not residual_dtypes:
+        raise ValueError("residual_dtypes must name at least one dtype")
+
+    def set_dtype(case_and_dtype: tuple) -> object:
+        case, dtype = case_and_dtype
+        return replace(case, batch=replace(case.batch, residual_dtype=dtype))
+
+    return st.tuples(cases, st.sampled_from(residual_dtypes)).map(set_dtype)

@@ -223,18 +223,20 @@ def test_input_errors(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
     other_device = "cpu" if x.device.type != "cpu" else "meta"
-    other_dtype = torch.float32 if x.dtype != torch.float32 else torch.bfloat16
     calls = [
         ("x of dtype int32", TypeError, ("int32",),
          lambda: subject.forward(x.to(torch.int32), w, b.eps)),
         ("x of dtype float64", TypeError, ("float64",),
          lambda: subject.forward(x.double(), w.double(), b.eps)),
-        (f"weight of dtype {other_dtype} with x of {x.dtype}", TypeError,
-         (str(other_dtype).removeprefix("torch."), str(x.dtype).removeprefix("torch.")),
-         lambda: subject.forward(x, w.to(other_dtype), b.eps)),
         (f"weight on {other_device} with x on {x.device}", ValueError, (other_device, x.device.type),
          lambda: subject.forward(x, w.to(other_device), b.eps)),
     ]
+    # Every weight dtype the backend does not declare with x's dtype is a pair it must refuse.
+    declared = subject.backend.weight_dtypes(x.dtype)
+    for other_dtype in (d for d in (torch.float32, torch.bfloat16, torch.float16) if d not in declared):
+        calls.append((f"weight of dtype {other_dtype} with x of {x.dtype} (a pair it does not declare)", TypeError,
+                      (str(other_dtype).removeprefix("torch."), str(x.dtype).removeprefix("torch.")),
+                      lambda other_dtype=other_dtype: subject.forward(x, w.to(other_dtype), b.eps)))
     for bad_eps in (-1e-6, 0.0, math.nan, math.inf):
         calls.append((f"eps={bad_eps!r}", ValueError, ("eps",),
                       lambda bad_eps=bad_eps: subject.forward(x, w, bad_eps)))

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
-from rmsnorm_conformance.contract.inputs import check_inputs
-from rmsnorm_conformance.contract.reference import sum_of_squares_fixed_order
+from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS, check_inputs, check_residual
+from rmsnorm_conformance.contract.reference import reference_fp32, sum_of_squares_fixed_order
 
 # --- Reduction orders: alternatives to the native pairwise tree -----------------------------------------
 
@@ -573,6 +573,259 @@ class AtomicWeightGradient(NativeRMSNormOp):
         return ((x32 / torch.sqrt(mean_square + eps)) * w_rows).reshape(x.shape)
 
 
+# --- Declared capabilities, the variants and rounding classes ------------------------------------------------
+
+
+def _sum_fp32(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    return x.float() + residual.float()
+
+
+class MixedPairSmallBatch(NativeRMSNormOp):
+    """Breaks axis_a.batch_size: with an fp32 weight and bf16/fp16 x, below 16 rows the sum of squares runs in
+    another order.
+
+    Kernels dispatch on the (input, weight) type pair, and the mixed-precision instantiation is a separate
+    code path with its own launch heuristic (more lanes per row for small batches, as torch's reduction does);
+    only a harness that sweeps the declared fp32-weight pair ever runs it.
+    """
+
+    name = "mixed_pair_small_batch"
+    breaks = "axis_a.batch_size"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        if weight.dtype == x.dtype or _rows(x) >= 16:
+            return super().forward_fp32(x, weight, eps)
+        x32 = x.float()
+        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32))
+
+
+class ResidualRoundedTwice(NativeRMSNormOp):
+    """Breaks variants.fused_add_residual: an fp32 residual is rounded to x's dtype, added there, and the sum
+    rounded again before it is stored back in fp32.
+
+    A fused add templated on one scalar type for input and residual (as engines' fused_add_rms_norm kernels
+    are), wrapped for a trainer that keeps its residual stream in fp32 by casting the residual down and the
+    result back up: the fp32 residual silently loses its precision at every layer.
+    """
+
+    name = "residual_rounded_twice"
+    breaks = "variants.fused_add_residual"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        residual_out = (x + residual.to(x.dtype)).to(residual.dtype)
+        return super().forward_fp32(residual_out.float(), weight.float(), eps).to(x.dtype), residual_out
+
+
+class NormalizesFp32Sum(NativeRMSNormOp):
+    """Breaks variants.fused_add_stored_residual: y normalizes the fp32 sum x + residual, while the residual it
+    stores is that sum rounded to the residual's dtype.
+
+    A fused kernel that keeps the fp32 sum in shared memory for its second pass instead of re-reading the
+    residual it wrote: the next layer adds to the rounded residual, so y and residual_out describe two
+    different hidden states, and the kernel is bitwise equal to no unfused pair of add and norm.
+    """
+
+    name = "normalizes_fp32_sum"
+    breaks = "variants.fused_add_stored_residual"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        total = _sum_fp32(x, residual)
+        return super().forward_fp32(total, weight.float(), eps).to(x.dtype), total.to(residual.dtype)
+
+
+class FusedAddNormalizesInput(NativeRMSNormOp):
+    """Breaks variants.fused_add_output: y normalizes x, the layer output, not x + residual.
+
+    The second pass of a two-pass fused kernel reading its row back from the input pointer instead of the
+    residual pointer it just wrote (an argument-order slip between ``input`` and ``residual``): residual_out
+    is right, y is the norm of the wrong hidden state.
+    """
+
+    name = "fused_add_normalizes_input"
+    breaks = "variants.fused_add_output"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(x, weight, eps), _sum_fp32(x, residual).to(residual.dtype)
+
+
+class UndeclaredInPlaceFusedAdd(NativeRMSNormOp):
+    """Breaks variants.purity: the fused add writes residual_out into the caller's residual, and does not
+    declare fused_add_in_place.
+
+    Engines' fused_add_rms_norm updates ``residual`` in place by design; wrapped as an out-of-place function
+    that returns ``(y, residual)``, the caller's residual tensor (still needed by a training step's backward,
+    or by a second sampler) changes under it.
+    """
+
+    name = "undeclared_in_place_fused_add"
+    breaks = "variants.purity"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        y, residual_out = super().fused_add(x, residual, weight, eps)
+        residual.copy_(residual_out)
+        return y, residual
+
+
+class FusedAddAlignmentSwitch(NativeRMSNormOp):
+    """Breaks axis_a.fused_add: the fused add takes its vectorised path only when x, residual and weight are
+    16-byte aligned, and a scalar path that reduces in another order otherwise.
+
+    Engines dispatch their fused add on pointer alignment (a vectorised kernel for aligned rows, a generic
+    one else), so the rows of a chunked-prefill slice, which start wherever the slice starts, round unlike
+    the same rows of the whole batch.
+    """
+
+    name = "fused_add_alignment_switch"
+    breaks = "axis_a.fused_add"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        y, residual_out = super().fused_add(x, residual, weight, eps)
+        if all(t.data_ptr() % 16 == 0 for t in (x, residual, weight)):
+            return y, residual_out
+        stored = residual_out.float()
+        return _normalise(stored, weight, eps, sum_of_squares_by_lanes(stored)).to(x.dtype), residual_out
+
+
+class OffsetLargeBatchReduction(NativeRMSNormOp):
+    """Breaks axis_a.offset: above 256 rows the weight-offset (Gemma) kernel reduces in another order.
+
+    A Gemma norm kernel autotuned with the row count in its key picks another block shape for prefill-size
+    batches than for decode-size ones, so a row's bits depend on how many tokens share its batch.
+    """
+
+    name = "offset_large_batch_reduction"
+    breaks = "axis_a.offset"
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if _rows(x) <= 256:
+            return super().forward_offset(x, weight, eps)
+        check_inputs(x, weight, eps)
+        x32 = x.float()
+        return _normalise(x32, 1.0 + weight.float(), eps, sum_of_squares_by_lanes(x32)).to(x.dtype)
+
+
+class UnweightedSmallBatchReduction(NativeRMSNormOp):
+    """Breaks axis_a.unweighted: below 16 rows the no-weight norm reduces in another order.
+
+    The no-weight path of a norm library is often a plain ``x * rsqrt(x.pow(2).mean(-1) + eps)`` in torch ops,
+    whose CUDA reduction splits a row across more lanes when rows are few: the weighted kernel is
+    batch-invariant, its no-weight sibling is not.
+    """
+
+    name = "unweighted_small_batch_reduction"
+    breaks = "axis_a.unweighted"
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if _rows(x) >= 16:
+            return super().forward_unweighted(x, eps)
+        x32 = x.float()
+        ones = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
+        return _normalise(x32, ones, eps, sum_of_squares_by_lanes(x32)).to(x.dtype)
+
+
+class OffsetInWeightDtype(NativeRMSNormOp):
+    """Breaks variants.offset_dtype: forms 1 + weight in the weight's dtype (bf16) while declaring fp32.
+
+    A Gemma port that adds the offset to the bf16 parameter before calling a plain-weight kernel
+    (``rms_norm(x, 1 + self.weight)``), where Gemma's reference adds it in fp32: about one output in four
+    rounds the other way, too little for any accuracy bound and enough to break parity with the trainer.
+    """
+
+    name = "offset_in_weight_dtype"
+    breaks = "variants.offset_dtype"
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return super().forward(x, 1 + weight, eps)
+
+
+class OffsetIgnored(NativeRMSNormOp):
+    """Breaks variants.offset_output: forward_offset scales by the plain weight, as if the offset were zero.
+
+    A kernel library whose Gemma flag (``offset=1.0`` or ``casting_mode="gemma"``) is not passed through by a
+    wrapper: a checkpoint that stores ``weight - 1`` is normalised with weights around zero.
+    """
+
+    name = "offset_ignored"
+    breaks = "variants.offset_output"
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return super().forward(x, weight, eps)
+
+
+class UnweightedLowPrecisionSum(NativeRMSNormOp):
+    """Breaks variants.unweighted_output: the no-weight path accumulates its sum of squares in x's dtype.
+
+    A norm whose ``elementwise_affine=False`` branch skips the fp32 upcast the weighted branch has: 16 lanes
+    add their squares in bf16 registers, and a running sum of a few hundred swallows every square below its
+    half-ULP. fp32 inputs are unaffected.
+    """
+
+    name = "unweighted_low_precision_sum"
+    breaks = "variants.unweighted_output"
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return super().forward_unweighted(x, eps)
+        x32 = x.float()
+        ones = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
+        return _normalise(x32, ones, eps, sum_of_squares_by_lanes(x32, lanes=16, accumulate=x.dtype)).to(x.dtype)
+
+
+class WeightRoundedToInputDtype(NativeRMSNormOp):
+    """Breaks mixed_precision.fp32_weight: an fp32 weight is rounded to x's dtype before the multiply.
+
+    Hugging Face's ``self.weight * hidden.to(input_dtype)`` habit carried into a kernel that takes an fp32
+    weight: the weight loses 16 bits before it is used. An inference engine shipped exactly this regression
+    for Qwen3's q/k norms with fp32 weights, compounding through every layer's attention.
+    """
+
+    name = "weight_rounded_to_input_dtype"
+    breaks = "mixed_precision.fp32_weight"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return super().forward_fp32(x, weight.to(x.dtype), eps)
+
+
+class HfOrderDeclaredAsFp32Product(NativeRMSNormOp):
+    """Breaks variants.rounding_class: declares the fp32-product class but rounds the normalized row to x's
+    dtype before the weight multiply (the Hugging Face Llama order).
+
+    Liger-Kernel's llama casting mode and Hugging Face's own RMSNorm round twice; a kernel ported from them but
+    documented as "fp32 math, one rounding" cannot be bitwise equal to a true fp32-product kernel, and an RL
+    team pairing the two on that promise gets a silent train/sample mismatch.
+    """
+
+    name = "hf_order_declared_as_fp32_product"
+    breaks = "variants.rounding_class"
+    rounding_class = "product_fp32"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        ones = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
+        normalized = super().forward_fp32(x, ones, eps).to(x.dtype)
+        return (normalized.float() * weight.float()).to(x.dtype)
+
+
+class UndeclaredMixedPair(NativeRMSNormOp):
+    """Breaks interface.input_errors: declares only weights in x's dtype, yet takes an fp32 weight with bf16 x.
+
+    A kernel wrapper that checks x's dtype and nothing else (Triton kernels load the weight through its own
+    pointer type, whatever it is): the pair was never tested by its authors, and a caller cannot learn from the
+    declaration whether the mixed path exists.
+    """
+
+    name = "undeclared_mixed_pair"
+    breaks = "interface.input_errors"
+    dtype_pairs = SAME_DTYPE_PAIRS
+
+
 DEFECTS: tuple[type[NativeRMSNormOp], ...] = (
     SmallBatchReduction, LargeBatchReduction, AlignmentDependentReduction, BatchStatisticLeak,
     PositionDependentReduction, LeadingDimsReduction, IgnoresStrides, RandomReductionOrder,
@@ -580,6 +833,10 @@ DEFECTS: tuple[type[NativeRMSNormOp], ...] = (
     EpsOutsideSqrt, OnePlusWeight, WrongOutputDtype, NoShapeGuard, MutatesInput, WritesBesideInput,
     EmptyBatchCrash, BatchWideNonfiniteGuard, SilentDtypeCast,
     LowPrecisionGradientSum, SmallBatchBackward, AtomicWeightGradient,
+    MixedPairSmallBatch, ResidualRoundedTwice, NormalizesFp32Sum, FusedAddNormalizesInput,
+    UndeclaredInPlaceFusedAdd, FusedAddAlignmentSwitch, OffsetLargeBatchReduction, UnweightedSmallBatchReduction,
+    OffsetInWeightDtype, OffsetIgnored, UnweightedLowPrecisionSum, WeightRoundedToInputDtype,
+    HfOrderDeclaredAsFp32Product, UndeclaredMixedPair,
 )
 
 
@@ -590,14 +847,70 @@ class LaneOrderRMSNorm(NativeRMSNormOp):
     """A correct RMSNorm with another fixed reduction order than the native tree: 64 lanes summed left to
     right, as a GPU block would. Batch-invariant by construction (elementwise adds whose order depends on
     the dim alone); the suites must pass it, or they fail kernels for rounding rather than for breaking
-    the contract."""
+    the contract. Its variants reduce in the same lane order."""
 
     name = "lane_order"
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
-        x32 = x.float()
-        return _normalise(x32, weight, eps, sum_of_squares_by_lanes(x32))
+        return self._scaled(x.float(), weight.float(), eps)
+
+    def _scaled(self, x32: torch.Tensor, scale32: torch.Tensor, eps: float) -> torch.Tensor:
+        return _normalise(x32, scale32, eps, sum_of_squares_by_lanes(x32))
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        check_inputs(x, weight, eps)
+        residual_out = _sum_fp32(x, residual).to(residual.dtype)
+        return self._scaled(residual_out.float(), weight.float(), eps).to(x.dtype), residual_out
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return self._scaled(x.float(), 1.0 + weight.float(), eps).to(x.dtype)
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        ones = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
+        return self._scaled(x.float(), ones, eps).to(x.dtype)
+
+
+class EngineStyleRMSNorm(LaneOrderRMSNorm):
+    """A correct kernel with every declaration an engine's norm kernels make: the fused add writes in place
+    (y into x, residual_out into residual), the normalized row is rounded to x's dtype before the weight
+    multiply (the Hugging Face order, declared as its rounding class), and ``1 + weight`` is formed in the
+    weight's dtype (declared). The suites must pass it: each declaration moves the reference it is held to."""
+
+    name = "engine_style"
+    fused_add_in_place = True
+    fused_add_fp32_residual = False
+    offset_dtype = "weight"
+    rounding_class = "normalized_rounded"
+
+    def _hf_order(self, x32: torch.Tensor, scale32: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+        ones = torch.ones_like(scale32)
+        normalized = _normalise(x32, ones, eps, sum_of_squares_by_lanes(x32)).to(dtype)
+        return (normalized.float() * scale32).to(dtype)
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return self._hf_order(x.float(), weight.float(), eps, x.dtype)
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return self._hf_order(x.float(), weight.float(), eps, torch.float32)
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+        check_inputs(x, weight, eps)
+        check_residual(x, residual)
+        residual.copy_(_sum_fp32(x, residual).to(residual.dtype))
+        x.copy_(self._hf_order(residual.float(), weight.float(), eps, x.dtype))
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return self._hf_order(x.float(), (1 + weight).float(), eps, x.dtype)
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        ones = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
+        return self._hf_order(x.float(), ones, eps, x.dtype)
 
 
 def make_correct_backend() -> NativeRMSNormOp:
@@ -616,3 +929,19 @@ class CudaOnly(NativeRMSNormOp):
 
 
 cuda_only = CudaOnly()
+
+
+class ImpoliteRMSNorm:
+    """A correct kernel with an impolite interface: the reference's numbers, but a RuntimeError that names no
+    shape for a wrong-shaped weight, and float64 (or int32, or any weight dtype) accepted and computed.
+
+    Numerics rules gate and interface rules only warn: it must pass the default gate with interface warnings
+    listed, and fail only under --strict-interface.
+    """
+
+    name = "impolite"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if weight.shape != x.shape[-1:]:
+            raise RuntimeError("weight does not match the input")
+        return reference_fp32(x.float(), weight.float(), eps).to(x.dtype)

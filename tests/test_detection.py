@@ -81,7 +81,7 @@ def test_defect_is_caught_in_the_rule_it_breaks(run, defect):
     out = result.stdout.str()
     assert result.ret == 1, f"{defect.__name__} was not caught by {tests}:\n{out[-3000:]}"
     assert set(re.findall(r"contract rule (\S+) \(", out)) == {defect.breaks}, out[-3000:]
-    failed = re.findall(rf"^FAILED \S*?(test_\w+\.py::test_\w+)\[{defect.name}-cpu-\w+\]", out, re.M)
+    failed = re.findall(rf"^FAILED \S*?(test_\w+\.py::test_\w+)\[{defect.name}-cpu-[\w-]+\]", out, re.M)
     assert failed and set(failed) <= set(tests), out[-3000:]
     minimal, replay = _minimal_and_replay(out)
     words = shlex.split(replay)

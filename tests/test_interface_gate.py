@@ -1,0 +1,39 @@
+"""The severity gate end to end: a kernel whose numbers are right but whose errors are impolite (a RuntimeError
+that names no shape for a wrong-shaped weight, float64 and int32 accepted and computed) passes the default
+gate with its interface warnings listed, and fails only under --strict-interface, only on interface rules."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Every suite, in float32 with a few examples each: the gate is about which rules fail, not about search depth.
+ARGS = ["--pyargs", "rmsnorm_conformance.suites", "--backend=tests.defects:ImpoliteRMSNorm", "--device=cpu",
+        "--dtype=float32", "--sweep=ci", "--max-examples=2"]
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return lambda *args: pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def test_impolite_but_correct_kernel_passes_by_default_and_fails_only_when_strict(run, pytester):
+    lenient = run(*ARGS, "--report=lenient.json")
+    assert lenient.ret == 0, lenient.stdout.str()[-3000:]
+    lenient.stdout.fnmatch_lines(["RMSNorm conformance: PASS*", "Interface warnings*",
+                                  "*impolite*interface.input_errors*", "*impolite*interface.shape_error*"])
+    report = json.loads((pytester.path / "lenient.json").read_text())
+    assert report["verdict"] == "PASS" and report["totals"]["failed_checks"] == 0
+    warned = {s["rule"] for s in report["summaries"] if s["warnings"]}
+    assert warned == {"interface.shape_error", "interface.input_errors"}
+
+    strict = run(*ARGS, "--strict-interface")
+    assert strict.ret == 1
+    out = strict.stdout.str()
+    assert set(re.findall(r"contract rule (\S+) \(", out)) == {"interface.shape_error", "interface.input_errors"}
+    assert set(re.findall(r"^FAILED \S*::(test_\w+)\[", out, re.M)) == {"test_shape_error", "test_input_errors"}
