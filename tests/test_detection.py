@@ -114,3 +114,32 @@ def test_no_false_alarm_for_correct_backends(run, pytester, seed):
     assert data["verdict"] == "PASS" and data["totals"]["failed_checks"] == 0
     checked = {s["backend"] for s in data["summaries"] if s["checks"]}
     assert checked == {"native", LaneOrderRMSNorm.name}
+
+
+# --- The variants: correct kernels with every declaration must pass ------------------------------------------
+
+CORRECT_VARIANT_BACKENDS = "native,tests.defects:LaneOrderRMSNorm,tests.defects:EngineStyleRMSNorm"
+
+
+def test_engine_style_declarations_pass_the_variant_rules(run):
+    """An in-place fused add, the Hugging Face rounding order and a bf16 offset, each declared, move the
+    reference the variant rules hold it to: none of them may read as a breach."""
+    result = run(str(SUITES / "test_variants.py"), "--backend=tests.defects:EngineStyleRMSNorm", "--device=cpu",
+                 "--sweep=ci", "--dtype=bfloat16", "-k", "residual or output or offset_dtype or purity or "
+                 "rounding_class or fp32_weight")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])
+
+
+@pytest.mark.skipif(not SEEDS, reason="set RMSNORM_SEEDS=N to hold correct variants to their suite over N seeds")
+@pytest.mark.parametrize("seed", range(max(SEEDS, 1)))
+def test_no_false_alarm_for_correct_variants(run, pytester, seed):
+    """The native variants, the lane-order ones and the engine-style ones (in place, Hugging Face order, bf16
+    offset, all declared) pass the variant suite under Hypothesis seed ``seed``."""
+    result = run(str(SUITES / "test_variants.py"), f"--backend={CORRECT_VARIANT_BACKENDS}", "--device=cpu",
+                 "--sweep=dev", f"--hypothesis-seed={seed}", "--report=seed.json")
+    data = json.loads((pytester.path / "seed.json").read_text())
+    failed = [f"{nodeid}: {o.get('reason', '')}" for nodeid, o in data["outcomes"].items()
+              if o["outcome"] in ("failed", "error")]
+    assert result.ret == 0 and not failed, "\n".join(failed) or result.stdout.str()[-3000:]
+    assert data["verdict"] == "PASS" and data["totals"]["failed_checks"] == 0
