@@ -74,12 +74,12 @@ ENTRY_POINTS = (FUSED_ADD, OFFSET, UNWEIGHTED)
 
 
 def _call(subject, entry: EntryPoint, x, residual, w, eps) -> tuple[torch.Tensor, ...]:
-    backend = subject.backend
+    """The variant's outputs, called through the subject: isolated and watched like every backend call."""
     if entry is FUSED_ADD:
-        return backend.fused_add(x, residual, w, eps)
+        return subject.call("fused_add", x, residual, w, eps)
     if entry is OFFSET:
-        return (backend.forward_offset(x, w, eps),)
-    return (backend.forward_unweighted(x, eps),)
+        return (subject.call("forward_offset", x, w, eps),)
+    return (subject.call("forward_unweighted", x, eps),)
 
 
 def _not_offered(entry: EntryPoint) -> Callable:
@@ -346,7 +346,7 @@ def _assert_routed(subject, case, y, x, what: str) -> None:
 def test_fused_add_residual(subject, case):
     b = case.batch
     (x, r), w = _inputs(subject, FUSED_ADD, b)
-    _, residual_out = subject.backend.fused_add(x, r, w, b.eps)
+    _, residual_out = subject.call("fused_add", x, r, w, b.eps)
     where = " (written into residual)" if subject.backend.fused_add_in_place else ""
     assert_bitwise(subject, case, actual=residual_out, expected=(x.float() + r.float()).to(r.dtype), dim=b.dim,
                    what=f"residual_out{where} is not x + residual rounded once to {b.residual_dtype}")
@@ -356,7 +356,7 @@ def test_fused_add_residual(subject, case):
 def test_fused_add_output(subject, case):
     b = case.batch
     (x, r), w = _inputs(subject, FUSED_ADD, b)
-    y, residual_out = subject.backend.fused_add(x, r, w, b.eps)
+    y, residual_out = subject.call("fused_add", x, r, w, b.eps)
     _assert_routed(subject, case, y, x, "fused_add's y")
     stored = residual_out.detach()
     assert_within(subject, case, actual=y, reference=reference_fp32(stored, w, b.eps), dim=b.dim,
@@ -369,7 +369,7 @@ def test_fused_add_output(subject, case):
 def test_fused_add_stored_residual(subject, case):
     b = case.batch
     (x, r), w = _inputs(subject, FUSED_ADD, b)
-    y, residual_out = subject.backend.fused_add(x, r, w, b.eps)
+    y, residual_out = subject.call("fused_add", x, r, w, b.eps)
     classes = rounding.fused_add_classes(x, r, residual_out.detach(), w, b.eps)
     result = rounding.vote(y, rounding.side(classes, "stored_residual"), rounding.side(classes, "fp32_sum"))
     assert_holds(subject, case, ok=not result.breached, dim=b.dim,
@@ -381,7 +381,7 @@ def test_fused_add_stored_residual(subject, case):
 def test_offset_output(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
-    y = subject.backend.forward_offset(x, w, b.eps)
+    y = subject.call("forward_offset", x, w, b.eps)
     _assert_routed(subject, case, y, x, "forward_offset")
     offset_dtype = subject.backend.offset_dtype
     assert_within(subject, case, actual=y, reference=reference_offset(x, w, b.eps, offset_dtype), dim=b.dim,
@@ -402,7 +402,7 @@ def _offset_discriminates(subject) -> str | None:
 def test_offset_dtype(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
-    y = subject.backend.forward_offset(x, w, b.eps)
+    y = subject.call("forward_offset", x, w, b.eps)
     declared = subject.backend.offset_dtype
     other = "weight" if declared == "float32" else "float32"
     result = rounding.vote(y, list(rounding.offset_classes(x, w, b.eps, declared).values()),
@@ -417,7 +417,7 @@ def test_offset_dtype(subject, case):
 def test_unweighted_output(subject, case):
     b = case.batch
     x = subject.to_device(b.x())
-    y = subject.backend.forward_unweighted(x, b.eps)
+    y = subject.call("forward_unweighted", x, b.eps)
     _assert_routed(subject, case, y, x, "forward_unweighted")
     ones = torch.ones(b.dim, dtype=torch.float32, device=x.device)
     assert_within(subject, case, actual=y, reference=reference_unweighted(x, b.eps), dim=b.dim,
@@ -457,11 +457,14 @@ def test_variant_purity(subject, case):
                 # What it declares it writes: y into x and residual_out into residual, in their dtypes.
                 expected["x"][GUARD: GUARD + x.numel()] = _in_place_y(subject, x, r, w, b.eps).reshape(-1)
                 expected["residual"][GUARD: GUARD + r.numel()] = (x.float() + r.float()).to(r.dtype).reshape(-1)
-            out = impl.fused_add(x, r, w_in, b.eps)
+            with subject.isolated(entry.method):
+                out = impl.fused_add(x, r, w_in, b.eps)
         elif entry is OFFSET:
-            out = impl.forward_offset(x, w_in, b.eps)
+            with subject.isolated(entry.method):
+                out = impl.forward_offset(x, w_in, b.eps)
         else:
-            out = impl.forward_unweighted(x, b.eps)
+            with subject.isolated(entry.method):
+                out = impl.forward_unweighted(x, b.eps)
         for name, buf in bufs.items():
             assert_bitwise(subject, case, actual=buf, expected=expected[name], dim=b.dim,
                            what=f"{entry.method}: {name}, or memory beside it, "
@@ -478,7 +481,7 @@ def test_variant_purity(subject, case):
 
 def _in_place_y(subject, x, r, w, eps) -> torch.Tensor:
     """What an in-place fused add must leave in x: the backend's own y for the same call, out of place."""
-    y, _ = subject.backend.fused_add(x, r, w, eps)
+    y, _ = subject.call("fused_add", x, r, w, eps)
     return y.reshape(-1)
 
 
@@ -504,11 +507,11 @@ def test_fp32_weight(subject, case):
     outputs = {"forward": (subject.forward(x, w, b.eps), x, w, rounded_w)}
     if subject.backend.offers("fused_add"):
         r = subject.to_device(b.residual())
-        y, residual_out = subject.backend.fused_add(x, r, w, b.eps)
+        y, residual_out = subject.call("fused_add", x, r, w, b.eps)
         outputs["fused_add"] = (y, residual_out.detach(), w, rounded_w)
     if subject.backend.offers("forward_offset"):
         declared = subject.backend.offset_dtype
-        outputs["forward_offset"] = (subject.backend.forward_offset(x, w, b.eps), x, offset_scale(w, declared),
+        outputs["forward_offset"] = (subject.call("forward_offset", x, w, b.eps), x, offset_scale(w, declared),
                                      1.0 + rounded_w.float())
     for name, (out, rows, scale, rounded_scale) in outputs.items():
         mine = rounding_class_outputs(rows, scale.float(), b.eps, x.dtype)
@@ -533,13 +536,13 @@ def _rounding_outputs(subject, batch: Batch) -> dict[str, tuple[torch.Tensor, di
     found = {"forward": (subject.forward(x, w, eps), rounding.forward_classes(x, w, eps))}
     if backend.offers("fused_add"):
         r = subject.to_device(batch.residual())
-        y, residual_out = backend.fused_add(x, r, w, eps)
+        y, residual_out = subject.call("fused_add", x, r, w, eps)
         found["fused_add"] = (y, rounding.fused_add_classes(x, r, residual_out.detach(), w, eps))
     if backend.offers("forward_offset"):
-        found["forward_offset"] = (backend.forward_offset(x, w, eps),
+        found["forward_offset"] = (subject.call("forward_offset", x, w, eps),
                                    rounding.offset_classes(x, w, eps, backend.offset_dtype))
     if backend.offers("forward_unweighted") and subject.weight_dtype == subject.dtype:
-        found["forward_unweighted"] = (backend.forward_unweighted(x, eps), rounding.unweighted_classes(x, eps))
+        found["forward_unweighted"] = (subject.call("forward_unweighted", x, eps), rounding.unweighted_classes(x, eps))
     return found
 
 
