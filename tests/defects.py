@@ -856,6 +856,8 @@ class LaneOrderRMSNorm(NativeRMSNormOp):
         return self._scaled(x.float(), weight.float(), eps)
 
     def _scaled(self, x32: torch.Tensor, scale32: torch.Tensor, eps: float) -> torch.Tensor:
+        # Row by row, as a kernel reads its rows (see EngineStyleRMSNorm._hf_order on NaN bits of strided rows).
+        x32 = x32.contiguous()
         return _normalise(x32, scale32, eps, sum_of_squares_by_lanes(x32))
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -886,6 +888,9 @@ class EngineStyleRMSNorm(LaneOrderRMSNorm):
     rounding_class = "normalized_rounded"
 
     def _hf_order(self, x32: torch.Tensor, scale32: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+        # Row by row, as a kernel reads its rows: torch's CPU ops give NaN other sign and payload bits on strided
+        # operands than on contiguous ones (seen for rows that overflow to Inf), and a NaN's bits count in Axis-A.
+        x32 = x32.contiguous()
         ones = torch.ones_like(scale32)
         normalized = _normalise(x32, ones, eps, sum_of_squares_by_lanes(x32)).to(dtype)
         return (normalized.float() * scale32).to(dtype)
