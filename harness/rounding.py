@@ -5,8 +5,9 @@ Two correct kernels that round at different places can never be bitwise equal, a
 tell them apart (they differ by about one ULP). Bits can: on the elements where two conventions give
 different bits, a kernel has one convention's bits or the other's. A kernel with another reduction order
 differs from a reference by a few fp32 ULPs, far less than the output dtype's rounding step, so it still has
-its own convention's bits there but for about one element in ten thousand; a kernel that follows the other
-convention has the other's bits on nearly all of them. So the vote is decisive without bitwise equality.
+its own convention's bits there but for 1 element in 7,000 to 100,000 (reports/cpu/vote-rates.md); a kernel
+that follows the other convention has the other's bits on nearly all of them. So the vote is decisive without
+bitwise equality.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rmsnorm_conformance.contract.reference import offset_scale, rounding_class_
 from .comparison import bits
 
 # A breach needs at least this many elements with the other convention's bits: one stray element is what a
-# correct kernel with another reduction order shows about once in ten thousand discriminating elements.
+# correct kernel with another reduction order shows about once in 7,000 to 100,000 discriminating elements.
 MIN_OTHER_VOTES = 2
 
 
