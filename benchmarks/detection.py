@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SEEDED_PROFILE = "detection-seeded"
+# The seeded runs use the harness's ``dev`` sweep, which the counting plugin redefines for them (random, no
+# example database, no shrinking, RMSNORM_DETECTION_MAX_EXAMPLES examples): --sweep only takes the harness's names.
+SEEDED_SWEEP = "dev"
 DEFAULT_MAX_EXAMPLES = 100  # far past ci's 12: a count near it means the defect is caught by luck
 DTYPES = ("float32", "bfloat16", "float16")
 NOTES_MARKER = "<!-- notes: kept when benchmarks/detection.py rewrites this file -->"
@@ -45,8 +47,8 @@ CI_EXAMPLES = 12  # the ci profile's max_examples: a seed that needs more would 
 # makes); modules under a ``tests`` folder are exempt. It wraps the harness's check recorder: an example
 # is a run of consecutive checks of one case, counted per node until the node's first failing check.
 # Other dtype sweeps of the same (backend, test) stop once they have run as many examples as the best so
-# far, since they can no longer need fewer. It also registers the seeded profile: ci's settings, not
-# derandomized, stopping at the first failure without shrinking it.
+# far, since they can no longer need fewer. It also redefines the harness's dev sweep as the seeded one: ci's
+# settings, not derandomized, stopping at the first failure without shrinking it.
 COUNTER_PLUGIN = f"""
 import inspect, json, os
 from pathlib import Path
@@ -56,9 +58,10 @@ from hypothesis import Phase, settings
 
 import rmsnorm_conformance.harness.plugin
 from rmsnorm_conformance.harness.checks import Subject
+from rmsnorm_conformance.harness.sweeps import PREFIX
 
 settings.register_profile(
-    "{SEEDED_PROFILE}", parent=settings.get_profile("ci"), derandomize=False, database=None,
+    PREFIX + "{SEEDED_SWEEP}", parent=settings.get_profile(PREFIX + "ci"), derandomize=False, database=None,
     max_examples=int(os.environ.get("RMSNORM_DETECTION_MAX_EXAMPLES", "12")),
     phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False)
 
@@ -104,10 +107,20 @@ def _defects() -> list[type]:
     return list(DEFECTS)
 
 
-def _rule_tests() -> dict[str, tuple[str, str]]:
+def _rule_tests() -> dict[str, list[str]]:
+    """rule -> ``module.py::test`` of every suite test declaring it (harness/suite_index.py)."""
     from tests.test_detection import RULE_TESTS
 
     return RULE_TESTS
+
+
+def _is_sweep(test: str) -> bool:
+    """Is ``module.py::name`` a Hypothesis sweep (rather than a test over explicit cases)?"""
+    import importlib
+
+    module, name = test.split("::")
+    obj = getattr(importlib.import_module(f"rmsnorm_conformance.suites.{module.removesuffix('.py')}"), name)
+    return hasattr(obj, "hypothesis")
 
 
 def _pytest(args: list[str], tmp: Path, log: Path, env: dict[str, str] | None = None) -> tuple[int, str, float, dict]:
@@ -129,16 +142,16 @@ def _pytest(args: list[str], tmp: Path, log: Path, env: dict[str, str] | None = 
 
 def measure_ci(defect: type, tmp: Path) -> dict[str, Any]:
     """The derandomized ci run that tests/test_detection.py makes for ``defect``, counted."""
-    suite, test = _rule_tests()[defect.breaks]
     code, out, wall, nodes = _pytest(
-        [str(ROOT / "suites" / suite), "-k", test, f"--backend=tests.defects:{defect.__name__}",
-         "--sweep=ci", "-x"], tmp, tmp / f"ci-{defect.__name__}.json")
-    ordered = list(nodes.values())  # in the order the sweeps ran
+        ["--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
+         f"--backend=tests.defects:{defect.__name__}", "--sweep=ci", "-x"], tmp, tmp / f"ci-{defect.__name__}.json")
+    ordered = list(nodes.values())  # in the order the tests ran
     at = next((i for i, n in enumerate(ordered) if n["first_failure"] is not None), None)
     first = ordered[at] if at is not None else None
     return {"caught": code == 1 and f"contract rule {defect.breaks} " in out and first is not None
             and first["rule"] == defect.breaks,
             "examples": first["first_failure"] if first else None, "dtype": first["dtype"] if first else None,
+            "test": first["test"] if first else None,
             "run_before": sum(n["examples"] for n in ordered[:at]) if first else None, "wall": wall}
 
 
@@ -147,13 +160,12 @@ def measure_seed(defects: list[type], seed: int, max_examples: int, tmp: Path) -
     rule_tests = _rule_tests()
     node_ids = []
     for defect in defects:
-        suite, test = rule_tests[defect.breaks]
-        node_ids += [f"{ROOT / 'suites' / suite}::{test}[{defect.name}-cpu-{dtype}]" for dtype in DTYPES]
+        for test in filter(_is_sweep, rule_tests[defect.breaks]):
+            node_ids += [f"{ROOT / 'suites' / test}[{defect.name}-cpu-{dtype}]" for dtype in DTYPES]
     backends = ",".join(f"tests.defects:{d.__name__}" for d in defects)
     _, _, _, nodes = _pytest(
-        [*node_ids, f"--backend={backends}", f"--hypothesis-profile={SEEDED_PROFILE}",
-         f"--hypothesis-seed={seed}"], tmp, tmp / f"seed-{seed}.json",
-        {"RMSNORM_DETECTION_MAX_EXAMPLES": str(max_examples)})
+        [*node_ids, f"--backend={backends}", f"--sweep={SEEDED_SWEEP}", f"--hypothesis-seed={seed}"],
+        tmp, tmp / f"seed-{seed}.json", {"RMSNORM_DETECTION_MAX_EXAMPLES": str(max_examples)})
     result = {}
     for defect in defects:
         mine = [n for n in nodes.values() if n["backend"] == defect.name and n["first_failure"] is not None
@@ -178,28 +190,33 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: 
 
     table = []
     for r in rows:
-        ci = "not caught"
+        ci, test = "not caught", "–"
         if r["ci"]["caught"]:
-            ci = f"{r['ci']['examples']} ({r['ci']['dtype']})"
+            test = r["ci"]["test"]
+            unit = "examples" if _is_sweep(next(t for t in r["tests"] if t.endswith(f"::{test}"))) else "cases"
+            ci = f"{r['ci']['examples']} {unit} ({r['ci']['dtype']})"
             if r["ci"]["run_before"]:
-                ci += f", after {r['ci']['run_before']} passing in other dtypes"
+                ci += f", after {r['ci']['run_before']} passing"
         median, worst = _fmt(r["seeded"], args.max_examples)
         within = sum(v is not None and v <= CI_EXAMPLES for v in r["seeded"])
-        table.append([r["name"], f"`{r['breaks']}`", r["test"], ci, median, worst,
+        table.append([r["name"], f"`{r['breaks']}`", test, ci, median, worst,
                       f"{within}/{len(r['seeded'])}", ", ".join(r["dtypes"]) or "–", f"{r['ci']['wall']:.1f}"])
-    headers = ["defect", "breaks", "suite test", "ci: examples (dtype)", "seeded: median", "seeded: worst",
-               f"seeds caught within {CI_EXAMPLES}", "dtypes that caught it", "ci wall (s)"]
+    headers = ["defect", "breaks", "ci: caught by", "ci: to the first failure (dtype)", "sweep alone: median",
+               "sweep alone: worst", f"seeds caught within {CI_EXAMPLES}", "dtypes that caught it", "ci wall (s)"]
     command = (f"python benchmarks/detection.py --seeds {args.seeds} --max-examples {args.max_examples}"
                + (f" --out {args.out}" if args.out else ""))
     return "\n".join([
         "# Detection power: examples the suites need to catch each planted defect", "",
         f"Command: `{command}`", "",
-        "Each defect of tests/defects.py runs the suite test of the rule it breaks, in float32, bfloat16 and "
-        "float16. *ci*: the derandomized `ci` profile as tests/test_detection.py runs it (`-x`), the examples "
-        "its first failing sweep needed, and the wall time of that run with pytest start-up. *seeded*: the "
-        f"`ci` settings with `--hypothesis-seed=0..{args.seeds - 1}` instead of derandomization, no "
-        f"shrinking, at most {args.max_examples} examples a sweep; a seed's count is the fewest examples any "
-        "dtype sweep needed; *seeds caught within 12* counts the seeds whose count fits in one ci sweep. An "
+        "Each defect of tests/defects.py runs the suite tests of the rule it breaks, in float32, bfloat16 and "
+        "float16. *ci*: the derandomized `ci` sweep as tests/test_detection.py runs it (`--rule`, `-x`): the "
+        "Hypothesis sweeps and the explicit checks beside them (thresholds, QK-norm shapes, first calls); "
+        "which test failed first, the examples (or, in an explicit test, the cases) it ran to the first "
+        "failure, and the wall time of that run with pytest start-up. *sweep alone*: the rule's Hypothesis "
+        f"sweeps without the explicit checks, `--hypothesis-seed=0..{args.seeds - 1}` instead of "
+        f"derandomization, no shrinking, at most {args.max_examples} examples a sweep; a seed's count is the "
+        "fewest examples any sweep needed; *seeds caught within 12* counts the seeds whose count fits in one ci "
+        "sweep; `>N` means the random draws did not reach the defect, which only the explicit checks do. An "
         "example is one drawn configuration; Hypothesis always tries the simplest configuration first, so a "
         "count of 1 in every seed means that configuration already shows the defect.", "",
         tabulate(table, headers, tablefmt="github"), "",
@@ -225,7 +242,7 @@ def main() -> None:
         for defect in defects:
             ci = measure_ci(defect, tmp)
             print(f"ci  {defect.__name__}: {ci}", flush=True)
-            rows.append({"name": defect.__name__, "breaks": defect.breaks, "test": rule_tests[defect.breaks][1],
+            rows.append({"name": defect.__name__, "breaks": defect.breaks, "tests": rule_tests[defect.breaks],
                          "ci": ci, "seeded": [], "dtypes": set()})
         for seed in range(args.seeds):
             per_defect = measure_seed(defects, seed, args.max_examples, tmp)

@@ -35,6 +35,27 @@ def _dtype_pairs_table() -> str:
             + f"\n\nSwept over every declared pair: the rules whose ids start with {swept} "
             + "(except " + ", ".join(f"`{r}`" for r in c.WEIGHTLESS_RULES) + ", which take no weight).")
 
+def _counts(values: tuple[int, ...]) -> str:
+    """``1–16, 255, 256``: runs of consecutive counts longer than three are written as ranges."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 3 else ", ".join(map(str, r)) for r in runs)
+
+
+def _thresholds() -> str:
+    multiples = ", ".join(map(str, c.THRESHOLD_SM_MULTIPLES))
+    return "\n".join([
+        f"- **Row counts:** {_counts(c.THRESHOLD_ROWS)}; and k × the GPU's SM count for k in {multiples} "
+        f"({c.DEFAULT_SM_COUNT} SMs where no GPU is present).",
+        f"- **Dims:** {', '.join(map(str, c.THRESHOLD_DIMS))}.",
+        f"- **QK-norm:** `[T, H, {c.TARGET_DIMS['head_dim']}]` with H in {', '.join(map(str, c.QK_NORM_HEADS))} "
+        f"and T in {', '.join(map(str, c.QK_NORM_TOKENS))}.",
+    ])
+
 
 def render_blocks() -> dict[str, str]:
     header = "\n".join([
@@ -55,6 +76,7 @@ def render_blocks() -> dict[str, str]:
     return {
         "header": header,
         "axis_a": _rules_table(c.AXIS_A_VARIANTS),
+        "thresholds": _thresholds(),
         "axis_b": _rules_table(c.AXIS_B_RULES),
         "profiles": profiles,
         "bounds": tabulate(bounds_rows, ["profile", "dtype", "applies to", "bound", "why"], tablefmt="github"),

@@ -26,7 +26,8 @@ DOMAIN = (
 
 AXIS_A_VARIANTS: tuple[Rule, ...] = (
     Rule("axis_a.batch_size", "batch size",
-         "Rows [0:b] computed alone equal the same rows inside a batch of N > b."),
+         "Rows [0:b] computed alone equal the same rows inside a batch of N > b (at the thresholds, further "
+         "runs of b consecutive rows too, so that a threshold of a few rows is checked on many)."),
     Rule("axis_a.slice_offset", "slice offset",
          "Rows [a:a+b], as a view and as a copy, equal rows a..a+b of the full batch."),
     Rule("axis_a.padding", "padding",
@@ -39,9 +40,16 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
     Rule("axis_a.leading_dims", "leading dims",
          "[B, S, D] equals the flattened [B*S, D]; QK-norm's [T, H, 128] equals [T*H, 128]."),
     Rule("axis_a.strided_rows", "strided rows",
-         "A view whose rows sit in a wider buffer, or a column-major layout, equals a contiguous copy."),
+         "A view whose rows sit in a wider buffer, or a column-major layout, equals a contiguous copy; a weight "
+         "that is a strided view or an offset slice of a larger tensor equals a contiguous weight."),
     Rule("axis_a.repeat", "repeat",
          "The same call twice gives the same bits."),
+    Rule("axis_a.grad_mode", "grad mode",
+         "The same rows give the same bits with inputs that require grad (training), with plain inputs, under "
+         "torch.no_grad() and under torch.inference_mode() (sampling)."),
+    Rule("axis_a.first_call", "first call",
+         "The first call a fresh backend gets for a (dim, dtype), in a fresh process where no cache is warm, "
+         "gives the same bits as its later calls and as a long-running process's calls."),
 )
 
 AXIS_B_RULES: tuple[Rule, ...] = (
@@ -200,8 +208,30 @@ VARIANT_RULES: tuple[Rule, ...] = (
          "(a breach needs two)."),
 )
 
+# --- Thresholds: where real kernels switch strategy ---------------------------------------------------
+# Every sweep checks the batch-size, slice-offset and padding variants at each of these row counts in each of
+# THRESHOLD_DIMS, and QK-norm's [T, H, 128] at each head count, as explicit cases beside the random draws
+# (harness/thresholds.py), as far as the element budget reaches; the report lists what it could not reach.
+THRESHOLD_ROWS: tuple[int, ...] = (
+    *range(1, 17),                 # decode batches: one-row paths, and rows split across lanes below 16
+    255, 256, 257,                 # block sizes and autotuner buckets
+    264,                           # two rows per SM on a 132-SM H200: where persistent kernels start to loop
+    1023, 1024, 1025, 2047, 2048, 2049, 4096, 8192, 16384,  # prefill batches: split reductions, new tiles
+    32767, 32768,                  # Liger-Kernel packs 16 rows per program from 32768 rows at dim <= 256
+    65536, 131072,                 # long-context prefill at head_dim 128 (QK-norm sees tokens x heads rows)
+)
+# Launch grids sized by the GPU: k x its SM count.
+THRESHOLD_SM_MULTIPLES: tuple[int, ...] = (1, 2, 3, 4)
+DEFAULT_SM_COUNT = 132  # an H200's: the SM count the multiples use where no GPU is present
+# The target dims, Qwen3-14B/32B's hidden 5120, and 8192 (70B-class hidden).
+THRESHOLD_DIMS: tuple[int, ...] = (4096, 128, 5120, 8192)
+# QK-norm heads of 128: 8 key/value heads, 32 (Qwen3-8B), 40 (Qwen3-14B) and 64 (Qwen3-32B) query heads.
+QK_NORM_HEADS: tuple[int, ...] = (8, 32, 40, 64)
+QK_NORM_TOKENS: tuple[int, ...] = (1, 2, 3, 16, 17, 257, 2048)
+
 ALL_RULES: tuple[Rule, ...] = (AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES
                                + PARITY_RULES + VARIANT_RULES)
+
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 
 

@@ -31,6 +31,15 @@ WEIGHT_FAMILIES: tuple[str, ...] = (
 )
 # Contents a pad row may hold; the last four are outside the domain on purpose.
 PAD_CONTENTS: tuple[str, ...] = ("zeros", "normal", "huge", "dtype_max", "nan", "inf", "neg_inf")
+# How the weight sits in memory. A model's weight is often a view: of a flat parameter buffer (FSDP), of a
+# fused [q_norm; k_norm] tensor, or a strided slice of a larger one.
+WEIGHT_LAYOUTS: tuple[str, ...] = (
+    "contiguous",
+    "strided",  # every other element of a buffer twice as long: stride 2
+    "offset",   # a slice starting one element into a larger buffer: storage offset 1, not 16-byte aligned
+)
+# Fill of the buffer around a non-contiguous weight: a kernel that reads past the view reads NaN.
+_WEIGHT_BUFFER_FILL = math.nan
 
 # Largest |x| per family and dtype: fp16 tops out at 65504; fp32 squares overflow past ~1.8e19.
 _HUGE_SCALE = {"float16": 2.0e4, "bfloat16": 1.0e15, "float32": 1.0e15}
@@ -50,8 +59,8 @@ class Batch:
     """A [rows, dim] batch of x in ``dtype`` and its weight, drawn from ``seed``.
 
     ``weight_dtype`` (the weight's, when a backend declares that pair) and ``residual_dtype`` (a fused add's
-    residual) default to ``dtype``; the repr leaves them out then, so a case's repr is the same as before they
-    existed.
+    residual) default to ``dtype``, ``weight_layout`` (how the weight sits in memory) to contiguous; the repr
+    leaves them out then, so a case's repr is the same as before they existed.
     """
 
     dim: int
@@ -63,6 +72,7 @@ class Batch:
     seed: int = 0
     weight_dtype: str = ""
     residual_dtype: str = ""
+    weight_layout: str = "contiguous"
 
     def __post_init__(self) -> None:
         for name in ("weight_dtype", "residual_dtype"):
@@ -74,6 +84,8 @@ class Batch:
                   f"weight={self.weight!r}", f"eps={self.eps!r}", f"seed={self.seed!r}"]
         fields += [f"{name}={getattr(self, name)!r}" for name in ("weight_dtype", "residual_dtype")
                    if getattr(self, name) != self.dtype]
+        if self.weight_layout != WEIGHT_LAYOUTS[0]:
+            fields.append(f"weight_layout={self.weight_layout!r}")
         return f"Batch({', '.join(fields)})"
 
     def generator(self, salt: int = 0) -> torch.Generator:
@@ -91,6 +103,23 @@ class Batch:
         """A fused add's residual on the CPU, in ``residual_dtype``: the value family of x, its own draws."""
         return make_values(self.values, rows if rows is not None else self.rows, self.dim, self.residual_dtype,
                            self.eps, self.generator(RESIDUAL_SALT + salt))
+
+
+def lay_out_weight(w: torch.Tensor, layout: str) -> torch.Tensor:
+    """``w``'s values in ``layout``, made on ``w``'s own device (a copy between devices would make any
+    layout contiguous again); the buffer around the view holds NaN."""
+    dim = w.shape[-1]
+    if layout == "contiguous":
+        return w
+    if layout == "strided":
+        buffer = torch.full((2 * dim,), _WEIGHT_BUFFER_FILL, dtype=w.dtype, device=w.device)
+        buffer[::2] = w
+        return buffer[::2]
+    if layout == "offset":
+        buffer = torch.full((dim + 8,), _WEIGHT_BUFFER_FILL, dtype=w.dtype, device=w.device)
+        buffer[1: dim + 1] = w
+        return buffer[1: dim + 1]
+    raise ValueError(f"unknown weight layout {layout!r}; known: {', '.join(WEIGHT_LAYOUTS)}")
 
 
 def make_values(family: str, rows: int, dim: int, dtype: str, eps: float,
@@ -157,10 +186,14 @@ def make_pad(content: str, rows: int, dim: int, dtype: str, gen: torch.Generator
 
 @dataclass(frozen=True)
 class BatchSizeCase:
-    """Rows [0:length] alone against the same rows in the whole batch."""
+    """Rows [start:start+length], copied into a batch of their own, against the same rows in the whole batch;
+    ``start`` is 0 in the sweep and steps on at the thresholds, so a few-row threshold is checked on many rows.
+    ``entry`` is the entry point called (every Axis-A case has one)."""
 
     batch: Batch
     length: int
+    start: int = 0
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -171,6 +204,7 @@ class SliceCase:
     start: int
     length: int
     as_view: bool = True
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -181,6 +215,7 @@ class PaddingCase:
     before: int
     after: int
     content: str = "zeros"
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -190,12 +225,14 @@ class PositionCase:
     batch: Batch
     first: int
     second: int
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)
 class PermutationCase:
     batch: Batch
     perm_seed: int = 0
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -204,6 +241,7 @@ class LeadingDimsCase:
 
     batch: Batch
     shape: tuple[int, ...]
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -215,11 +253,30 @@ class StridedCase:
     layout: str
     extra: int = 1
     heads: int = 1
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)
 class RepeatCase:
     batch: Batch
+    entry: str = "forward"
+
+
+@dataclass(frozen=True)
+class GradModeCase:
+    """The batch through ``entry`` with inputs that require grad, plain, under no_grad and inference_mode."""
+
+    batch: Batch
+    entry: str = "forward"
+
+
+@dataclass(frozen=True)
+class FirstCallCase:
+    """The first call for (batch.dim, batch.dtype) in a fresh process, against its next call there and the
+    same call in the test's own process."""
+
+    batch: Batch
+    entry: str = "forward"
 
 
 def strided_layout(case: StridedCase, t: torch.Tensor) -> torch.Tensor:
@@ -267,5 +324,6 @@ class GradientCase:
 CASE_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (Batch, BatchSizeCase, SliceCase, PaddingCase, PositionCase, PermutationCase,
-                LeadingDimsCase, StridedCase, RepeatCase, AccuracyCase, NonfiniteCase, GradientCase)
+                LeadingDimsCase, StridedCase, RepeatCase, GradModeCase, FirstCallCase, AccuracyCase,
+                NonfiniteCase, GradientCase)
 }

@@ -295,30 +295,7 @@ def conformance(rules: str | Sequence[str], case_type: type | tuple[type, ...],
                 case = data.draw(cases(subject), label="case")
                 for label in case_events(case):
                     event(label)
-            subject.rules = declared
-            subject.current_case = case
-            subject._last_output = None
-            what = f"{subject.backend.name} on {subject.device}, {subject.dtype}, {case!r}"
-            try:
-                with isolation.deadline(subject.case_timeout, what):
-                    check(subject, case)
-            except isolation.CaseTimedOut as exc:
-                # Recorded, then raised past Hypothesis: shrinking would run more cases that may hang as long.
-                detail = f"{subject.backend.name} {exc}"
-                subject.record(declared[0], case, _dim(case), False, detail)
-                subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
-                                   subject.replay_command(case, declared[0]))
-                raise
-            except (HypothesisException, UnsatisfiedAssumption):
-                raise
-            except Exception as exc:
-                # The backend raised (or returned something that is not a tensor): a failure of this check,
-                # with the exception, the case and a replay, never a quiet error outside the verdict.
-                where = traceback.extract_tb(exc.__traceback__)[-1]
-                detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
-                          f"{where.lineno})")
-                recorded = subject.record(declared[0], case, _dim(case), False, detail)
-                _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
+            run_check(subject, declared, case, lambda: check(subject, case))
 
         test.__name__ = check.__name__
         test.__qualname__ = check.__qualname__
@@ -337,6 +314,35 @@ def _in_weight_dtype(cases: Callable[[Subject], st.SearchStrategy[Any]]) -> Call
         return cases(subject).map(subject.with_weight_dtype)
 
     return drawn
+
+def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Callable[[], None]) -> None:
+    """Run one case's check as every conformance test does (a sweep's example or an explicit case): under the
+    case deadline, with the backend's exceptions and timeouts recorded as failures of the declared rule."""
+    __tracebackhide__ = True
+    subject.rules = declared
+    subject.current_case = case
+    subject._last_output = None
+    what = f"{subject.backend.name} on {subject.device}, {subject.dtype_label}, {case!r}"
+    try:
+        with isolation.deadline(subject.case_timeout, what):
+            check()
+    except isolation.CaseTimedOut as exc:
+        # Recorded, then raised past Hypothesis: shrinking would run more cases that may hang as long.
+        detail = f"{subject.backend.name} {exc}"
+        subject.record(declared[0], case, _dim(case), False, detail)
+        subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
+                           subject.replay_command(case, declared[0]))
+        raise
+    except (HypothesisException, UnsatisfiedAssumption):
+        raise
+    except Exception as exc:
+        # The backend raised (or returned something that is not a tensor): a failure of this check,
+        # with the exception, the case and a replay, never a quiet error outside the verdict.
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
+                  f"{where.lineno})")
+        recorded = subject.record(declared[0], case, _dim(case), False, detail)
+        _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
 
 
 def case_events(case: Any) -> list[str]:

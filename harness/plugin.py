@@ -21,6 +21,7 @@ from rmsnorm_conformance.contract import (
 )
 
 from .backend import BackendError, dtype_name
+from .budget import CPU_SWEEP_ELEMENTS, GPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS, sweep_elements
 from .checks import Subject
 from .devices import device_unavailable_reason, worker_device
 from .isolation import CaseTimedOut
@@ -28,7 +29,6 @@ from .manifest import manifest_rows
 from .records import Collector
 from .registry import known_backend_names
 from .session import DEFAULT_CASE_TIMEOUT, FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY, ConformanceRun
-from .strategies import DEFAULT_MAX_ELEMENTS, INTERPRETED_MAX_ELEMENTS
 from .sweeps import SWEEPS
 
 RUN = pytest.StashKey[ConformanceRun]()
@@ -92,8 +92,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              f"{DEFAULT_CASE_TIMEOUT:g}; 0: no deadline).")
     group.addoption(
         "--max-elements", type=int, default=None, metavar="N",
-        help=f"largest batch (rows x dim) a case may draw (default: {DEFAULT_MAX_ELEMENTS}; "
-             f"{INTERPRETED_MAX_ELEMENTS} for interpreted backends).")
+        help=f"largest batch (rows x dim) a case may draw, and the threshold checks build (default: on a GPU a "
+             f"share of its free memory, the sweep at most {GPU_SWEEP_ELEMENTS}; on a CPU {CPU_SWEEP_ELEMENTS}, "
+             f"{INTERPRETED_SWEEP_ELEMENTS} for interpreted backends, and more for the threshold checks).")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -231,8 +232,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     if getattr(torch, weight_dtype) not in backend.weight_dtypes(getattr(torch, dtype)):
         pytest.skip(f"{backend.name} declares no {weight_dtype} weight with {dtype} x")
     interpreted = bool(getattr(backend.impl, "interpreted", False))
-    max_elements = config.getoption("--max-elements") or (
-        INTERPRETED_MAX_ELEMENTS if interpreted else DEFAULT_MAX_ELEMENTS)
+    max_elements = sweep_elements(device, interpreted=interpreted, option=config.getoption("--max-elements"))
     hypothesis_test = getattr(request.node.obj, "hypothesis", None)
     if hypothesis_test is not None:
         # Each (backend, device, dtype) gets its own example database key and, under a derandomized sweep, its
@@ -272,9 +272,8 @@ def _pair_subject(request: pytest.FixtureRequest, run: ConformanceRun) -> Subjec
     request.node.stash[SUBJECT] = {"backend": pair.label, "device": pair.device_label}
     records = _test_records(request, run)
     profile_ = profile(config.getoption("--contract-profile"))
-    interpreted = any(getattr(b.impl, "interpreted", False) for b, _ in sides)
-    max_elements = config.getoption("--max-elements") or (
-        INTERPRETED_MAX_ELEMENTS if interpreted else DEFAULT_MAX_ELEMENTS)
+    max_elements = min(sweep_elements(d, interpreted=bool(getattr(b.impl, "interpreted", False)),
+                                      option=config.getoption("--max-elements")) for b, d in sides)
 
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}

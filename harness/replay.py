@@ -17,7 +17,8 @@ from typing import Any
 
 from rmsnorm_conformance.contract import DTYPES
 
-from .cases import CASE_TYPES, PAD_CONTENTS, VALUE_FAMILIES, WEIGHT_FAMILIES, Batch
+from .cases import CASE_TYPES, PAD_CONTENTS, VALUE_FAMILIES, WEIGHT_FAMILIES, WEIGHT_LAYOUTS, Batch
+from .entry_points import AXIS_A_ENTRY_POINTS
 
 _NAMES = {"inf": math.inf, "nan": math.nan}
 # Field values restricted to a vocabulary, wherever the field appears.
@@ -30,6 +31,8 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "content": PAD_CONTENTS,
     "value": ("nan", "inf", "neg_inf"),
     "layout": ("row_stride", "column_major", "fused_heads"),
+    "weight_layout": WEIGHT_LAYOUTS,
+    "entry": AXIS_A_ENTRY_POINTS,
 }
 _MAX_TEXT = 4000  # a case repr is a few hundred characters; anything far longer is not one
 

@@ -7,20 +7,25 @@ ones that exercise tail masking.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import DEFAULT_EPS, TARGET_DIMS
+from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS
 
+from .budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
 from .cases import (
     PAD_CONTENTS,
     VALUE_FAMILIES,
     WEIGHT_FAMILIES,
+    WEIGHT_LAYOUTS,
     AccuracyCase,
     Batch,
     BatchSizeCase,
     GradientCase,
+    GradModeCase,
     LeadingDimsCase,
     NonfiniteCase,
     PaddingCase,
@@ -32,20 +37,21 @@ from .cases import (
     torch_dtype,
 )
 
-# Elements (rows * dim) per batch: 4M keeps a CPU example near 0.1 s and still reaches 32768 rows at dim 128.
-DEFAULT_MAX_ELEMENTS = 1 << 22
-# Interpreted kernels (Triton on the CPU) run per program in Python: a sixteenth of that.
-INTERPRETED_MAX_ELEMENTS = 1 << 18
+# Elements (rows * dim) per batch where no budget is given: the CPU's (harness/budget.py says why).
+DEFAULT_MAX_ELEMENTS = CPU_SWEEP_ELEMENTS
+INTERPRETED_MAX_ELEMENTS = INTERPRETED_SWEEP_ELEMENTS
 MAX_DIM = 8192
+# The entry point a case calls where the strategy is not told which ones the backend offers.
+FORWARD_ONLY = ("forward",)
 
 # Dims where tails, vector widths and block sizes change.
 EDGE_DIMS = (1, 2, 3, 7, 8, 63, 64, 65, 127, 129, 255, 256, 257, 1000, 1023, 1025, 2047, 2049,
              4095, 4097, 5120, 8191, 8192)
-# Row counts where kernels switch: tiny batches, powers of two and neighbours, multiples of 132 SMs (H200).
-EDGE_ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 131, 132, 133,
-             255, 256, 257, 264, 511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049, 4096, 8192, 16384, 32768)
-# Qwen3-8B has 32 query heads and 8 key/value heads of 128.
-HEAD_COUNTS = (1, 2, 8, 32)
+# Row counts where kernels switch: the contract's thresholds (which every sweep also checks explicitly),
+# powers of two and their neighbours, multiples of 132 SMs (H200).
+EDGE_ROWS = tuple(sorted({*THRESHOLD_ROWS, 31, 32, 33, 63, 64, 65, 127, 128, 129, 131, 132, 133, 511, 512, 513}))
+# QK-norm's head counts (Qwen3's key/value and query heads), and one or two heads.
+HEAD_COUNTS = (1, 2, *QK_NORM_HEADS)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -81,10 +87,24 @@ def max_rows_for(dim: int, max_elements: int) -> int:
     return max(1, max_elements // dim)
 
 
+def weight_layouts() -> st.SearchStrategy[str]:
+    """Contiguous half the time (the simplest, where shrinking goes), else a strided view or an offset slice."""
+    return st.one_of(st.just(WEIGHT_LAYOUTS[0]), st.sampled_from(WEIGHT_LAYOUTS[1:]))
+
+
+def entry_points(entries: Sequence[str]) -> st.SearchStrategy[str]:
+    """One of the backend's entry points, shrinking toward the first (``forward``)."""
+    if not entries:
+        raise ValueError("entries=() names no entry point; a backend always has 'forward'")
+    return st.sampled_from(tuple(entries))
+
+
 @st.composite
 def batches(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-            min_rows: int = 1, dim: int | None = None, values: str | None = None) -> Batch:
-    """A :class:`Batch` of ``dtype``; ``dim`` and ``values`` pin those fields when given."""
+            min_rows: int = 1, dim: int | None = None, values: str | None = None,
+            any_weight_layout: bool = False) -> Batch:
+    """A :class:`Batch` of ``dtype``; ``dim`` and ``values`` pin those fields when given. The weight is
+    contiguous unless ``any_weight_layout`` (for checks that lay the weight out as the batch says)."""
     _check_positive("max_elements", max_elements)
     d = dim if dim is not None else draw(dims())
     cap = max(min_rows, max_rows_for(d, max_elements))
@@ -96,19 +116,27 @@ def batches(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEM
         weight=draw(st.sampled_from(WEIGHT_FAMILIES)),
         eps=draw(epsilons()),
         seed=draw(st.integers(0, 2**32 - 1)),
+        weight_layout=draw(weight_layouts()) if any_weight_layout else WEIGHT_LAYOUTS[0],
     )
 
 
+# Every Axis-A strategy takes ``entries``, the entry points the backend offers (harness/entry_points.py), and
+# draws one per case; batches draw any weight layout, since Axis-A holds for every layout of the weight.
+
+
 @st.composite
-def batch_size_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> BatchSizeCase:
+def batch_size_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                     entries: Sequence[str] = FORWARD_ONLY) -> BatchSizeCase:
     """A sub-batch [0:length] of a larger batch; lengths lean small, where reductions re-plan.
 
     A kernel whose plan changes at some row count T fails only when length < T <= rows, and T is unknown
     (16 for torch's CUDA reduction, 256 for an autotuner's key, ...). So half the time the whole batch
     takes half to all of the element budget: one small sub-batch then straddles nearly every T at once.
+    (The contract's thresholds are also checked explicitly: harness/thresholds.py.)
     """
-    b = _widened(draw, draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2)), max_elements)
-    return BatchSizeCase(b, draw(row_counts(max_rows=b.rows - 1)))
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, any_weight_layout=True))
+    b = _widened(draw, b, max_elements)
+    return BatchSizeCase(b, draw(row_counts(max_rows=b.rows - 1)), entry=draw(entry_points(entries)))
 
 
 def _widened(draw: st.DrawFn, b: Batch, max_elements: int) -> Batch:
@@ -127,7 +155,8 @@ def _misaligned_dims(dtype: str) -> list[int]:
 
 
 @st.composite
-def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> SliceCase:
+def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                entries: Sequence[str] = FORWARD_ONLY) -> SliceCase:
     """Rows [start:start+length] of a batch, as a view or a copy.
 
     Views come three times in four, since a view (its offset, its alignment) is what this variant adds to
@@ -137,37 +166,43 @@ def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_
     shows in a given row's bits only about half the time, and every row of a long slice is another chance.
     """
     dim = draw(st.one_of(dims(), st.sampled_from(_misaligned_dims(dtype))))
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, dim=dim))
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, dim=dim, any_weight_layout=True))
     start = draw(st.integers(1, b.rows - 1))
     length = draw(st.one_of(row_counts(max_rows=b.rows - start), st.just(b.rows - start)))
-    return SliceCase(b, start, length, as_view=draw(st.one_of(st.booleans(), st.just(True))))
+    return SliceCase(b, start, length, as_view=draw(st.one_of(st.booleans(), st.just(True))),
+                     entry=draw(entry_points(entries)))
 
 
 @st.composite
-def padding_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> PaddingCase:
-    b = draw(batches(dtype=dtype, max_elements=max_elements))
+def padding_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                  entries: Sequence[str] = FORWARD_ONLY) -> PaddingCase:
+    b = draw(batches(dtype=dtype, max_elements=max_elements, any_weight_layout=True))
     room = max(1, max_rows_for(b.dim, max_elements) - b.rows)
     before = draw(st.one_of(st.just(0), row_counts(max_rows=room)))
     after = draw(row_counts(max_rows=room)) if before == 0 else draw(st.integers(0, room))
-    return PaddingCase(b, before, after, content=draw(st.sampled_from(PAD_CONTENTS)))
+    return PaddingCase(b, before, after, content=draw(st.sampled_from(PAD_CONTENTS)),
+                       entry=draw(entry_points(entries)))
 
 
 @st.composite
-def position_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> PositionCase:
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2))
+def position_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                   entries: Sequence[str] = FORWARD_ONLY) -> PositionCase:
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, any_weight_layout=True))
     first = draw(st.integers(0, b.rows - 1))
     second = draw(st.integers(0, b.rows - 1).filter(lambda i: i != first))
-    return PositionCase(b, first, second)
+    return PositionCase(b, first, second, entry=draw(entry_points(entries)))
 
 
-def permutation_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> st.SearchStrategy:
-    return st.builds(PermutationCase, batches(dtype=dtype, max_elements=max_elements, min_rows=2),
-                     st.integers(0, 2**32 - 1))
+def permutation_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                      entries: Sequence[str] = FORWARD_ONLY) -> st.SearchStrategy:
+    return st.builds(PermutationCase,
+                     batches(dtype=dtype, max_elements=max_elements, min_rows=2, any_weight_layout=True),
+                     st.integers(0, 2**32 - 1), entry=entry_points(entries))
 
 
 @st.composite
-def leading_dims_cases(draw: st.DrawFn, *, dtype: str,
-                       max_elements: int = DEFAULT_MAX_ELEMENTS) -> LeadingDimsCase:
+def leading_dims_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                       entries: Sequence[str] = FORWARD_ONLY) -> LeadingDimsCase:
     """[B, S, dim] or [T, H, dim] shapes; at dim 128 the head counts are QK-norm's."""
     d = draw(dims())
     cap = max_rows_for(d, max_elements)
@@ -177,27 +212,42 @@ def leading_dims_cases(draw: st.DrawFn, *, dtype: str,
     shape = (outer, inner)
     if draw(st.booleans()) and outer % 2 == 0:
         shape = (2, outer // 2, inner)
-    b = draw(batches(dtype=dtype, max_elements=max_elements, dim=d, min_rows=outer * inner))
-    return LeadingDimsCase(Batch(**{**b.__dict__, "rows": outer * inner}), shape)
+    b = draw(batches(dtype=dtype, max_elements=max_elements, dim=d, min_rows=outer * inner,
+                     any_weight_layout=True))
+    return LeadingDimsCase(replace(b, rows=outer * inner), shape, entry=draw(entry_points(entries)))
 
 
 @st.composite
-def strided_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> StridedCase:
+def strided_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                  entries: Sequence[str] = FORWARD_ONLY) -> StridedCase:
     layout = draw(st.sampled_from(("row_stride", "column_major", "fused_heads")))
     heads = draw(st.sampled_from(HEAD_COUNTS)) if layout == "fused_heads" else 1
-    b = draw(batches(dtype=dtype, max_elements=max(heads, max_elements // heads)))
+    # Fused heads need at least one token of ``heads`` rows.
+    b = draw(batches(dtype=dtype, max_elements=max(heads, max_elements // heads), min_rows=heads,
+                     any_weight_layout=True))
     # An extra of 1 misaligns every row; 8 keeps 16-byte alignment in bf16 and moves only the stride.
     extra = draw(st.sampled_from((1, 2, 8, 64)))
-    return StridedCase(b, layout, extra=extra, heads=heads)
+    return StridedCase(b, layout, extra=extra, heads=heads, entry=draw(entry_points(entries)))
 
 
-def repeat_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> st.SearchStrategy:
-    return st.builds(RepeatCase, batches(dtype=dtype, max_elements=max_elements))
+def repeat_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                 entries: Sequence[str] = FORWARD_ONLY) -> st.SearchStrategy:
+    return st.builds(RepeatCase, batches(dtype=dtype, max_elements=max_elements, any_weight_layout=True),
+                     entry=entry_points(entries))
 
 
-def accuracy_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                   values: str | None = None) -> st.SearchStrategy:
-    return st.builds(AccuracyCase, batches(dtype=dtype, max_elements=max_elements, values=values))
+def grad_mode_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                    entries: Sequence[str] = FORWARD_ONLY) -> st.SearchStrategy:
+    """A batch through one entry point, compared across every grad mode."""
+    return st.builds(GradModeCase, batches(dtype=dtype, max_elements=max_elements, any_weight_layout=True),
+                     entry=entry_points(entries))
+
+
+def accuracy_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS, values: str | None = None,
+                   any_weight_layout: bool = False) -> st.SearchStrategy:
+    """Batches for output checks; ``any_weight_layout`` for checks that lay the weight out as drawn."""
+    return st.builds(AccuracyCase, batches(dtype=dtype, max_elements=max_elements, values=values,
+                                           any_weight_layout=any_weight_layout))
 
 
 @st.composite

@@ -12,7 +12,10 @@ from rmsnorm_conformance.harness.cases import (
     PAD_CONTENTS,
     VALUE_FAMILIES,
     WEIGHT_FAMILIES,
+    WEIGHT_LAYOUTS,
     Batch,
+    BatchSizeCase,
+    SliceCase,
     make_pad,
     make_values,
 )
@@ -20,8 +23,12 @@ from rmsnorm_conformance.harness.replay import parse_case
 
 ALL = [strategies.batch_size_cases, strategies.slice_cases, strategies.padding_cases,
        strategies.position_cases, strategies.permutation_cases, strategies.leading_dims_cases,
-       strategies.strided_cases, strategies.repeat_cases, strategies.accuracy_cases,
+       strategies.strided_cases, strategies.repeat_cases, strategies.grad_mode_cases, strategies.accuracy_cases,
        strategies.nonfinite_cases, strategies.gradient_cases]
+# Axis-A strategies draw the entry point and the weight layout too.
+AXIS_A = [strategies.batch_size_cases, strategies.slice_cases, strategies.padding_cases, strategies.position_cases,
+          strategies.permutation_cases, strategies.leading_dims_cases, strategies.strided_cases,
+          strategies.repeat_cases, strategies.grad_mode_cases]
 
 
 @pytest.mark.parametrize("factory", ALL, ids=lambda f: f.__name__)
@@ -33,10 +40,10 @@ def test_cases_are_valid_and_replayable(factory, data):
     assert 1 <= b.dim <= strategies.MAX_DIM
     assert b.rows >= 1 and b.eps > 0
     assert parse_case(repr(case)) == case
-    if hasattr(case, "length"):
-        assert 1 <= case.length < b.rows + (0 if hasattr(case, "start") else 1)
-    if hasattr(case, "start"):
-        assert case.start >= 1 and case.start + case.length <= b.rows
+    if isinstance(case, BatchSizeCase):
+        assert case.start == 0 and 1 <= case.length < b.rows
+    if isinstance(case, SliceCase):
+        assert case.start >= 1 and case.length >= 1 and case.start + case.length <= b.rows
     if hasattr(case, "shape"):
         assert int(torch.tensor(case.shape).prod()) == b.rows
     if hasattr(case, "first"):
@@ -67,11 +74,48 @@ def test_batches_favour_target_dims_small_and_edge_row_counts():
     assert max(rows) > 1000
 
 
+@pytest.mark.parametrize("factory", AXIS_A, ids=lambda f: f.__name__)
+def test_axis_a_cases_draw_every_entry_point_and_weight_layout(factory):
+    entries = ("forward", "forward_fp32")
+    seen: list = []
+
+    @settings(max_examples=80, deadline=None, derandomize=True)
+    @given(factory(dtype="float32", max_elements=1 << 14, entries=entries))
+    def collect(case):
+        seen.append((case.entry, case.batch.weight_layout))
+
+    collect()
+    assert {e for e, _ in seen} == set(entries)
+    assert {w for _, w in seen} == set(WEIGHT_LAYOUTS)
+    assert sum(w == "contiguous" for _, w in seen) > len(seen) // 4, "contiguous weights must stay common"
+
+
+def test_weights_stay_contiguous_where_a_check_does_not_lay_them_out():
+    @settings(max_examples=60, deadline=None)
+    @given(strategies.accuracy_cases(dtype="float32", max_elements=1 << 12), strategies.gradient_cases(
+        dtype="float32", max_elements=1 << 12))
+    def check(accuracy, gradient):
+        assert accuracy.batch.weight_layout == gradient.batch.weight_layout == "contiguous"
+
+    check()
+
+
+def test_fused_heads_cases_hold_a_whole_token_of_heads():
+    @settings(max_examples=100, deadline=None)
+    @given(strategies.strided_cases(dtype="bfloat16", max_elements=1 << 14))
+    def check(case):
+        assert case.batch.rows >= case.heads
+
+    check()
+
+
 def test_strategies_name_bad_arguments():
     with pytest.raises(ValueError, match="max_rows=0"):
         strategies.row_counts(max_rows=0)
     with pytest.raises(ValueError, match="min_rows=5 is larger than max_rows=2"):
         strategies.row_counts(min_rows=5, max_rows=2)
+    with pytest.raises(ValueError, match=r"entries=\(\)"):
+        strategies.entry_points(())
 
 
 @pytest.mark.parametrize("family", VALUE_FAMILIES)

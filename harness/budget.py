@@ -1,0 +1,89 @@
+"""The element budget: how large a batch (rows x dim) a case may be on a device, for the random sweep and for
+the explicit threshold checks.
+
+On a GPU both follow the memory free on it, so that prefill-size batches (16384 rows of 4096, 524288 of 128)
+are in reach; on a CPU they are fixed, small enough to keep CI fast. ``--max-elements`` overrides both.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+# --- the random sweep ------------------------------------------------------------------------------------
+# 4M elements keep a CPU example near 0.1 s and still reach 32768 rows at dim 128.
+CPU_SWEEP_ELEMENTS = 1 << 22
+# Interpreted kernels (Triton on the CPU) run per program in Python: a sixteenth of that.
+INTERPRETED_SWEEP_ELEMENTS = 1 << 18
+# On a GPU the sweep's largest batch: 16384 rows of 4096 and 524288 of 128, the prefill sizes engines run.
+GPU_SWEEP_ELEMENTS = 1 << 26
+
+# --- the threshold checks -------------------------------------------------------------------------------
+# A few large batches per dim and dtype, not hundreds of drawn ones, so the CPU budget is larger than the
+# sweep's: 2048 rows of 4096 (a batch of 2047 against one of 2048: the prefill switch) and 65536 of 128
+# (Liger's switch at 32768). CI's wall time bounds it (README, "Measured").
+CPU_THRESHOLD_ELEMENTS = 1 << 23
+# The Triton interpreter runs about 10 M elements a second: 128 rows of 4096, 4096 of 128. It checks the
+# kernels' logic; their thresholds are checked where they compile, on a GPU.
+INTERPRETED_THRESHOLD_ELEMENTS = 1 << 19
+
+# Peak bytes a check holds per element of its largest batch: x, its pad or view copy, two outputs, the
+# reference's fp32 temporaries (upcast, squares, the padded tree) and the backend's own. Generous on purpose:
+# running out of memory loses the whole run, a smaller batch only one threshold.
+BYTES_PER_ELEMENT = 64
+
+
+def _power_of_two_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def workers_per_gpu() -> int:
+    """How many pytest-xdist workers share one GPU (``pytest -n N`` spreads workers over the GPUs)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 1
+    return max(1, -(-workers // max(gpus, 1)))
+
+
+def memory_elements(free_bytes: int, *, sharing: int = 1) -> int:
+    """The largest power-of-two batch whose checks fit in ``free_bytes`` shared by ``sharing`` processes."""
+    if free_bytes < 0 or sharing < 1:
+        raise ValueError(f"free_bytes={free_bytes} must be >= 0 and sharing={sharing} >= 1")
+    return _power_of_two_floor(free_bytes // (BYTES_PER_ELEMENT * sharing))
+
+
+@functools.cache
+def free_bytes(device: torch.device) -> int:
+    """Memory free on ``device`` (CUDA and ROCm devices) when this process first asks: read once, so that a
+    run's budget, and with it the cases it checks, does not drift with what other workers hold at the time."""
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+def sweep_elements(device: torch.device, *, interpreted: bool, option: int | None = None) -> int:
+    """The largest batch a drawn case may have: ``--max-elements`` if given, else the device's default."""
+    if option:
+        return option
+    if device.type == "cuda":
+        return min(GPU_SWEEP_ELEMENTS, memory_elements(free_bytes(device), sharing=workers_per_gpu()))
+    return INTERPRETED_SWEEP_ELEMENTS if interpreted else CPU_SWEEP_ELEMENTS
+
+
+def threshold_elements(device: torch.device, *, interpreted: bool, option: int | None = None) -> int:
+    """The largest batch the threshold checks may build: ``--max-elements`` if given; on a GPU all its free
+    memory allows (its share of it, under pytest-xdist); on a CPU the fixed budget above."""
+    if option:
+        return option
+    if device.type == "cuda":
+        return memory_elements(free_bytes(device), sharing=workers_per_gpu())
+    return INTERPRETED_THRESHOLD_ELEMENTS if interpreted else CPU_THRESHOLD_ELEMENTS
+
+
+def describe(device: torch.device, *, interpreted: bool, option: int | None) -> str:
+    """Where a threshold budget came from, for the report's "Did not run"."""
+    if option:
+        return "--max-elements"
+    if device.type == "cuda":
+        return f"{BYTES_PER_ELEMENT} bytes an element of the memory free on {device}"
+    return "the CPU's fixed budget for " + ("interpreted backends" if interpreted else "compiled backends")

@@ -1,0 +1,67 @@
+"""Conformance tests over explicit cases, beside the Hypothesis sweeps: the contract's thresholds, QK-norm's
+shapes and first calls, which every run must check rather than reach by chance.
+
+Hypothesis' ``@example`` cannot depend on the subject (its device's SM count, its budget, its entry points),
+so these are plain tests over a plan of cases made for the subject. They declare their rule like the sweeps
+do, record every check, and say in the report what the element budget left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rmsnorm_conformance.contract import rule
+
+from .budget import describe, threshold_elements
+from .checks import run_check
+from .entry_points import entry_points
+from .thresholds import Plan
+
+PlanMaker = Callable[..., Plan]
+
+
+def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_here: bool = False
+                   ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Declare a test that runs ``check(subject, case, memo)`` on every case of ``plan``, in order, each as a
+    sweep's example runs (its own deadline; a backend's exception fails the rule with that case's replay).
+
+    ``plan(dtype, device, budget, source, entries)`` makes the cases for the subject's dtype and device, the
+    threshold budget (harness/budget.py) and the entry points the backend offers. ``memo`` is one dict for the
+    whole plan, so consecutive cases of one batch compute the whole batch once (``memo["plan"]`` lists every
+    case, for checks that run several at once). Under ``--replay`` the
+    replayed case runs here if ``replayed_here``, else in the sweep test of the same rule and case type,
+    and this test is skipped.
+    """
+    rule(rule_id)  # an unknown id fails at import, naming the known ones
+
+    def decorate(check: Callable[..., None]) -> Callable[..., None]:
+        def test(subject: Any, request: pytest.FixtureRequest) -> None:
+            if subject.replay_case is not None:
+                if not replayed_here:
+                    pytest.skip(f"--replay runs the case in the sweep test of {rule_id}")
+                cases: list[Any] = [subject.replay_case]
+            else:
+                option = request.config.getoption("--max-elements")
+                interpreted = bool(getattr(subject.backend.impl, "interpreted", False))
+                budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
+                made = plan(subject.dtype, subject.device, budget,
+                            describe(subject.device, interpreted=interpreted, option=option),
+                            entry_points(subject.backend))
+                if made.skipped:
+                    subject.collector.add_not_run(subject.backend.name, str(subject.device), made.skipped)
+                # Plans are made in x's dtype; the weight's (of a declared pair) goes into each case, as in sweeps.
+                cases = [subject.with_weight_dtype(c) for c in made.cases]
+            memo: dict[Any, Any] = {"plan": cases}
+            for case in cases:
+                run_check(subject, (rule_id,), case, lambda case=case: check(subject, case, memo))
+
+        test.__name__ = check.__name__
+        test.__qualname__ = check.__qualname__
+        test.__module__ = check.__module__
+        test.__doc__ = check.__doc__
+        return pytest.mark.conformance(rules=(rule_id,), case_types=(case_type.__name__,))(test)
+
+    return decorate

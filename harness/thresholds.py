@@ -1,0 +1,168 @@
+"""The contract's thresholds (row counts, dims and QK-norm shapes where real kernels switch strategy) as
+explicit Axis-A cases for one device, dtype and element budget.
+
+A random sweep reaches a given row count only by chance and a derandomized one misses the same counts on every
+run; these cases run in every sweep beside the random draws, so no threshold is missed by chance. What the
+budget cannot reach is said, for the report's "Did not run".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rmsnorm_conformance.contract import TARGET_DIMS
+from rmsnorm_conformance.contract.rmsnorm import (
+    DEFAULT_SM_COUNT,
+    QK_NORM_HEADS,
+    QK_NORM_TOKENS,
+    THRESHOLD_DIMS,
+    THRESHOLD_ROWS,
+    THRESHOLD_SM_MULTIPLES,
+)
+
+from .cases import PAD_CONTENTS, Batch, BatchSizeCase, LeadingDimsCase, PaddingCase, SliceCase, StridedCase
+
+# A changed reduction order changes a given row's bits about half the time (reports/cpu/detection.md), so a
+# threshold of fewer rows is checked on several runs of that many rows: 8 rows miss a switch 1 time in 256.
+MIN_ROWS_CHECKED = 8
+# Key/value heads of a fused QKV projection beside the query heads (Qwen3: 8 of each), for the fused-heads view.
+FUSED_KV_HEADS = 8
+# Seeds of the threshold batches: fixed, so a threshold check is the same case on every run and machine.
+SEED = 20260
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cases one explicit test runs, in order, and what the budget left out (None if nothing)."""
+
+    cases: list[Any] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def sm_count(device: torch.device) -> int:
+    """The device's SM (multiprocessor) count; the contract's default where it is not a GPU."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return DEFAULT_SM_COUNT
+
+
+def row_thresholds(device: torch.device) -> tuple[int, ...]:
+    """The contract's row counts plus k x this device's SM count, sorted.
+
+    Each count is checked against a batch above it (batch size, slice) and padded up to the next count
+    (padding), so a switch just above or just below a count is straddled without listing its neighbours.
+    """
+    sms = sm_count(device)
+    return tuple(sorted({*THRESHOLD_ROWS, *(k * sms for k in THRESHOLD_SM_MULTIPLES)}))
+
+
+def _batch(dim: int, rows: int, dtype: str, salt: int = 0) -> Batch:
+    # Normal values: a changed reduction order shows in about half the rows (not in zero or constant rows).
+    return Batch(dim=dim, rows=rows, dtype=dtype, values="normal", weight="around_one",
+                 seed=SEED + 7919 * dim + salt)
+
+
+def _pieces(t: int) -> int:
+    return -(-MIN_ROWS_CHECKED // t)
+
+
+def _reach(dim: int, budget: int, counts: Sequence[int]) -> tuple[int, list[int], list[int]]:
+    """The largest batch in reach at ``dim``, the counts below it (checked on both sides), the rest."""
+    largest = budget // dim
+    return largest, [t for t in counts if t < largest], [t for t in counts if t >= largest]
+
+
+def _skipped_note(what: str, budget: int, source: str, beyond: dict[str, list[int]]) -> str | None:
+    if not any(beyond.values()):
+        return None
+    listed = "; ".join(f"{where}: {', '.join(map(str, counts))}" for where, counts in beyond.items() if counts)
+    return (f"{what} beyond the element budget of {budget} ({source}), not checked: {listed}. Raise "
+            "--max-elements where memory and time allow")
+
+
+def batch_size_plan(dtype: str, device: torch.device, budget: int, source: str,
+                    entries: Sequence[str]) -> Plan:
+    """Per dim, the largest batch in reach; per threshold t below it, runs of t rows copied alone."""
+    cases, beyond = [], {}
+    counts = row_thresholds(device)
+    for entry in entries:
+        for dim in THRESHOLD_DIMS:
+            largest, in_reach, beyond[f"dim {dim}"] = _reach(dim, budget, counts)
+            batch = _batch(dim, largest, dtype)
+            for t in in_reach:
+                cases += [BatchSizeCase(batch, t, start=j * t, entry=entry)
+                          for j in range(_pieces(t)) if (j + 1) * t <= largest]
+    return Plan(cases, _skipped_note("Axis-A thresholds (rows)", budget, source, beyond))
+
+
+def slice_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+    """Per dim, the largest batch in reach; per threshold t, views of t rows ending at the batch's end (as
+    chunked prefill continues a prefix), then further back."""
+    cases, beyond = [], {}
+    counts = row_thresholds(device)
+    for entry in entries:
+        for dim in THRESHOLD_DIMS:
+            largest, in_reach, beyond[f"dim {dim}"] = _reach(dim, budget, counts)
+            batch = _batch(dim, largest, dtype)
+            for t in in_reach:
+                cases += [SliceCase(batch, largest - (j + 1) * t, t, as_view=True, entry=entry)
+                          for j in range(_pieces(t)) if largest - (j + 1) * t >= 1]
+    return Plan(cases, _skipped_note("Axis-A thresholds (rows)", budget, source, beyond))
+
+
+def padding_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+    """Per dim, each threshold's rows padded up to the next threshold (the last up to the largest batch in
+    reach), and MIN_ROWS_CHECKED rows padded up to the largest: a switch between any two counts is straddled.
+    Pad rows go after the real rows (as engines pad a batch to a captured graph's size), every other time
+    before them, and cycle through the pad contents."""
+    cases, beyond = [], {}
+    counts = row_thresholds(device)
+    for entry in entries:
+        for dim in THRESHOLD_DIMS:
+            largest, in_reach, beyond[f"dim {dim}"] = _reach(dim, budget, counts)
+            pairs = [*zip(in_reach, [*in_reach[1:], largest], strict=True)] if in_reach else []
+            if largest > MIN_ROWS_CHECKED:
+                pairs.append((MIN_ROWS_CHECKED, largest))
+            for i, (t, total) in enumerate(pairs):
+                pad = total - t
+                before, after = (pad, 0) if i % 2 else (0, pad)
+                content = PAD_CONTENTS[i % len(PAD_CONTENTS)]
+                cases += [PaddingCase(_batch(dim, t, dtype, salt=i * 64 + j), before, after, content, entry=entry)
+                          for j in range(_pieces(t))]
+    return Plan(cases, _skipped_note("Axis-A thresholds (rows)", budget, source, beyond))
+
+
+def _qk_shapes(budget: int) -> tuple[list[tuple[int, int]], dict[str, list[int]]]:
+    head_dim = TARGET_DIMS["head_dim"]
+    shapes, beyond = [], {}
+    for heads in QK_NORM_HEADS:
+        far = [t for t in QK_NORM_TOKENS if t * heads * head_dim > budget]
+        beyond[f"[T, {heads}, {head_dim}] with T"] = far
+        shapes += [(t, heads) for t in QK_NORM_TOKENS if t not in far]
+    return shapes, beyond
+
+
+def qk_leading_dims_plan(dtype: str, device: torch.device, budget: int, source: str,
+                         entries: Sequence[str]) -> Plan:
+    """QK-norm's [T, H, 128] against the flat [T*H, 128], for every head count and token count in reach."""
+    shapes, beyond = _qk_shapes(budget)
+    head_dim = TARGET_DIMS["head_dim"]
+    cases = [LeadingDimsCase(_batch(head_dim, t * h, dtype, salt=h), (t, h), entry=entry)
+             for entry in entries for t, h in shapes]
+    return Plan(cases, _skipped_note("QK-norm shapes", budget, source, beyond))
+
+
+def qk_fused_heads_plan(dtype: str, device: torch.device, budget: int, source: str,
+                        entries: Sequence[str]) -> Plan:
+    """QK-norm's query heads as a strided view of a fused QKV projection (key and value heads beside them)
+    against a contiguous copy, for every head count and token count in reach."""
+    shapes, beyond = _qk_shapes(budget)
+    head_dim = TARGET_DIMS["head_dim"]
+    cases = [StridedCase(_batch(head_dim, t * h, dtype, salt=h), "fused_heads", extra=2 * FUSED_KV_HEADS,
+                         heads=h, entry=entry)
+             for entry in entries for t, h in shapes]
+    return Plan(cases, _skipped_note("QK-norm shapes", budget, source, beyond))

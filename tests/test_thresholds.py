@@ -1,0 +1,160 @@
+"""The threshold plans, the element budget and the entry points: every threshold in reach is checked in every
+dim and entry point, and what is out of reach is reported."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmsnorm_conformance.contract.rmsnorm import (
+    DEFAULT_SM_COUNT,
+    QK_NORM_HEADS,
+    QK_NORM_TOKENS,
+    THRESHOLD_DIMS,
+    THRESHOLD_ROWS,
+)
+from rmsnorm_conformance.harness import budget, thresholds
+from rmsnorm_conformance.harness.backend import Backend
+from rmsnorm_conformance.harness.cases import Batch, lay_out_weight
+from rmsnorm_conformance.harness.entry_points import entry_points, missing_reason
+from rmsnorm_conformance.harness.fresh_process import FIRST_CALL_DIMS, first_call_plan
+from rmsnorm_conformance.harness.replay import parse_case
+from tests.defects import LaneOrderRMSNorm
+
+CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[1]
+ENTRIES = ("forward", "forward_fp32")
+
+
+def test_row_thresholds_hold_the_contract_and_the_sm_multiples():
+    rows = thresholds.row_thresholds(CPU)
+    assert set(THRESHOLD_ROWS) <= set(rows) and list(rows) == sorted(set(rows))
+    assert {DEFAULT_SM_COUNT, 2 * DEFAULT_SM_COUNT, 4 * DEFAULT_SM_COUNT} <= set(rows)
+
+
+@pytest.mark.parametrize("budget_elements", [1 << 16, 1 << 20, 1 << 23])
+@pytest.mark.parametrize("plan", [thresholds.batch_size_plan, thresholds.slice_plan])
+def test_every_threshold_in_reach_is_checked_in_every_dim_and_entry_point(plan, budget_elements):
+    made = plan("float32", CPU, budget_elements, "a test budget", ENTRIES)
+    for entry in ENTRIES:
+        for dim in THRESHOLD_DIMS:
+            largest = budget_elements // dim
+            mine = [c for c in made.cases if c.entry == entry and c.batch.dim == dim]
+            in_reach = [t for t in thresholds.row_thresholds(CPU) if t < largest]
+            assert {c.length for c in mine} == set(in_reach)
+            for c in mine:
+                assert c.batch.rows == largest and c.batch.rows * dim <= budget_elements
+                start = getattr(c, "start", 0)
+                assert start >= 0 and start + c.length <= c.batch.rows
+            # a few-row threshold is checked on several runs of rows
+            assert sum(c.length for c in mine if c.length == 1) >= min(thresholds.MIN_ROWS_CHECKED, largest - 1)
+    beyond = [t for t in thresholds.row_thresholds(CPU) if t >= budget_elements // 4096]
+    assert made.skipped and f"dim 4096: {', '.join(map(str, beyond))}" in made.skipped
+    assert "a test budget" in made.skipped
+
+
+def test_padding_pairs_straddle_every_consecutive_pair_of_thresholds():
+    budget_elements = 1 << 23
+    made = thresholds.padding_plan("bfloat16", CPU, budget_elements, "b", ("forward",))
+    for dim in THRESHOLD_DIMS:
+        largest = budget_elements // dim
+        in_reach = [t for t in thresholds.row_thresholds(CPU) if t < largest]
+        pairs = {(c.batch.rows, c.batch.rows + c.before + c.after) for c in made.cases if c.batch.dim == dim}
+        assert set(zip(in_reach, [*in_reach[1:], largest], strict=True)) <= pairs
+        assert (thresholds.MIN_ROWS_CHECKED, largest) in pairs
+        assert all(total <= largest for _, total in pairs)
+    contents = {c.content for c in made.cases}
+    assert {"zeros", "nan", "inf"} <= contents
+    assert any(c.before for c in made.cases) and any(c.after for c in made.cases)
+
+
+def test_qk_norm_shapes_cover_every_head_count():
+    made = thresholds.qk_leading_dims_plan("float16", CPU, 1 << 24, "b", ENTRIES)
+    shapes = {c.shape for c in made.cases}
+    assert shapes == {(t, h) for h in QK_NORM_HEADS for t in QK_NORM_TOKENS}
+    assert made.skipped is None
+    fused = thresholds.qk_fused_heads_plan("float16", CPU, 1 << 16, "b", ENTRIES)
+    assert {c.heads for c in fused.cases} == set(QK_NORM_HEADS)
+    assert all(c.layout == "fused_heads" and c.batch.rows == c.heads * (c.batch.rows // c.heads)
+               for c in fused.cases)
+    assert fused.skipped and "[T, 64, 128] with T" in fused.skipped
+
+
+def test_threshold_cases_replay():
+    for plan in (thresholds.batch_size_plan, thresholds.slice_plan, thresholds.padding_plan,
+                 thresholds.qk_leading_dims_plan, thresholds.qk_fused_heads_plan):
+        for case in plan("float32", CPU, 1 << 16, "b", ENTRIES).cases[::7]:
+            assert parse_case(repr(case)) == case
+
+
+def test_first_call_plan_rotates_which_entry_point_goes_first():
+    made = first_call_plan("float32", CPU, 1 << 20, "b", ENTRIES)
+    assert [c.batch.dim for c in made.cases[::2]] == list(FIRST_CALL_DIMS)
+    firsts = [made.cases[2 * i].entry for i in range(len(FIRST_CALL_DIMS))]
+    assert set(firsts) == set(ENTRIES)
+    assert all(c.batch.rows * c.batch.dim <= 1 << 20 for c in made.cases)
+
+
+def test_budget_follows_free_memory_on_a_gpu(monkeypatch):
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(budget, "workers_per_gpu", lambda: 1)
+    monkeypatch.setattr(budget, "free_bytes", lambda device: 139 * 2**30)  # an idle H200
+    assert budget.threshold_elements(gpu, interpreted=False) == 1 << 31
+    assert budget.sweep_elements(gpu, interpreted=False) == budget.GPU_SWEEP_ELEMENTS
+    assert budget.GPU_SWEEP_ELEMENTS >= 16384 * 4096 and budget.GPU_SWEEP_ELEMENTS >= 524288 * 128
+    monkeypatch.setattr(budget, "workers_per_gpu", lambda: 4)
+    monkeypatch.setattr(budget, "free_bytes", lambda device: 8 * 2**30)  # a small, shared GPU
+    assert budget.threshold_elements(gpu, interpreted=False) == 1 << 25
+    assert budget.sweep_elements(gpu, interpreted=False) == 1 << 25
+    assert budget.sweep_elements(gpu, interpreted=False, option=1000) == 1000
+    assert "memory free" in budget.describe(gpu, interpreted=False, option=None)
+
+
+def test_budget_on_a_cpu_is_fixed_and_the_option_wins():
+    assert budget.sweep_elements(CPU, interpreted=False) == budget.CPU_SWEEP_ELEMENTS
+    assert budget.sweep_elements(CPU, interpreted=True) == budget.INTERPRETED_SWEEP_ELEMENTS
+    assert budget.threshold_elements(CPU, interpreted=False) == budget.CPU_THRESHOLD_ELEMENTS
+    assert budget.threshold_elements(CPU, interpreted=True, option=77) == 77
+    # The CPU's threshold budget reaches the prefill switch at 2048 rows of 4096 and Liger's at 32768 of 128.
+    assert budget.CPU_THRESHOLD_ELEMENTS // 4096 > 2047 and budget.CPU_THRESHOLD_ELEMENTS // 128 > 32768
+    with pytest.raises(ValueError, match="sharing=0"):
+        budget.memory_elements(1 << 30, sharing=0)
+
+
+@pytest.mark.parametrize("layout", ["strided", "offset"])
+def test_weight_layouts_keep_the_values_and_change_the_memory(layout):
+    w = Batch(dim=96, rows=1, dtype="bfloat16").w()
+    laid_out = lay_out_weight(w, layout)
+    assert torch.equal(laid_out, w) and laid_out.dtype == w.dtype
+    assert not laid_out.is_contiguous() if layout == "strided" else laid_out.storage_offset() == 1
+    assert laid_out.untyped_storage().nbytes() > w.untyped_storage().nbytes()
+
+
+def test_entry_points_are_read_from_the_backend():
+    class ForwardOnly:
+        name = "forward_only"
+
+        def forward(self, x, weight, eps=1e-6):
+            return x
+
+    assert entry_points(Backend(ForwardOnly())) == ("forward",)
+    assert entry_points(Backend(LaneOrderRMSNorm())) == ("forward", "forward_fp32")
+    assert "has no forward_fp32" in missing_reason(Backend(ForwardOnly()), "forward_fp32")
+
+
+def test_a_budget_that_leaves_thresholds_out_says_so_in_the_report(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu",
+        "--dtype=float32", "--rule=axis_a.padding", "-k", "thresholds", "--max-elements=4096",
+        "--report=small.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    data = json.loads((pytester.path / "small.json").read_text())
+    reasons = [e["reason"] for e in data["not_run"] if e["backend"] == "native"]
+    assert any("beyond the element budget of 4096 (--max-elements)" in r and "dim 4096: 1, 2, 3" in r
+               for r in reasons), reasons
+    assert data["verdict"] == "PASS" and data["totals"]["checks"] > 0
