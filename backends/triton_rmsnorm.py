@@ -1,8 +1,10 @@
-"""RMSNorm in Triton: forward, backward (dx and a deterministic dw without atomics) and a lean launch path.
+"""RMSNorm in Triton, in the contract's canonical reduction order: forward, backward (dx and a deterministic dw
+without atomics), the fused residual add and the weight variants, bitwise equal to the native reference.
 
-Batch invariance comes from the launch configuration: every compile-time choice (columns per tile, rows per
-program, warps, the alignment the loads may assume) is a function of (dim, dtype) alone, and no runtime
-argument is specialised, so one binary serves every batch and every row is reduced by the same code.
+Each reduction is written as explicit pairwise adds (reshape, then a sum over an axis of two), so its order is
+the contract's whatever tree Triton's own reductions use; divisions and square roots are correctly rounded and
+no multiply-add is fused (kernels are compiled with ``enable_fp_fusion=False``). Every compile-time choice is a
+function of (dim, dtype) alone, so one binary serves every batch.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
 from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs
 
 # Triton decides at decoration time whether @triton.jit kernels compile or run in its interpreter, so the
@@ -35,75 +38,66 @@ else:
 _ALIGN_BYTES = 16
 _INT32_LIMIT = 2**31
 
+# The backward reduces dw over the rows in the canonical order: each program owns a subtree of LEAVES rows
+# (eight groups of eight, at a stride of 1/8 of the padded batch) and writes one fp32 partial row; 64 rows per
+# program keep the partial rows' traffic near 2% of the inputs' at bf16.
+DW_ROWS_PER_PROGRAM = 64
+# dw's partial rows are added in passes of at most this many rows per output row.
+_DW_PASS = 64
+
 
 class LaunchConfig(NamedTuple):
-    """The compile-time shape of one kernel launch; a function of (dim, dtype, interpreted) only."""
+    """The compile-time shape of a launch; a function of (dim, dtype, backward, interpreted) only."""
 
-    block: int  # columns per tile: next power of two of dim, or the chunk width when a row is looped
-    rows: int  # rows per program (forward) or per tile (backward)
-    chunks: int  # column chunks per row; 1 keeps the whole row in registers
+    groups: int  # groups of GROUP columns per tile: a power of two
+    rows: int  # forward: rows per program; backward: rows (leaves of dw's tree) per tile, a power of two
+    tiles: int  # tiles per row: 1 keeps a row whole in registers; more loops over strided tiles of it
     vec: int  # elements per 16-byte access; every row start is a multiple of it (else the input is copied)
     num_warps: int
 
 
 class _Tuning(NamedTuple):
-    tile: int  # elements per program that the rows-per-program choice aims at
-    max_rows: int  # cap on rows per program for tiny dims
-    max_block: int  # widest row kept whole in one tile; wider rows loop over chunks of loop_block
+    tile: int  # elements per tile that the rows-per-tile choice aims at
+    max_rows: int  # cap on rows per tile for tiny dims
+    max_block: int  # widest padded row kept whole in one tile; wider rows loop over tiles of loop_block
     loop_block: int
     warp_elems: int  # elements per warp that the warp count aims at
     max_warps: int
 
 
-# GPU: 4096 elements per program reaches copy speed at both target dims: one row of 4096 and 32 rows of 128
-# per program ran at 0.97-0.98 of a device copy on an H200 (bf16, fp16, fp32), and 8 warps at 4096 beat 16.
+# GPU forward: 4096 elements per program reached copy speed at both target dims on an H200 (one row of 4096,
+# 32 rows of 128, 8 warps).
 _GPU_FWD = _Tuning(tile=4096, max_rows=128, max_block=16384, loop_block=4096, warp_elems=512, max_warps=16)
-# The backward holds x, dy, weight and a dw accumulator per element, so it loops sooner.
-_GPU_BWD = _Tuning(tile=4096, max_rows=128, max_block=8192, loop_block=4096, warp_elems=512, max_warps=16)
+# GPU backward: one row at a time at 4096 columns, 16 rows at 128; dw's subtree keeps up to six partial rows
+# live, so more warps share the registers (ptxas for sm_90: 16 warps and 128 registers at 4096, 8 warps and
+# 96 registers at 128). Wider rows take the two-kernel path (row statistics first).
+_GPU_BWD = _Tuning(tile=2048, max_rows=DW_ROWS_PER_PROGRAM, max_block=4096, loop_block=4096, warp_elems=256,
+                   max_warps=16)
 # The interpreter pays a fixed Python cost per operation and per program: big tiles, few programs.
-_INTERP = _Tuning(tile=1 << 16, max_rows=1024, max_block=1 << 20, loop_block=1 << 16, warp_elems=512,
-                  max_warps=4)
-
-# dw: rows are split into at most this many chunks, each summed by one program into an fp32 partial row,
-# then the partials are added in a fixed order. 512 is about four programs per SM on a 132-SM H200; on it
-# 256 to 512 measured alike and 1024 or more slower (more partial rows to write and add).
-_GPU_MAX_DW_CHUNKS = 512
-_INTERP_MAX_DW_CHUNKS = 8
-_MIN_DW_CHUNK_ROWS = 16  # below this a chunk's partial row costs more traffic than its rows
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
+_INTERP_FWD = _Tuning(tile=1 << 16, max_rows=1024, max_block=1 << 20, loop_block=1 << 16, warp_elems=512,
+                      max_warps=4)
+_INTERP_BWD = _Tuning(tile=1 << 18, max_rows=DW_ROWS_PER_PROGRAM, max_block=1 << 16, loop_block=1 << 16,
+                      warp_elems=512, max_warps=4)
 
 
 @functools.cache
 def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
                   interpreted: bool = _INTERPRETED) -> LaunchConfig:
     """The configuration for rows of ``dim`` elements of ``dtype``: never a function of the row count."""
-    tuning = _INTERP if interpreted else (_GPU_BWD if backward else _GPU_FWD)
-    full = _next_pow2(dim)
-    if full <= tuning.max_block:
-        block, chunks = full, 1
-        rows = min(max(tuning.tile // block, 1), tuning.max_rows)
-    else:
-        block, chunks, rows = tuning.loop_block, -(-dim // tuning.loop_block), 1
+    tuning = {(True, True): _INTERP_BWD, (True, False): _INTERP_FWD,
+              (False, True): _GPU_BWD, (False, False): _GPU_FWD}[interpreted, backward]
+    width = padded_width(dim)
+    block = width if width <= tuning.max_block else tuning.loop_block
+    rows = min(max(tuning.tile // block, 1), tuning.max_rows)
     per_access = _ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
     vec = min(per_access, dim & -dim)  # largest power of two dividing dim, so contiguous rows qualify
     num_warps = min(max(rows * block // tuning.warp_elems, 4), tuning.max_warps)
-    return LaunchConfig(block=block, rows=rows, chunks=chunks, vec=vec, num_warps=num_warps)
+    return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps)
 
 
-def dw_partition(n_rows: int, rows_per_tile: int, *, interpreted: bool = _INTERPRETED) -> tuple[int, int]:
-    """(chunk_rows, n_chunks): the fixed split of the batch into row chunks for dw's partial sums.
-
-    A function of the row count (dw sums the whole batch, so it cannot be batch-invariant), but the same
-    for the same inputs, which is what makes dw bitwise reproducible run to run.
-    """
-    max_chunks = _INTERP_MAX_DW_CHUNKS if interpreted else _GPU_MAX_DW_CHUNKS
-    n_chunks = min(max(-(-n_rows // _MIN_DW_CHUNK_ROWS), 1), max_chunks)
-    chunk_rows = -(-n_rows // n_chunks)
-    chunk_rows = -(-chunk_rows // rows_per_tile) * rows_per_tile
-    return chunk_rows, max(-(-n_rows // chunk_rows), 1)
+def dw_programs(n_rows: int) -> int:
+    """Programs of the backward: one per subtree of DW_ROWS_PER_PROGRAM rows of the padded batch."""
+    return max(padded_width(n_rows) // DW_ROWS_PER_PROGRAM, 1)
 
 
 if triton is not None:
@@ -121,7 +115,7 @@ if triton is not None:
 
     @_device_function
     def _load_f32(ptrs, mask):  # noqa: ANN001
-        """Load and widen to fp32; masked lanes read as 0."""
+        """Load and widen to fp32; masked lanes read as +0.0."""
         if _EMULATE_BF16 and ptrs.dtype.element_ty == tl.bfloat16:
             bits = tl.load(ptrs.to(tl.pointer_type(tl.uint16)), mask=mask, other=0)
             return (bits.to(tl.uint32) << 16).to(tl.float32, bitcast=True)
@@ -129,25 +123,38 @@ if triton is not None:
             return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
 
     @_device_function
+    def _bf16_bits(value):  # noqa: ANN001
+        """fp32 ``value`` rounded to bf16 (to nearest even), as the bf16 bit pattern in a uint32."""
+        bits = value.to(tl.uint32, bitcast=True)
+        # Wrap-around only happens for NaN bit patterns, which the where replaces; the interpreter would
+        # otherwise check every add for overflow at a cost of several passes over the tile.
+        rounding = tl.add((bits >> 16) & 1, 0x7FFF, sanitize_overflow=False)
+        rounded = tl.add(bits, rounding, sanitize_overflow=False) >> 16
+        return tl.where(value != value, 0x7FC0, rounded)  # torch's quiet NaN
+
+    @_device_function
     def _store_f32(ptrs, value, mask):  # noqa: ANN001
         """Round fp32 ``value`` to the pointee dtype (to nearest even) and store it."""
         if _EMULATE_BF16 and ptrs.dtype.element_ty == tl.bfloat16:
-            bits = value.to(tl.uint32, bitcast=True)
-            # Wrap-around only happens for NaN bit patterns, which the where replaces; the interpreter would
-            # otherwise check every add for overflow at a cost of several passes over the tile.
-            rounding = tl.add((bits >> 16) & 1, 0x7FFF, sanitize_overflow=False)
-            rounded = tl.add(bits, rounding, sanitize_overflow=False) >> 16
-            rounded = tl.where(value != value, 0x7FC0, rounded)  # torch's quiet NaN
-            tl.store(ptrs.to(tl.pointer_type(tl.uint16)), rounded.to(tl.uint16), mask=mask)
+            tl.store(ptrs.to(tl.pointer_type(tl.uint16)), _bf16_bits(value).to(tl.uint16), mask=mask)
         else:
             tl.store(ptrs, value.to(ptrs.dtype.element_ty), mask=mask)
+
+    @_device_function
+    def _round_f32(value, ptrs):  # noqa: ANN001
+        """fp32 ``value`` rounded once to the pointee dtype of ``ptrs``, widened back to fp32."""
+        if ptrs.dtype.element_ty == tl.float32:
+            return value
+        elif _EMULATE_BF16 and ptrs.dtype.element_ty == tl.bfloat16:
+            return (_bf16_bits(value) << 16).to(tl.float32, bitcast=True)
+        else:
+            return value.to(ptrs.dtype.element_ty).to(tl.float32)
 
     if _INTERPRETED:
         _SUM_COMBINE = getattr(tl.standard, "_sum_combine", None)
 
         def _sum(x, axis):  # noqa: ANN001
-            """tl.sum without its jit wrapper, whose every call re-patches triton.language in the interpreter:
-            straight to the reduction that the interpreter runs as one numpy sum."""
+            """tl.sum without its jit wrapper, whose every call re-patches triton.language in the interpreter."""
             if _SUM_COMBINE is None:
                 return tl.sum(x, axis=axis)
             return tl.reduce(x, axis, _SUM_COMBINE)
@@ -157,148 +164,251 @@ if triton is not None:
         def _sum(x, axis: tl.constexpr):  # noqa: ANN001
             return tl.sum(x, axis=axis)
 
-    @_device_function
-    def _inv_rms(sum_sq, eps, DIM: tl.constexpr):  # noqa: ANN001
-        """1 / sqrt(sum_sq / DIM + eps), every step rounded correctly (no approximate rsqrt or division)."""
-        mean_sq = tl.div_rn(sum_sq, tl.full(sum_sq.shape, DIM, tl.float32))
-        return tl.div_rn(tl.full(sum_sq.shape, 1.0, tl.float32), tl.sqrt_rn(mean_sq + eps))
+    # Every tree below sums over an axis of length two only: one fp32 add, whatever order Triton's reduction
+    # would pick for a longer axis. The shapes are compile-time constants, so the loops unroll.
 
-    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "eps"])
+    @_device_function
+    def _group_sums(v):  # noqa: ANN001
+        """[A, G, 8] -> [A, G]: each group halved, v[0:4] + v[4:8], then [0:2] + [2:4], then [0] + [1]."""
+        t = _sum(tl.reshape(v, [v.shape[0], v.shape[1], 2, 4]), 2)
+        t = _sum(tl.reshape(t, [v.shape[0], v.shape[1], 2, 2]), 2)
+        return _sum(t, 2)
+
+    @_device_function
+    def _halve(t):  # noqa: ANN001
+        """[A, N] -> [A], N a power of two: t[:, 0:N/2] + t[:, N/2:N], repeated until one column is left."""
+        for _ in tl.static_range(20):
+            if t.shape[1] > 1:
+                t = _sum(tl.reshape(t, [t.shape[0], 2, t.shape[1] // 2]), 1)
+        return tl.reshape(t, [t.shape[0]])
+
+    @_device_function
+    def _adjacent(t):  # noqa: ANN001
+        """[L, G, 8] -> [G, 8], L a power of two: pairs (2i, 2i+1) first, then pairs of pairs."""
+        for _ in tl.static_range(7):
+            if t.shape[0] > 1:
+                t = _sum(tl.reshape(t, [t.shape[0] // 2, 2, t.shape[1], t.shape[2]]), 1)
+        return tl.reshape(t, [t.shape[1], t.shape[2]])
+
+    @_device_function
+    def _rms(sum_sq, eps, DIM: tl.constexpr):  # noqa: ANN001
+        """sqrt(sum_sq / DIM + eps), each step correctly rounded."""
+        mean = tl.div_rn(sum_sq, tl.full(sum_sq.shape, DIM, tl.float32))
+        return tl.sqrt_rn(mean + eps)
+
+    @_device_function
+    def _push(c, k, s0, s1, s2, s3, s4, s5, LEVELS: tl.constexpr):  # noqa: ANN001
+        """Add leaf ``c``, the k-th in the order of the tree's levels, to a binary-counter stack of finished
+        subtrees (slot i holds 2**i leaves). After the last leaf (k = 2**LEVELS - 1) ``c`` is the total."""
+        if LEVELS > 0:
+            if (k & 1) == 0:
+                s0 = c
+            else:
+                c = s0 + c
+                if LEVELS > 1:
+                    if (k & 2) == 0:
+                        s1 = c
+                    else:
+                        c = s1 + c
+                        if LEVELS > 2:
+                            if (k & 4) == 0:
+                                s2 = c
+                            else:
+                                c = s2 + c
+                                if LEVELS > 3:
+                                    if (k & 8) == 0:
+                                        s3 = c
+                                    else:
+                                        c = s3 + c
+                                        if LEVELS > 4:
+                                            if (k & 16) == 0:
+                                                s4 = c
+                                            else:
+                                                c = s4 + c
+                                                if LEVELS > 5:
+                                                    if (k & 32) == 0:
+                                                        s5 = c
+                                                    else:
+                                                        c = s5 + c
+        return c, s0, s1, s2, s3, s4, s5
+
+    @_device_function
+    def _bitrev3(v):  # noqa: ANN001
+        return ((v & 1) << 2) | (v & 2) | ((v >> 2) & 1)
+
+    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "r_row_stride", "eps"])
     def _rms_norm_fwd_kernel(
-        x_ptr, w_ptr, y_ptr, n_rows, x_row_stride, eps,  # noqa: ANN001
-        DIM: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, CHUNKS: tl.constexpr,
-        VEC: tl.constexpr,
+        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, n_rows, x_row_stride, r_row_stride, eps,  # noqa: ANN001
+        DIM: tl.constexpr, GROUPS: tl.constexpr, ROWS: tl.constexpr, TILES: tl.constexpr,
+        VEC: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
     ):
-        """y = (x * inv_rms) * w for ROWS rows, y contiguous. Each row is reduced on its own, by code that
-        depends on nothing but the constexprs, so its bits cannot depend on the other rows."""
+        """y for ROWS rows, y contiguous. RESIDUAL: the row is x + residual, rounded to the residual's dtype and
+        stored to ro_ptr first. WEIGHT: 0 none, 1 w, 2 (1 + w) formed in fp32."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         row_mask = rows < n_rows
         x_rows = rows * x_row_stride
+        r_rows = rows * r_row_stride
         if VEC > 1:  # the caller guarantees it: it lets the loads be 16 bytes wide
             x_rows = tl.multiple_of(x_rows, VEC)
+            r_rows = tl.multiple_of(r_rows, VEC)
         y_rows = rows * DIM
-        cols = tl.arange(0, BLOCK)
-        if CHUNKS == 1:
+        groups = tl.arange(0, GROUPS)
+        lanes = tl.arange(0, 8)
+        if TILES == 1:
+            cols = (groups * 8)[:, None] + lanes[None, :]
             col_mask = cols < DIM
-            mask = row_mask[:, None] & col_mask[None, :]
-            x = _load_f32(x_ptr + x_rows[:, None] + cols[None, :], mask)
-            inv = _inv_rms(_sum(x * x, 1), eps, DIM)
-            # weight after the reduction: loaded first it stays live through it, costing registers and
-            # so programs per SM, which the bandwidth of large batches depends on.
-            w = _load_f32(w_ptr + cols, col_mask)
-            _store_f32(y_ptr + y_rows[:, None] + cols[None, :], (x * inv[:, None]) * w[None, :], mask)
+            mask = row_mask[:, None, None] & col_mask[None, :, :]
+            z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+            if RESIDUAL:
+                z = _round_f32(z + _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask), ro_ptr)
+                _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
+            rms = _rms(_halve(_group_sums(z * z)), eps, DIM)
+            # weight after the reduction: loaded first it stays live through it, costing registers.
+            y = tl.div_rn(z, rms[:, None, None])
+            if WEIGHT == 1:
+                y = y * _load_f32(w_ptr + cols, col_mask)[None, :, :]
+            elif WEIGHT == 2:
+                y = y * (1.0 + _load_f32(w_ptr + cols, col_mask))[None, :, :]
+            _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
         else:
-            # Rows too wide for registers: per-column running sums over the chunks, then one tree; the
-            # second pass reads the row again (from L2 at these sizes).
-            acc = tl.full([ROWS, BLOCK], 0.0, tl.float32)
-            for c in range(CHUNKS):
-                ccols = c * BLOCK + cols
-                mask = row_mask[:, None] & (ccols < DIM)[None, :]
-                x = _load_f32(x_ptr + x_rows[:, None] + ccols[None, :], mask)
-                acc += x * x
-            inv = _inv_rms(_sum(acc, 1), eps, DIM)
-            for c in range(CHUNKS):
-                ccols = c * BLOCK + cols
-                col_mask = ccols < DIM
-                mask = row_mask[:, None] & col_mask[None, :]
-                x = _load_f32(x_ptr + x_rows[:, None] + ccols[None, :], mask)
-                w = _load_f32(w_ptr + ccols, col_mask)
-                _store_f32(y_ptr + y_rows[:, None] + ccols[None, :], (x * inv[:, None]) * w[None, :], mask)
+            # Rows too wide for registers: tile k holds groups k, k + TILES, k + 2*TILES, ..., so that its own
+            # tree is the first levels of the row's; the TILES results are then halved in turn. A second pass
+            # reads the row again (from L2 at these sizes).
+            tiles = tl.arange(0, TILES)
+            partial = tl.zeros([ROWS, TILES], tl.float32)
+            for k in range(TILES):
+                cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
+                mask = row_mask[:, None, None] & (cols < DIM)[None, :, :]
+                z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+                if RESIDUAL:
+                    r = _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask)
+                    z = _round_f32(z + r, ro_ptr)
+                    _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
+                partial = tl.where(tiles[None, :] == k, _halve(_group_sums(z * z))[:, None], partial)
+            rms = _rms(_halve(partial), eps, DIM)
+            for k in range(TILES):
+                cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
+                col_mask = cols < DIM
+                mask = row_mask[:, None, None] & col_mask[None, :, :]
+                z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+                if RESIDUAL:  # rounded again rather than read back: other threads stored it
+                    z = _round_f32(z + _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask), ro_ptr)
+                y = tl.div_rn(z, rms[:, None, None])
+                if WEIGHT == 1:
+                    y = y * _load_f32(w_ptr + cols, col_mask)[None, :, :]
+                elif WEIGHT == 2:
+                    y = y * (1.0 + _load_f32(w_ptr + cols, col_mask))[None, :, :]
+                _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
 
-    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "chunk_rows", "eps"])
-    def _rms_norm_bwd_kernel(
-        x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr,  # noqa: ANN001
-        n_rows, x_row_stride, g_row_stride, chunk_rows, eps,  # noqa: ANN001
-        DIM: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, CHUNKS: tl.constexpr,
-        VEC: tl.constexpr, STORE_DX: tl.constexpr,
+    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "eps"])
+    def _rms_norm_stats_kernel(
+        x_ptr, w_ptr, g_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, eps,  # noqa: ANN001
+        DIM: tl.constexpr, GROUPS: tl.constexpr, TILES: tl.constexpr, VEC: tl.constexpr,
     ):
-        """dx for the rows of one chunk, and the chunk's fp32 partial of dw = sum over its rows of g * xhat.
-
-        With xhat = x * inv_rms, dx = (g*w - xhat * mean(g*w*xhat)) * inv_rms: a function of its own row,
-        computed in ROWS-row tiles exactly like the forward. The partial goes to row ``program_id`` of
-        part_ptr, which no other program touches: no atomics, and the same bits on every run.
-        """
-        chunk = tl.program_id(0).to(tl.int64)
-        start = chunk * chunk_rows
-        end = tl.minimum(start + chunk_rows, n_rows)
-        cols = tl.arange(0, BLOCK)
-        if CHUNKS == 1:
+        """For rows too wide for one tile: rms and c = (dot / DIM) / (rms * rms) of one row, in the canonical
+        order (strided tiles as in the forward), to stats_ptr[2 * row] and [2 * row + 1]."""
+        row = tl.program_id(0).to(tl.int64)
+        x_row = row * x_row_stride
+        g_row = row * g_row_stride
+        if VEC > 1:
+            x_row = tl.multiple_of(x_row, VEC)
+            g_row = tl.multiple_of(g_row, VEC)
+        groups = tl.arange(0, GROUPS)
+        lanes = tl.arange(0, 8)
+        tiles = tl.arange(0, TILES)
+        sq = tl.zeros([1, TILES], tl.float32)
+        dot = tl.zeros([1, TILES], tl.float32)
+        for k in range(TILES):
+            cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
             col_mask = cols < DIM
-            w = _load_f32(w_ptr + cols, col_mask)
-            acc = tl.full([ROWS, BLOCK], 0.0, tl.float32)
-            first = start
-            while first < end:
-                rows = first + tl.arange(0, ROWS)
-                mask = (rows < end)[:, None] & col_mask[None, :]
+            x = _load_f32(x_ptr + x_row + cols, col_mask)[None, :, :]
+            gw = (_load_f32(g_ptr + g_row + cols, col_mask) * _load_f32(w_ptr + cols, col_mask))[None, :, :]
+            sq = tl.where(tiles[None, :] == k, _halve(_group_sums(x * x))[:, None], sq)
+            dot = tl.where(tiles[None, :] == k, _halve(_group_sums(gw * x))[:, None], dot)
+        rms = _rms(_halve(sq), eps, DIM)
+        c = tl.div_rn(tl.div_rn(_halve(dot), tl.full([1], DIM, tl.float32)), rms * rms)
+        one = tl.arange(0, 1)
+        tl.store(stats_ptr + 2 * row + one, rms)
+        tl.store(stats_ptr + 2 * row + 1 + one, c)
+
+    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "n_programs", "eps"])
+    def _rms_norm_bwd_kernel(
+        x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, stats_ptr,  # noqa: ANN001
+        n_rows, x_row_stride, g_row_stride, n_programs, eps,  # noqa: ANN001
+        DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,
+        VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
+    ):
+        """dx of the rows of program p's subtree, and its fp32 partial of dw, for columns chunk * GROUPS * 8 on.
+
+        Program p owns rows 8 * (p + n_programs * m) + e for m, e in [0, 8): the first six levels of dw's
+        canonical tree over the padded batch (e's bits from the highest, then m's). They are visited as leaves
+        k = 0..63 in the order of those levels, LEAVES at a time; a tile's leaves are added in pairs, and the
+        tiles through a stack of finished subtrees. The partial goes to row p of part_ptr, which no other
+        program touches: no atomics, the same bits on every run. STATS: rms and c come from stats_ptr (rows
+        wider than a tile); otherwise the tile holds whole rows and they are computed here.
+        """
+        p = tl.program_id(0).to(tl.int64)
+        chunk = tl.program_id(1)
+        groups = tl.arange(0, GROUPS)
+        lanes = tl.arange(0, 8)
+        cols = ((chunk * GROUPS + groups) * 8)[:, None] + lanes[None, :]
+        col_mask = cols < DIM
+        w = _load_f32(w_ptr + cols, col_mask)[None, :, :]
+        zero = tl.zeros([GROUPS, 8], tl.float32)
+        s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
+        c = zero
+        j = tl.arange(0, LEAVES)
+        for t in range(1 << LEVELS):  # LEAVES << LEVELS == DW_ROWS_PER_PROGRAM
+            leaf = t * LEAVES + j
+            m = _bitrev3(leaf >> 3)
+            rows = 8 * (p + n_programs * m) + _bitrev3(leaf & 7)
+            c = zero
+            if tl.min(rows, 0) < n_rows:  # subtrees past the batch are zero rows: their sum is +0.0
+                row_mask = rows < n_rows
+                mask = row_mask[:, None, None] & col_mask[None, :, :]
                 x_rows = rows * x_row_stride
                 g_rows = rows * g_row_stride
                 if VEC > 1:
                     x_rows = tl.multiple_of(x_rows, VEC)
                     g_rows = tl.multiple_of(g_rows, VEC)
-                x = _load_f32(x_ptr + x_rows[:, None] + cols[None, :], mask)
-                g = _load_f32(g_ptr + g_rows[:, None] + cols[None, :], mask)
-                inv = _inv_rms(_sum(x * x, 1), eps, DIM)
-                xhat = x * inv[:, None]
-                gw = g * w[None, :]
+                x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+                g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
+                gw = g * w
+                if STATS:
+                    rms = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
+                    coef = tl.load(stats_ptr + 2 * rows + 1, mask=row_mask, other=0.0)
+                else:
+                    rms = _rms(_halve(_group_sums(x * x)), eps, DIM)
+                    dot = _halve(_group_sums(gw * x))
+                    coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, DIM, tl.float32)), rms * rms)
+                rms3 = rms[:, None, None]
                 if STORE_DX:
-                    dot = tl.div_rn(_sum(gw * xhat, 1), tl.full([ROWS], DIM, tl.float32))
-                    _store_f32(dx_ptr + (rows * DIM)[:, None] + cols[None, :],
-                               (gw - xhat * dot[:, None]) * inv[:, None], mask)
-                acc += g * xhat
-                first += ROWS
-            tl.store(part_ptr + chunk * DIM + cols, _sum(acc, 0), mask=col_mask)
-        else:
-            # Wide rows, one at a time: a first pass for the two row sums, a second for dx; the partial row
-            # (zeroed by the caller) is read, added to and written back by this program alone.
-            row = start
-            while row < end:
-                x_row = row * x_row_stride
-                g_row = row * g_row_stride
-                if VEC > 1:
-                    x_row = tl.multiple_of(x_row, VEC)
-                    g_row = tl.multiple_of(g_row, VEC)
-                acc_sq = tl.full([BLOCK], 0.0, tl.float32)
-                acc_dot = tl.full([BLOCK], 0.0, tl.float32)
-                for c in range(CHUNKS):
-                    ccols = c * BLOCK + cols
-                    col_mask = ccols < DIM
-                    x = _load_f32(x_ptr + x_row + ccols, col_mask)
-                    g = _load_f32(g_ptr + g_row + ccols, col_mask)
-                    w = _load_f32(w_ptr + ccols, col_mask)
-                    acc_sq += x * x
-                    acc_dot += (g * w) * x
-                inv = _inv_rms(_sum(acc_sq, 0), eps, DIM)
-                dot = tl.div_rn(_sum(acc_dot, 0) * inv, DIM * 1.0)
-                for c in range(CHUNKS):
-                    ccols = c * BLOCK + cols
-                    col_mask = ccols < DIM
-                    x = _load_f32(x_ptr + x_row + ccols, col_mask)
-                    g = _load_f32(g_ptr + g_row + ccols, col_mask)
-                    xhat = x * inv
-                    if STORE_DX:
-                        w = _load_f32(w_ptr + ccols, col_mask)
-                        _store_f32(dx_ptr + row * DIM + ccols, ((g * w) - xhat * dot) * inv, col_mask)
-                    part = tl.load(part_ptr + chunk * DIM + ccols, mask=col_mask, other=0.0)
-                    tl.store(part_ptr + chunk * DIM + ccols, part + g * xhat, mask=col_mask)
-                row += 1
+                    dx = tl.div_rn(gw - x * coef[:, None, None], rms3)
+                    _store_f32(dx_ptr + (rows * DIM)[:, None, None] + cols[None, :, :], dx, mask)
+                c = _adjacent(g * tl.div_rn(x, rms3))
+            c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
+        tl.store(part_ptr + p * DIM + cols, c, mask=col_mask)
 
-    @triton.jit(do_not_specialize=["n_chunks"])
+    @triton.jit(do_not_specialize=["n_out"])
     def _rms_norm_dw_kernel(
-        part_ptr, dw_ptr, n_chunks,  # noqa: ANN001
-        DIM: tl.constexpr, BLOCK: tl.constexpr, CHUNK_TILE: tl.constexpr,
+        part_ptr, out_ptr, n_out,  # noqa: ANN001
+        DIM: tl.constexpr, BLOCK: tl.constexpr, FAN: tl.constexpr, FINAL: tl.constexpr,
     ):
-        """dw[cols] = the fp32 partial rows added in a fixed order: CHUNK_TILE running sums, then a tree."""
-        cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        """out[j] = the halving tree over partial rows j, j + n_out, ..., j + (FAN - 1) * n_out: the first
+        levels of the halving over all partial rows. FINAL: add +0.0 and round to out's dtype."""
+        j = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         col_mask = cols < DIM
-        acc = tl.full([CHUNK_TILE, BLOCK], 0.0, tl.float32)
-        first = 0
-        while first < n_chunks:
-            chunks = first + tl.arange(0, CHUNK_TILE)
-            mask = (chunks < n_chunks)[:, None] & col_mask[None, :]
-            offsets = (chunks.to(tl.int64) * DIM)[:, None] + cols[None, :]
-            acc += tl.load(part_ptr + offsets, mask=mask, other=0.0)
-            first += CHUNK_TILE
-        _store_f32(dw_ptr + cols, _sum(acc, 0), col_mask)
+        rows = j + n_out * tl.arange(0, FAN).to(tl.int64)
+        t = tl.load(part_ptr + (rows * DIM)[:, None] + cols[None, :], mask=col_mask[None, :], other=0.0)
+        for _ in tl.static_range(8):
+            if t.shape[0] > 1:
+                t = _sum(tl.reshape(t, [2, t.shape[0] // 2, BLOCK]), 0)
+        t = tl.reshape(t, [BLOCK])
+        if FINAL:
+            _store_f32(out_ptr + cols, t + 0.0, col_mask)
+        else:
+            tl.store(out_ptr + j * DIM + cols, t, mask=col_mask)
 
 
 class _Launcher:
@@ -321,11 +431,11 @@ class _Launcher:
         assert all(constexpr[self._runtime :]), "constexpr parameters must come last"
         self._compiled: dict[tuple, tuple | None] = {}
 
-    def __call__(self, grid: int, args: tuple, num_warps: int, device: torch.device) -> None:
+    def __call__(self, grid: tuple[int, ...], args: tuple, num_warps: int, device: torch.device) -> None:
         if _INTERPRETED:
             # NaN and Inf inputs are part of the contract; numpy's warnings about them are noise here.
             with np.errstate(all="ignore"):
-                self.kernel[(grid,)](*args)
+                self.kernel[grid](*args)
             return
         if device.index != torch._C._cuda_getDevice():  # what torch.cuda.current_device() returns
             with torch.cuda.device(device):
@@ -343,9 +453,10 @@ class _Launcher:
         if entry is not None and not _launch_hooks_installed():
             run, function, packed = entry
             stream = torch._C._cuda_getCurrentRawStream(device.index)
-            run(grid, 1, 1, stream, function, packed, None, None, None, *args)
+            run(*grid, *(1,) * (3 - len(grid)), stream, function, packed, None, None, None, *args)
             return
-        compiled = self.kernel[(grid,)](*args, num_warps=num_warps, enable_fp_fusion=False)
+        # No multiply-add contraction: the canonical order rounds every product on its own.
+        compiled = self.kernel[grid](*args, num_warps=num_warps, enable_fp_fusion=False)
         if key not in self._compiled:
             try:
                 entry = (compiled.run, compiled.function, compiled.packed_metadata)
@@ -359,8 +470,14 @@ def _launch_hooks_installed() -> bool:
     return bool(getattr(hook, "calls", hook))  # a HookChain (empty: no hooks), a callable, or None
 
 
+def _launch_hooks_installed() -> bool:
+    hook = triton.knobs.runtime.launch_enter_hook
+    return bool(getattr(hook, "calls", hook))  # a HookChain (empty: no hooks), a callable, or None
+
+
 if triton is not None:
     _launch_fwd = _Launcher(_rms_norm_fwd_kernel)
+    _launch_stats = _Launcher(_rms_norm_stats_kernel)
     _launch_bwd = _Launcher(_rms_norm_bwd_kernel)
     _launch_dw = _Launcher(_rms_norm_dw_kernel)
 
@@ -385,22 +502,43 @@ def _aligned_weight(weight: torch.Tensor) -> torch.Tensor:
     return weight
 
 
-def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype) -> torch.Tensor:
-    """Launch the forward kernel on validated inputs; zero rows return an empty tensor without a launch."""
+# Weight modes of the forward kernel.
+_NO_WEIGHT, _WEIGHT, _OFFSET_WEIGHT = 0, 1, 2
+
+
+def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype: torch.dtype,
+             residual: torch.Tensor | None = None, weight_mode: int = _WEIGHT
+             ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Launch the forward kernel on validated inputs: (y, residual_out or None). Zero rows launch nothing."""
+    residual_out = None
     if x.numel() == 0:
-        return torch.empty(x.shape, dtype=out_dtype, device=x.device)
+        if residual is not None:
+            residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
+        return torch.empty(x.shape, dtype=out_dtype, device=x.device), residual_out
     dim = x.shape[-1]
     cfg = launch_config(dim, x.dtype)
-    x2, stride = _rows_2d(x, dim, cfg.vec)
+    vec = cfg.vec
+    if residual is not None:
+        vec = min(vec, launch_config(dim, residual.dtype).vec)
+    x2, x_stride = _rows_2d(x, dim, vec)
     n_rows = x2.shape[0]
     y = torch.empty((n_rows, dim), dtype=out_dtype, device=x.device)
+    r2, r_stride, ro = x2, x_stride, y  # unread stand-ins when there is no residual
+    if residual is not None:
+        r2, r_stride = _rows_2d(residual, dim, vec)
+        ro = residual_out = torch.empty((n_rows, dim), dtype=residual.dtype, device=x.device)
+    w = _aligned_weight(weight) if weight is not None else x2
     _launch_fwd(
-        -(-n_rows // cfg.rows),
-        (x2, _aligned_weight(weight), y, n_rows, stride, eps, dim, cfg.block, cfg.rows, cfg.chunks, cfg.vec),
+        (-(-n_rows // cfg.rows),),
+        (x2, r2, w, y, ro, n_rows, x_stride, r_stride, eps,
+         dim, cfg.groups, cfg.rows, cfg.tiles, vec, residual is not None, weight_mode),
         cfg.num_warps,
         x.device,
     )
-    return y if x.dim() == 2 else y.view(x.shape)
+    if x.dim() != 2:
+        y = y.view(x.shape)
+        residual_out = residual_out.view(x.shape) if residual_out is not None else None
+    return y, residual_out
 
 
 def _backward(
@@ -415,60 +553,147 @@ def _backward(
     g2, g_stride = _rows_2d(grad, dim, cfg.vec)
     w = _aligned_weight(weight)
     n_rows = x2.shape[0]
-    chunk_rows, n_chunks = dw_partition(n_rows, cfg.rows)
-    make = torch.zeros if cfg.chunks > 1 else torch.empty  # the looped kernel adds into its partial row
-    partials = make((n_chunks, dim), dtype=torch.float32, device=x.device)
+    programs = dw_programs(n_rows)
+    partials = torch.empty((programs, dim), dtype=torch.float32, device=x.device)
     dx = torch.empty((n_rows, dim), dtype=x.dtype, device=x.device) if need_dx else partials
+    stats = partials  # an unread stand-in while rows fit one tile
+    if cfg.tiles > 1:
+        stats = torch.empty(2 * n_rows, dtype=torch.float32, device=x.device)
+        _launch_stats(
+            (n_rows,),
+            (x2, w, g2, stats, n_rows, x_stride, g_stride, eps, dim, cfg.groups, cfg.tiles, cfg.vec),
+            cfg.num_warps,
+            x.device,
+        )
+    levels = (DW_ROWS_PER_PROGRAM // cfg.rows).bit_length() - 1
     _launch_bwd(
-        n_chunks,
-        (x2, w, g2, dx, partials, n_rows, x_stride, g_stride, chunk_rows, eps,
-         dim, cfg.block, cfg.rows, cfg.chunks, cfg.vec, need_dx),
+        (programs, cfg.tiles),
+        (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps,
+         dim, cfg.groups, cfg.rows, levels, cfg.vec, need_dx, cfg.tiles > 1),
         cfg.num_warps,
         x.device,
     )
-    dw = None
-    if need_dw:
-        dw = torch.empty_like(w)
-        block, chunk_tile = _dw_reduce_shape(dim)
-        _launch_dw(
-            -(-dim // block),
-            (partials, dw, n_chunks, dim, block, chunk_tile),
-            4,
-            x.device,
-        )
+    dw = _sum_partials(partials, w) if need_dw else None
     return (dx.view(x.shape) if need_dx else None), dw
 
 
-def _dw_reduce_shape(dim: int) -> tuple[int, int]:
-    """(columns per program, partial rows added per step) for the dw reduction."""
-    if _INTERPRETED:  # a handful of partial rows: one program, one step
-        return min(_next_pow2(dim), 1 << 16), _next_pow2(_INTERP_MAX_DW_CHUNKS)
-    return min(_next_pow2(dim), 256), 16
+def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """dw: the partial rows halved in passes of at most _DW_PASS rows, + 0.0, rounded to weight's dtype."""
+    n, dim = partials.shape
+    block = min(padded_width(dim), 1 << 16) if _INTERPRETED else min(padded_width(dim), 128)
+    while True:
+        fan = min(n, _DW_PASS)
+        n_out = n // fan
+        final = n_out == 1
+        out = torch.empty_like(weight) if final else partials.new_empty((n_out, dim))
+        _launch_dw((n_out, -(-dim // block)), (partials, out, n_out, dim, block, fan, final), 8, weight.device)
+        if final:
+            return out
+        partials, n = out, n_out
 
 
 class _RMSNormFunction(torch.autograd.Function):
-    """Differentiable wrapper: saves x and weight, recomputes the row statistics in the backward."""
+    """Differentiable wrapper for eager calls: saves x and weight, recomputes the row statistics backward."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype
                 ) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.eps = eps
-        return _forward(x, weight, eps, out_dtype)
+        return _forward(x, weight, eps, out_dtype)[0]
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight = ctx.saved_tensors
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx, dw = _backward(x, weight, grad, ctx.eps, need_dx, need_dw)
+        dx, dw = _backward(x, weight, grad, ctx.eps, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
         return dx, dw, None, None
 
 
-class TritonRMSNormOp:
-    """RMSNorm as Triton kernels: fp32 accumulation, bitwise batch-invariant, differentiable.
+# ------------------------------------------------------------------------------------------------------
+# torch custom ops: what torch.compile, torch.library.opcheck and graph capture see. Eager calls of the
+# backend go straight to the launchers (the dispatcher's Python costs more than a small batch's kernel);
+# under torch.compile the backend calls these ops, so the graph holds one opaque node per kernel.
 
-    ``forward`` returns ``x.dtype`` and ``forward_fp32`` float32; both are differentiable for x and
-    weight. On the CPU the kernels run in Triton's interpreter (``interpreted`` is then True).
+_NAMESPACE = "rmsnorm_conformance"
+
+
+@torch.library.custom_op(f"{_NAMESPACE}::triton_rms_norm", mutates_args=(),
+                         schema="(Tensor x, Tensor? weight, float eps, bool fp32_out, bool offset) -> Tensor")
+def _rms_norm_op(x, weight, eps, fp32_out, offset):  # noqa: ANN001
+    mode = _NO_WEIGHT if weight is None else _OFFSET_WEIGHT if offset else _WEIGHT
+    return _forward(x, weight, eps, torch.float32 if fp32_out else x.dtype, weight_mode=mode)[0]
+
+
+@_rms_norm_op.register_fake
+def _(x, weight, eps, fp32_out, offset):  # noqa: ANN001
+    return x.new_empty(x.shape, dtype=torch.float32 if fp32_out else x.dtype)
+
+
+@torch.library.custom_op(f"{_NAMESPACE}::triton_rms_norm_backward", mutates_args=(),
+                         schema="(Tensor x, Tensor weight, Tensor grad, float eps, bool need_dx, bool need_dw)"
+                                " -> (Tensor, Tensor)")
+def _rms_norm_backward_op(x, weight, grad, eps, need_dx, need_dw):  # noqa: ANN001
+    dx, dw = _backward(x, weight, grad, eps, need_dx, need_dw)
+    # An op returns tensors: an empty one stands for a gradient nobody asked for.
+    return (dx if dx is not None else x.new_empty(0)), (dw if dw is not None else weight.new_empty(0))
+
+
+@_rms_norm_backward_op.register_fake
+def _(x, weight, grad, eps, need_dx, need_dw):  # noqa: ANN001
+    return (x.new_empty(x.shape) if need_dx else x.new_empty(0)), \
+        (weight.new_empty(weight.shape) if need_dw else weight.new_empty(0))
+
+
+def _setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    x, weight, eps, _, offset = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+    ctx.plain = weight is not None and not offset
+
+
+def _rms_norm_op_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    if not ctx.plain:
+        raise RuntimeError("the Triton backend differentiates the plain-weight RMSNorm only, not its variants")
+    x, weight = ctx.saved_tensors
+    need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    dx, dw = torch.ops.rmsnorm_conformance.triton_rms_norm_backward(x, weight, grad, ctx.eps, need_dx, need_dw)
+    return (dx if need_dx else None), (dw if need_dw else None), None, None, None
+
+
+_rms_norm_op.register_autograd(_rms_norm_op_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op(f"{_NAMESPACE}::triton_fused_add_rms_norm", mutates_args=(),
+                         schema="(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)")
+def _fused_add_op(x, residual, weight, eps):  # noqa: ANN001
+    return _forward(x, weight, eps, x.dtype, residual=residual)
+
+
+@_fused_add_op.register_fake
+def _(x, residual, weight, eps):  # noqa: ANN001
+    return x.new_empty(x.shape), residual.new_empty(x.shape)
+
+
+def _check_residual(x: torch.Tensor, residual: torch.Tensor) -> None:
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"fused_add expects a tensor residual, got {type(residual).__name__}")
+    if residual.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"fused_add supports residual of dtype float32, bfloat16 or float16, "
+                        f"got residual.dtype={residual.dtype}")
+    if residual.shape != x.shape:
+        raise ValueError(f"fused_add needs residual of x's shape, got x.shape={tuple(x.shape)} and "
+                         f"residual.shape={tuple(residual.shape)}")
+    if residual.device != x.device:
+        raise ValueError(f"fused_add needs x and residual on one device, got x.device={x.device} and "
+                         f"residual.device={residual.device}")
+
+
+class TritonRMSNormOp:
+    """RMSNorm as Triton kernels in the canonical order: bitwise equal to the native reference.
+
+    ``forward`` returns ``x.dtype`` and ``forward_fp32`` float32, both differentiable for x and weight;
+    ``fused_add``, ``forward_offset`` and ``forward_unweighted`` are the variants of the backend protocol.
+    On the CPU the kernels run in Triton's interpreter (``interpreted`` is then True).
     """
 
     name = "triton"
@@ -476,29 +701,57 @@ class TritonRMSNormOp:
     dtypes = SUPPORTED_DTYPES
     supports_backward = True
     interpreted: bool = _INTERPRETED
+    fused_add_in_place = False
+    offset_dtype = "float32"
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return self.forward(x, weight, eps)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        return self._run(x, weight, eps, None)
+        return self._run(x, weight, eps, fp32_out=False)
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        return self._run(x, weight, eps, torch.float32)
+        return self._run(x, weight, eps, fp32_out=True)
 
-    @staticmethod
-    def _run(
-        x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None
-    ) -> torch.Tensor:
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """y = (x32 / rms) * (1 + w32), the offset formed in fp32; not differentiable."""
         check_inputs(x, weight, eps)
-        if x.device.type != "cuda" or _IMPORT_ERROR is not None:
-            reason = TritonRMSNormOp.unavailable_reason(x.device)
-            if reason is not None:
-                raise RuntimeError(reason)
-        out_dtype = out_dtype or x.dtype
+        self._check_device(x.device)
+        return torch.ops.rmsnorm_conformance.triton_rms_norm(x, weight, float(eps), False, True)
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """y = x32 / rms rounded once; not differentiable."""
+        # The shared checks with a stand-in weight of the right shape: only x and eps can be wrong.
+        check_inputs(x, x.new_empty(x.shape[-1:]) if isinstance(x, torch.Tensor) and x.dim() else x, eps)
+        self._check_device(x.device)
+        return torch.ops.rmsnorm_conformance.triton_rms_norm(x, None, float(eps), False, False)
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y, residual_out): residual_out = x + residual rounded to residual's dtype, y its RMSNorm."""
+        check_inputs(x, weight, eps)
+        _check_residual(x, residual)
+        self._check_device(x.device)
+        if torch.compiler.is_compiling():
+            return torch.ops.rmsnorm_conformance.triton_fused_add_rms_norm(x, residual, weight, float(eps))
+        return _forward(x, weight, float(eps), x.dtype, residual=residual)
+
+    def _run(self, x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        self._check_device(x.device)
+        if torch.compiler.is_compiling():
+            return torch.ops.rmsnorm_conformance.triton_rms_norm(x, weight, float(eps), fp32_out, False)
+        out_dtype = torch.float32 if fp32_out else x.dtype
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
             return _RMSNormFunction.apply(x, weight, float(eps), out_dtype)
-        return _forward(x, weight, float(eps), out_dtype)
+        return _forward(x, weight, float(eps), out_dtype)[0]
+
+    @staticmethod
+    def _check_device(device: torch.device) -> None:
+        if device.type != "cuda" or _IMPORT_ERROR is not None:
+            reason = TritonRMSNormOp.unavailable_reason(device)
+            if reason is not None:
+                raise RuntimeError(reason)
 
     @staticmethod
     def unavailable_reason(device: torch.device | str) -> str | None:

@@ -1,8 +1,10 @@
 """The Triton backend's own tests: on the CPU through Triton's interpreter, on a GPU compiled.
 
-Accuracy against the reference, bitwise batch invariance of the output and of dx (batch size up to and past
-257 rows, strided, misaligned and column-major layouts, leading dims), dw determinism, the wide-row path,
-the launch configuration's independence of the row count, and the availability answers.
+Bitwise equality with the native reference (the canonical order) for the forward, the backward and the
+variants over a spread of dims and dtypes, bitwise batch invariance (batch sizes up to and past 257 rows,
+strided, misaligned and column-major layouts, leading dims), the wide-row and small-tile paths, the custom
+ops (opcheck, torch.compile), the launch configuration's independence of the row count, and the
+availability answers.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import triton.language as tl
 import rmsnorm_conformance.backends.triton_rmsnorm as tr
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
 from rmsnorm_conformance.contract import profile
+from rmsnorm_conformance.contract.canonical_order import padded_width
 
 ROOT = Path(__file__).resolve().parents[1]
 OP = tr.TritonRMSNormOp()
@@ -91,11 +94,28 @@ def _golden(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor):
     return x32.grad, w32.grad
 
 
+def _small_tiles(monkeypatch, *, max_block: int, loop_block: int, bwd_tile: int) -> None:
+    for name in ("_INTERP_FWD", "_GPU_FWD"):
+        monkeypatch.setattr(tr, name, getattr(tr, name)._replace(max_block=max_block, loop_block=loop_block))
+    for name in ("_INTERP_BWD", "_GPU_BWD"):
+        monkeypatch.setattr(tr, name, getattr(tr, name)._replace(max_block=max_block, loop_block=loop_block,
+                                                                 tile=bwd_tile))
+
+
 @pytest.fixture
 def wide_rows_in_a_loop(monkeypatch):
-    """Make every row 'wide' so that the column-chunk loop paths run at small dims under test."""
-    for name in ("_INTERP", "_GPU_FWD", "_GPU_BWD"):
-        monkeypatch.setattr(tr, name, getattr(tr, name)._replace(max_block=64, loop_block=32))
+    """Make every row 'wide' so that the strided-tile paths (and the backward's row statistics kernel) run
+    at small dims under test."""
+    _small_tiles(monkeypatch, max_block=64, loop_block=32, bwd_tile=1 << 12)
+    tr.launch_config.cache_clear()
+    yield
+    tr.launch_config.cache_clear()
+
+
+@pytest.fixture
+def one_row_per_tile(monkeypatch):
+    """One row per backward tile, as at 4096 columns on a GPU: dw's subtree goes through the full stack."""
+    _small_tiles(monkeypatch, max_block=1 << 16, loop_block=1 << 16, bwd_tile=1)
     tr.launch_config.cache_clear()
     yield
     tr.launch_config.cache_clear()
@@ -122,24 +142,24 @@ def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
         for backward in (False, True):
             cfg = tr.launch_config(dim, dtype, backward=backward, interpreted=interpreted)
             assert cfg.rows >= 1 and cfg.rows & (cfg.rows - 1) == 0, cfg
-            assert cfg.block & (cfg.block - 1) == 0 and cfg.block * cfg.chunks >= dim, cfg
-            assert cfg.chunks == 1 or cfg.rows == 1, cfg
+            assert cfg.groups & (cfg.groups - 1) == 0 and cfg.groups * 8 * cfg.tiles == padded_width(dim), cfg
+            assert cfg.tiles == 1 or cfg.rows == 1 or backward, cfg
             assert dim % cfg.vec == 0 and cfg.vec * torch.empty((), dtype=dtype).element_size() <= 16, cfg
-            assert cfg.rows * cfg.block <= 1 << 20, cfg  # Triton's largest tensor
+            assert cfg.rows * cfg.groups * 8 <= 1 << 20, cfg  # Triton's largest tensor
+            if backward:
+                assert cfg.rows <= tr.DW_ROWS_PER_PROGRAM
     if not interpreted:
         # At head_dim several rows share a program: one row per program is far from copy speed there.
         assert tr.launch_config(128, dtype, interpreted=False).rows >= 8
 
 
-@pytest.mark.parametrize("interpreted", [False, True])
-def test_dw_partition_covers_every_row_once(interpreted):
-    for rows_per_tile in (1, 4, 32):
-        for n_rows in (1, 2, 15, 16, 17, 255, 1000, 4097, 65536, 2_000_003):
-            chunk_rows, n_chunks = tr.dw_partition(n_rows, rows_per_tile, interpreted=interpreted)
-            assert chunk_rows % rows_per_tile == 0
-            assert (n_chunks - 1) * chunk_rows < n_rows <= n_chunks * chunk_rows
-            limit = tr._INTERP_MAX_DW_CHUNKS if interpreted else tr._GPU_MAX_DW_CHUNKS
-            assert n_chunks <= limit
+def test_dw_programs_cover_every_row_once():
+    """Program p owns rows 8 * (p + S * m) + e, m and e in [0, 8): every row of the padded batch once."""
+    for n_rows in (1, 2, 15, 16, 17, 63, 64, 65, 255, 1000, 4097, 65536):
+        programs = tr.dw_programs(n_rows)
+        assert programs & (programs - 1) == 0
+        owned = sorted(8 * (p + programs * m) + e for p in range(programs) for m in range(8) for e in range(8))
+        assert owned == list(range(max(padded_width(n_rows), tr.DW_ROWS_PER_PROGRAM)))
 
 
 def test_cpu_needs_the_interpreter():
@@ -215,10 +235,10 @@ def test_direct_launch_keys_name_every_binary(monkeypatch):
     ]
     for args, route in calls:
         before = (len(through_triton), len(direct))
-        launch(1, args, 4, device)
+        launch((1,), args, 4, device)
         took = "triton" if len(through_triton) > before[0] else "direct"
         assert took == route, f"{args[1:]} went {took}, expected {route}"
-    launch(1, calls[0][0], 8, device)
+    launch((1,), calls[0][0], 8, device)
     assert len(direct) == 2, "another warp count is another binary"
 
 
@@ -406,30 +426,226 @@ def test_gradients_of_strided_inputs(device):
 
 
 # ------------------------------------------------------------------------------------------------------
-# Rows too wide for one tile: the column-chunk loops (forced at small dims here).
+# Bitwise equal to the native reference: the canonical order, every entry point.
+
+PARITY_DIMS = (1, 7, 8, 127, 128, 129, 4096, 4097, 5120)
+
+
+def _native_grads(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, fp32_out: bool = False):
+    x = x.detach().clone().requires_grad_(True)
+    w = w.detach().clone().requires_grad_(True)
+    (REFERENCE.forward_fp32 if fp32_out else REFERENCE.forward)(x, w, 1e-6).backward(g)
+    return x.grad, w.grad
+
+
+def _assert_parity(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, what: str) -> None:
+    __tracebackhide__ = True
+    assert_bitwise(OP.forward(x, w), REFERENCE.forward(x, w), f"forward {what}")
+    assert_bitwise(OP.forward_fp32(x, w), REFERENCE.forward_fp32(x, w), f"forward_fp32 {what}")
+    _, dx, dw = _grads(x, w, g)
+    ndx, ndw = _native_grads(x, w, g)
+    assert_bitwise(dx, ndx, f"dx {what}")
+    assert_bitwise(dw, ndw, f"dw {what}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", PARITY_DIMS)
+def test_bitwise_equal_to_native(device, dtype, dim):
+    """Rows over eight decades of scale, an odd row count: forward, forward_fp32, dx and dw, bit for bit."""
+    x, w, g = _data(19, dim, dtype, device, seed=dim)
+    x = x * torch.logspace(-4, 4, 19, device=device).to(dtype).unsqueeze(1)
+    _assert_parity(x, w, g, f"at dim {dim}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows", [1, 8, 63, 64, 65, 200])
+def test_dw_tree_over_the_rows(device, rows):
+    """dw's canonical tree over the rows at row counts below, at and past one program's 64 rows."""
+    x, w, g = _data(rows, 96, torch.float32, device, seed=rows)
+    _assert_parity(x, w, g, f"with {rows} rows")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_of_forward_fp32_bitwise(device):
+    x, w, g = _data(20, 256, torch.bfloat16, device)
+    g32 = g.float() * 3
+    _, dx, dw = _grads(x, w, g32, fp32_out=True)
+    ndx, ndw = _native_grads(x, w, g32, fp32_out=True)
+    assert_bitwise(dx, ndx, "dx through forward_fp32")
+    assert_bitwise(dw, ndw, "dw through forward_fp32")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_signed_zeros_and_nonfinite_match_native(device, dtype):
+    """Zero rows under negative gradients (every dw product -0.0), and NaN/Inf rows: native's bits."""
+    x, w, g = _data(16, 64, dtype, device)
+    x[:8] = 0
+    g[:8] = -g[:8].abs()
+    _assert_parity(x[:8], w, g[:8], "on zero rows")
+    x[9, 3] = float("nan")
+    x[10] = float("inf")
+    assert torch.equal(OP.forward(x, w).isnan(), REFERENCE.forward(x, w).isnan()), "NaN positions"
+    finite = [r for r in range(16) if r not in (9, 10)]
+    assert_bitwise(OP.forward(x, w)[finite], REFERENCE.forward(x, w)[finite], "rows beside NaN/Inf rows")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Variants of the backend protocol, against straightforward torch of their definitions.
+
+VARIANT_DIMS = (1, 7, 128, 129, 4096)
+
+
+def _norm32(x: torch.Tensor) -> torch.Tensor:
+    """x32 / rms in the canonical order: the reference with a weight of ones (a multiply by 1 is exact)."""
+    return REFERENCE.forward_fp32(x, torch.ones(x.shape[-1], dtype=x.dtype, device=x.device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", VARIANT_DIMS)
+def test_fused_add(device, dtype, dim):
+    """residual_out = x + residual rounded to the residual's dtype; y = RMSNorm(residual_out as stored)."""
+    x, w, r = _data(21, dim, dtype, device, seed=dim)
+    y, ro = OP.fused_add(x, r, w)
+    assert y.dtype == dtype and ro.dtype == dtype and y.shape == ro.shape == x.shape
+    assert_bitwise(ro, (x.float() + r.float()).to(dtype), "residual_out")
+    assert_bitwise(y, REFERENCE.forward(ro, w), "y")
+    full_y, full_ro = y, ro
+    for b in (1, 2, 17):
+        y, ro = OP.fused_add(x[:b].clone(), r[:b].clone(), w)
+        assert_bitwise(y, full_y[:b], f"y of rows [0:{b}]")
+        assert_bitwise(ro, full_ro[:b], f"residual_out of rows [0:{b}]")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_add_with_an_fp32_residual(device):
+    x, w, r = _data(9, 200, torch.bfloat16, device)
+    y, ro = OP.fused_add(x, r.float(), w)
+    assert ro.dtype == torch.float32 and y.dtype == torch.bfloat16
+    assert_bitwise(ro, x.float() + r.float(), "fp32 residual_out")
+    assert_bitwise(y, REFERENCE.forward_fp32(ro, w.float()).bfloat16(), "y of an fp32 residual")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_add_refuses_a_mismatched_residual(device):
+    x, w, r = _data(4, 16, torch.float32, device)
+    with pytest.raises(ValueError, match=r"x.shape=\(4, 16\).*residual.shape=\(4, 8\)"):
+        OP.fused_add(x, r[:, :8], w)
+    with pytest.raises(TypeError, match="float64"):
+        OP.fused_add(x, r.double(), w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", VARIANT_DIMS)
+def test_weight_offset_and_no_weight(device, dtype, dim):
+    """forward_offset: (x32 / rms) * (1 + w32), 1 + w formed in fp32; forward_unweighted: x32 / rms."""
+    x, w, _ = _data(21, dim, dtype, device, seed=dim)
+    assert OP.offset_dtype == "float32"
+    offset = OP.forward_offset(x, w)
+    assert_bitwise(offset, (_norm32(x) * (1 + w.float())).to(dtype), "forward_offset")
+    plain = OP.forward_unweighted(x)
+    assert_bitwise(plain, _norm32(x).to(dtype), "forward_unweighted")
+    for b in (1, 2, 17):
+        assert_bitwise(OP.forward_offset(x[:b].clone(), w), offset[:b], f"offset rows [0:{b}]")
+        assert_bitwise(OP.forward_unweighted(x[:b].clone()), plain[:b], f"unweighted rows [0:{b}]")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Custom ops: what torch.compile and graph capture see.
+
+OPS = torch.ops.rmsnorm_conformance
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    """torch.library.opcheck: schema, fake (meta) implementations, autograd registration, AOT dispatch."""
+    x, w, g = _data(5, 64, torch.bfloat16, device)
+    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    torch.library.opcheck(OPS.triton_rms_norm.default, (xr, wr, 1e-6, False, False))
+    torch.library.opcheck(OPS.triton_rms_norm.default, (x, w, 1e-6, True, True))
+    torch.library.opcheck(OPS.triton_rms_norm.default, (x, None, 1e-6, False, False))
+    torch.library.opcheck(OPS.triton_rms_norm_backward.default, (x, w, g, 1e-6, True, True))
+    torch.library.opcheck(OPS.triton_rms_norm_backward.default, (x, w, g, 1e-6, False, True))
+    torch.library.opcheck(OPS.triton_fused_add_rms_norm.default, (x, g, w, 1e-6))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_op_is_bitwise_eager(device):
+    """torch.compile(fullgraph=True) of a function calling the ops: the eager bits, forward and backward."""
+    x, w, g = _data(7, 128, torch.float32, device)
+    r = g.clone()
+
+    def step(x, w, r):
+        y = OPS.triton_rms_norm(x, w, 1e-6, False, False)
+        fused = OPS.triton_fused_add_rms_norm(x.detach(), r, w.detach(), 1e-6)  # inference only
+        return y, fused[0], fused[1]
+
+    compiled = torch.compile(step, fullgraph=True)
+    xc, wc = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    out = compiled(xc, wc, r)
+    xe, we = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    eager = (OP.forward(xe, we), *OP.fused_add(x, r, w))
+    for a, b, what in zip(out, eager, ("y", "fused y", "residual_out"), strict=True):
+        assert_bitwise(a, b, f"compiled {what}")
+    out[0].backward(g)
+    eager[0].backward(g)
+    assert_bitwise(xc.grad, xe.grad, "compiled dx")
+    assert_bitwise(wc.grad, we.grad, "compiled dw")
+
+
+def test_cuda_graph_replay_is_bitwise_eager():
+    if OP.unavailable_reason("cuda") or OP.interpreted:
+        pytest.skip("CUDA graphs need a GPU and compiled kernels")
+    x, w, r = _data(64, 4096, torch.bfloat16, "cuda")
+    eager = OP.forward(x, w), *OP.fused_add(x, r, w)
+    OP.forward(x, w), OP.fused_add(x, r, w)  # warm: compiled and cached before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = OP.forward(x, w), *OP.fused_add(x, r, w)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b, what in zip(captured, eager, ("y", "fused y", "residual_out"), strict=True):
+        assert_bitwise(a, b, f"graph replay {what}")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Rows too wide for one tile, and one row per backward tile (forced at small dims here).
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_wide_row_path(device, dtype, wide_rows_in_a_loop):
     dim, n = 200, 40
-    assert tr.launch_config(dim, dtype).chunks > 1
+    assert tr.launch_config(dim, dtype).tiles > 1 and tr.launch_config(dim, dtype, backward=True).tiles > 1
     x, w, g = _data(n, dim, dtype, device)
+    _assert_parity(x, w, g, "on the wide-row path")
     y = OP.forward(x, w)
-    assert_close(y, REFERENCE.forward_fp32(x, w), dtype, "looped forward")
     _, dx, dw = _grads(x, w, g)
-    gx, gw = _golden(x, w, g)
-    assert_close(dx, gx, dtype, "looped dx", gradients=True)
-    assert_close(dw, gw, dtype, "looped dw", gradients=True)
     for b in (1, 3, 17):
         assert_bitwise(OP.forward(x[:b].clone(), w), y[:b], f"looped forward rows [0:{b}]")
         assert_bitwise(_grads(x[:b].clone(), w, g[:b].clone())[1], dx[:b], f"looped dx rows [0:{b}]")
     assert_bitwise(_grads(x, w, g)[2], dw, "looped dw run to run")
+    r = _data(n, dim, dtype, device, seed=1)[0]
+    y, ro = OP.fused_add(x, r, w)
+    assert_bitwise(ro, (x.float() + r.float()).to(dtype), "looped fused add: residual_out")
+    assert_bitwise(y, REFERENCE.forward(ro, w), "looped fused add: y")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "dim"), [(3, 40), (70, 24), (130, 9)])
+def test_one_row_per_backward_tile(device, dtype, rows, dim, one_row_per_tile):
+    assert tr.launch_config(dim, dtype, backward=True).rows == 1
+    x, w, g = _data(rows, dim, dtype, device, seed=rows)
+    _assert_parity(x, w, g, f"one row per tile, {rows} rows")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_wide_rows_on_gpu(dtype):
-    """Past the widest single tile (16384 columns forward, 8192 backward) the GPU loops over chunks."""
+    """Past the widest single tile (16384 columns forward, 4096 backward) the GPU loops over tiles."""
     if OP.unavailable_reason("cuda"):
         pytest.skip(OP.unavailable_reason("cuda"))
     for dim in (12288, 20000):
