@@ -441,14 +441,7 @@ class _Launcher:
             with torch.cuda.device(device):
                 self(grid, args, num_warps, device)
             return
-        key = (
-            device.index,
-            num_warps,
-            args[self._runtime :],
-            # Triton types an int as i64 from 2**31 on: a different binary.
-            tuple([a.dtype if isinstance(a, torch.Tensor) else type(a) is int and a >= _INT32_LIMIT
-                   for a in args[: self._runtime]]),
-        )
+        key = self._key(args, num_warps, device)
         entry = self._compiled.get(key)
         if entry is not None and not _launch_hooks_installed():
             run, function, packed = entry
@@ -465,9 +458,19 @@ class _Launcher:
             self._compiled[key] = entry
 
 
-def _launch_hooks_installed() -> bool:
-    hook = triton.knobs.runtime.launch_enter_hook
-    return bool(getattr(hook, "calls", hook))  # a HookChain (empty: no hooks), a callable, or None
+    def _key(self, args: tuple, num_warps: int, device: torch.device) -> tuple:
+        return (
+            device.index,
+            num_warps,
+            args[self._runtime :],
+            # Triton types an int as i64 from 2**31 on: a different binary.
+            tuple([a.dtype if isinstance(a, torch.Tensor) else type(a) is int and a >= _INT32_LIMIT
+                   for a in args[: self._runtime]]),
+        )
+
+    def binary(self, args: tuple, num_warps: int, device: torch.device) -> tuple | None:
+        """(run, function, packed metadata) of the binary these arguments launch, once it was launched."""
+        return None if _INTERPRETED else self._compiled.get(self._key(args, num_warps, device))
 
 
 def _launch_hooks_installed() -> bool:
@@ -539,6 +542,62 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype
         y = y.view(x.shape)
         residual_out = residual_out.view(x.shape) if residual_out is not None else None
     return y, residual_out
+
+
+class _Plan(NamedTuple):
+    """A validated forward launch for one (shape, strides, dtypes, device, eps): everything but the pointers."""
+
+    run: Any
+    function: Any
+    packed: Any
+    grid: int
+    shape: tuple[int, int]
+    out_dtype: torch.dtype
+    device: torch.device
+    tail: tuple  # the kernel's arguments after the pointers
+
+
+# Small batches are launch-bound: at 1 to 256 rows of 4096 the kernel runs for a few microseconds, less than
+# the input checks, the configuration lookup and Triton's binder take in Python. A call whose metadata was
+# seen before (so it passed the checks) launches its binary straight from the plan.
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096  # one per (shape, strides, dtype, eps): a serving loop sees a handful
+
+
+def _plan_key(x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> tuple:
+    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
+            type(eps), eps, fp32_out)
+
+
+def _make_plan(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype) -> _Plan | None:
+    """The plan of a forward that _forward just launched on 2-D rows used in place, if its binary is known."""
+    if _INTERPRETED or x.device.type != "cuda" or x.dim() != 2 or x.numel() == 0 or len(_PLANS) >= _MAX_PLANS:
+        return None
+    n_rows, dim = x.shape
+    cfg = launch_config(dim, x.dtype)
+    stride = x.stride(0) if n_rows > 1 else dim
+    if (x.stride(1) != 1 and dim > 1) or stride % cfg.vec or weight.stride(0) != 1:
+        return None
+    tail = (n_rows, stride, stride, eps, dim, cfg.groups, cfg.rows, cfg.tiles, cfg.vec, False, _WEIGHT)
+    y = torch.empty(0, dtype=out_dtype, device=x.device)  # stands in for the output in the binary's key
+    entry = _launch_fwd.binary((x, x, weight, y, y, *tail), cfg.num_warps, x.device)
+    if entry is None:
+        return None
+    return _Plan(*entry, grid=-(-n_rows // cfg.rows), shape=(n_rows, dim), out_dtype=out_dtype, device=x.device,
+                 tail=tail)
+
+
+def _launch_plan(plan: _Plan, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+    """y from the plan, or None where the plan does not hold (misaligned pointers, another current device,
+    a profiler's launch hook): the caller then takes the full path."""
+    index = plan.device.index
+    if (x.data_ptr() | weight.data_ptr()) & (_ALIGN_BYTES - 1) or torch._C._cuda_getDevice() != index \
+            or _launch_hooks_installed():
+        return None
+    y = torch.empty(plan.shape, dtype=plan.out_dtype, device=plan.device)
+    plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
+             None, None, None, x, x, weight, y, y, *plan.tail)
+    return y
 
 
 def _backward(
@@ -737,14 +796,31 @@ class TritonRMSNormOp:
         return _forward(x, weight, float(eps), x.dtype, residual=residual)
 
     def _run(self, x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            check_inputs(x, weight, eps)
+            return torch.ops.rmsnorm_conformance.triton_rms_norm(x, weight, float(eps), fp32_out, False)
+        try:
+            key = _plan_key(x, weight, eps, fp32_out)
+            plan = _PLANS.get(key)
+            grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        except (AttributeError, TypeError):  # not tensors, or an unhashable eps: the checks below say so
+            key = plan = None
+            grad = False
+        if plan is not None and not grad:
+            y = _launch_plan(plan, x, weight)
+            if y is not None:
+                return y
         check_inputs(x, weight, eps)
         self._check_device(x.device)
-        if torch.compiler.is_compiling():
-            return torch.ops.rmsnorm_conformance.triton_rms_norm(x, weight, float(eps), fp32_out, False)
         out_dtype = torch.float32 if fp32_out else x.dtype
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        if grad:
             return _RMSNormFunction.apply(x, weight, float(eps), out_dtype)
-        return _forward(x, weight, float(eps), out_dtype)[0]
+        y = _forward(x, weight, float(eps), out_dtype)[0]
+        if key is not None and plan is None:
+            plan = _make_plan(x, weight, float(eps), out_dtype)
+            if plan is not None:
+                _PLANS[key] = plan
+        return y
 
     @staticmethod
     def _check_device(device: torch.device) -> None:

@@ -5,12 +5,15 @@ same bytes, F.rms_norm and torch.compile of the seed formula, all in one run.
     python benchmarks/bench.py --quick --out /tmp/b.json
     python benchmarks/bench.py --device cpu --quick # a smoke run of this script on a machine without a GPU
 
-GB/s counts the bytes a kernel must move: forward x read + y written + weight read; backward x and dy read,
-dx written, weight read, dw written. ``copy_gbps`` is ``y.copy_(x)`` over the same x in the same run.
+GB/s counts the bytes a kernel must move: forward x read + y written + weight read; fused add (variant
+``fused_add``) x and residual read, y and residual_out written, weight read; backward x and dy read, dx
+written, weight read, dw written. ``copy_gbps`` is ``y.copy_(x)`` over the same x in the same run.
 Forward and backward times are medians of device-event timings after warm-up (triton.testing.do_bench
 where Triton is installed); latency is the median per-call time of back-to-back calls, host overhead
 included, since at a few rows that overhead is what a caller waits for. ``batch_invariant`` is a probe:
 rows [0:b] computed alone, b in 1, 2, 3, 8, 15, against the same rows of the measured batch, bitwise.
+Parity records (kind ``parity``) give the share of bitwise-equal elements between the native reference on
+the CPU, the native reference on the device and each backend, on the same random rows.
 """
 
 from __future__ import annotations
@@ -53,12 +56,20 @@ class Subject:
     kind: str  # "backend" or "peer"
     forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     backward: bool = True
+    # (x, residual, w) -> (y, residual_out), where the subject has the fused residual add
+    fused_add: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple] | None = None
 
 
 def _seed_formula(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     from rmsnorm_conformance.contract.reference import seed_formula_fp32
 
     return seed_formula_fp32(x, w, eps).to(x.dtype)
+
+
+def _eager_fused_add(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple:
+    """The fused add as two eager ops: what a model without a fused kernel runs."""
+    residual = x + r
+    return F.rms_norm(residual, (x.shape[-1],), w, EPS), residual
 
 
 def subjects(
@@ -79,9 +90,12 @@ def subjects(
         if reason is not None:
             print(f"skip {spec}: {reason}")
             continue
+        fused = getattr(backend.impl, "fused_add", None)
         found.append(Subject(spec, "backend", lambda x, w, b=backend: b.forward(x, w, EPS),
-                             backward=backend.supports_backward(device)))
-    found.append(Subject("F.rms_norm", "peer", lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS)))
+                             backward=backend.supports_backward(device),
+                             fused_add=fused and (lambda x, r, w, f=fused: f(x, r, w, EPS))))
+    found.append(Subject("F.rms_norm", "peer", lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
+                         fused_add=_eager_fused_add))
     if compile_peer:
         import torch._dynamo
 
@@ -172,11 +186,11 @@ def probe_batch_invariance(subject: Subject, x: torch.Tensor, w: torch.Tensor, f
 
 
 def _record(subject: str, kind: str, rows: int, dim: int, dtype: torch.dtype, nbytes: int, us: float,
-            copy_us: float, **extra: Any) -> dict[str, Any]:
+            copy_us: float, variant: str = "rms_norm", **extra: Any) -> dict[str, Any]:
     gbps = nbytes / us / 1e3
     copy_gbps = nbytes / copy_us / 1e3 if copy_us else None
     return {
-        "backend": subject, "kind": kind, "rows": rows, "dim": dim,
+        "backend": subject, "kind": kind, "variant": variant, "rows": rows, "dim": dim,
         "dtype": str(dtype).removeprefix("torch."),
         "gbps": round(gbps, 1), "copy_gbps": copy_gbps and round(copy_gbps, 1),
         "ratio_to_copy": copy_gbps and round(gbps / copy_gbps, 3), "median_us": round(us, 2), **extra,
@@ -261,6 +275,83 @@ def bench_backward(subjects_: list[Subject], shapes, dtypes, device, quick) -> l
     return records
 
 
+def bench_fused_add(subjects_: list[Subject], shapes, dtype, device, quick) -> list[dict[str, Any]]:
+    """The fused residual add: x and residual read, y and residual_out written, weight read."""
+    records = []
+    for rows, dim in shapes:
+        x, w, r = _inputs(rows, dim, dtype, device, grad=True)
+        y = torch.empty_like(x)
+        nbytes = 4 * x.numel() * x.element_size() + w.numel() * w.element_size()
+        copy_us = median_us(lambda x=x, y=y: y.copy_(x), device, quick)
+        copy_gbps = 2 * x.numel() * x.element_size() / copy_us / 1e3  # the copy's own bytes: x read, y written
+        del y
+        for s in (s for s in subjects_ if s.fused_add is not None):
+            def one(s=s, x=x, w=w, r=r, rows=rows, dim=dim, nbytes=nbytes, copy_gbps=copy_gbps):
+                us = median_us(lambda: s.fused_add(x, r, w), device, quick)
+                rec = _record(s.name, "forward", rows, dim, dtype, nbytes, us, 0, variant="fused_add")
+                rec["copy_gbps"] = round(copy_gbps, 1)
+                rec["ratio_to_copy"] = round(rec["gbps"] / copy_gbps, 3)
+                return rec
+            rec = _attempt(f"fused_add {s.name} {rows}x{dim} {dtype}", one)
+            if rec:
+                records.append(rec)
+                print(f"  fused_add {s.name:>18} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
+                      f"({rec['ratio_to_copy']:.3f} of copy)")
+            _free(device)
+        del x, w, r
+        _free(device)
+    return records
+
+
+PARITY_DIMS = (128, 4096, 4097)
+PARITY_ROWS = 1000
+
+
+def bench_parity(subjects_: list[Subject], device: torch.device) -> list[dict[str, Any]]:
+    """Share of bitwise-equal outputs between the native reference on the CPU and on ``device`` and each
+    backend on ``device``, on the same rows drawn on the CPU (forward in x's dtype, and dx, dw)."""
+    from rmsnorm_conformance.backends.native import NativeRMSNormOp
+
+    native = NativeRMSNormOp()
+    backends = [s for s in subjects_ if s.kind == "backend" and s.name != "native"]
+    records = []
+
+    def outputs(forward: Callable, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> list[torch.Tensor]:
+        xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        y = forward(xr, wr)
+        y.backward(g)
+        return [y.detach().cpu(), xr.grad.cpu(), wr.grad.cpu()]
+
+    for dtype in (torch.float32, torch.bfloat16):
+        for dim in PARITY_DIMS:
+            gen = torch.Generator().manual_seed(dim)
+            x = (torch.randn(PARITY_ROWS, dim, generator=gen)
+                 * torch.logspace(-3, 3, PARITY_ROWS).unsqueeze(1)).to(dtype)
+            w, g = torch.randn(dim, generator=gen).to(dtype), torch.randn(PARITY_ROWS, dim, generator=gen).to(dtype)
+            cpu = outputs(lambda x, w: native.forward(x, w, EPS), x, w, g)
+            on_device = [t.to(device) for t in (x, w, g)]
+            peers = {"native": outputs(lambda x, w: native.forward(x, w, EPS), *on_device)}
+            for s in backends:
+                try:
+                    peers[s.name] = outputs(s.forward, *on_device)
+                except Exception as exc:  # a backend without a backward still has its forward compared
+                    print(f"  parity {s.name}: {type(exc).__name__}: {exc}")
+            pairs = [("native cpu", cpu, f"{name} {device.type}", out) for name, out in peers.items()]
+            names = list(peers)
+            pairs += [(f"{a} {device.type}", peers[a], f"{b} {device.type}", peers[b])
+                      for i, a in enumerate(names) for b in names[i + 1 :]]
+            for left, lhs, right, rhs in pairs:
+                shares = {what: round(float((_bits(p) == _bits(q)).double().mean()), 6)
+                          for what, p, q in zip(("y", "dx", "dw"), lhs, rhs, strict=True)}
+                records.append({"backend": f"{left} | {right}", "kind": "parity", "variant": "rms_norm",
+                                "rows": PARITY_ROWS, "dim": dim, "dtype": str(dtype).removeprefix("torch."),
+                                **{f"equal_{k}": v for k, v in shares.items()}})
+                print(f"  parity {dtype} {dim:>5} {left:>12} | {right:<14} " +
+                      " ".join(f"{k} {v:.6f}" for k, v in shares.items()))
+            _free(device)
+    return records
+
+
 def bench_latency(subjects_: list[Subject], dtype, device, quick) -> list[dict[str, Any]]:
     """Per-call time at small batches, rounds interleaved so that a noisy moment of the host hits all."""
     records = []
@@ -289,6 +380,7 @@ def bench_latency(subjects_: list[Subject], dtype, device, quick) -> list[dict[s
             base = medians.get("F.rms_norm")
             for name, us in medians.items():
                 rec = _record(name, "latency", rows, dim, dtype, nbytes, us, medians["copy"])
+                rec["us"] = rec["median_us"]
                 rec["rms_norm_us"] = base and round(base, 2)
                 rec["ratio_to_rms_norm"] = base and round(us / base, 3)  # below 1: faster than F.rms_norm
                 records.append(rec)
@@ -313,23 +405,31 @@ def write_markdown(path: Path, records: list[dict[str, Any]], env: dict[str, Any
     lines = ["# RMSNorm benchmark", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
     titles = {
-        "forward": "Forward: GB/s (x read + y written + weight read) and ratio to a copy of the same x",
-        "backward": "Backward (dx + dw): GB/s (x, dy read; dx written; weight read; dw written)",
-        "latency": "Latency: microseconds per call, back to back, host overhead included",
+        ("forward", "rms_norm"): "Forward: GB/s (x read + y written + weight read) and ratio to a copy of the same x",
+        ("forward", "fused_add"): "Fused residual add: GB/s (x, residual read; y, residual_out written; weight "
+                                  "read) and ratio to a copy's own GB/s",
+        ("backward", "rms_norm"): "Backward (dx + dw): GB/s (x, dy read; dx written; weight read; dw written)",
+        ("latency", "rms_norm"): "Latency: microseconds per call, back to back, host overhead included",
+        ("parity", "rms_norm"): f"Parity: share of bitwise-equal elements over {PARITY_ROWS} random rows "
+                                "(forward y in x's dtype, dx, dw)",
     }
-    for kind, title in titles.items():
-        rows = [r for r in records if r["kind"] == kind]
+    for (kind, variant), title in titles.items():
+        rows = [r for r in records if r["kind"] == kind and r.get("variant", "rms_norm") == variant]
         if not rows:
             continue
         if kind == "latency":
             table = [(r["backend"], r["dtype"], f"{r['rows']}x{r['dim']}", r["median_us"],
                       r["ratio_to_rms_norm"]) for r in rows]
             headers = ["backend", "dtype", "shape", "us/call", "vs F.rms_norm"]
+        elif kind == "parity":
+            table = [(r["backend"], r["dtype"], f"{r['rows']}x{r['dim']}", r["equal_y"], r["equal_dx"],
+                      r["equal_dw"]) for r in rows]
+            headers = ["pair", "dtype", "shape", "y equal", "dx equal", "dw equal"]
         else:
             table = [(r["backend"], r["dtype"], f"{r['rows']}x{r['dim']}", r["median_us"], r["gbps"],
                       r["copy_gbps"], r["ratio_to_copy"]) for r in rows]
             headers = ["backend", "dtype", "shape", "median us", "GB/s", "copy GB/s", "of copy"]
-            if kind == "forward":
+            if "batch_invariant" in rows[-1]:
                 table = [(*row, r.get("batch_invariant", "")) for row, r in zip(table, rows, strict=True)]
                 headers.append("batch-invariant (probe)")
         lines += ["", f"## {title}", "", tabulate(table, headers=headers, tablefmt="github"), ""]
@@ -346,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="bfloat16,float16,float32",
                         help="comma list; latency uses the first (default: %(default)s)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
+    parser.add_argument("--no-parity", action="store_true", help="leave out the CPU/device parity phase")
     parser.add_argument(
         "--backends", default=",".join(BACKENDS),
         help="backends to load, by registry name or module:attr (default: %(default)s; "
@@ -391,7 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     # cut short still leaves what it measured.
     phases = (
         (f"forward {dtypes[0]}", lambda: bench_forward(found, shapes, dtypes[:1], device, args.quick)),
+        (f"fused_add {dtypes[0]}", lambda: bench_fused_add(found, shapes, dtypes[0], device, args.quick)),
         ("latency", lambda: bench_latency(found, dtypes[0], device, args.quick)),
+        ("parity", lambda: bench_parity(found, device) if device.type == "cuda" and not args.no_parity else []),
         ("forward", lambda: bench_forward(found, shapes, dtypes[1:], device, args.quick)),
         # torch.compile's backward costs a compile per dtype: it joins for the first dtype only.
         ("backward", lambda: bench_backward(found, shapes, dtypes, device, args.quick)),

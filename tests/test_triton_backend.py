@@ -663,10 +663,17 @@ def test_wide_rows_on_gpu(dtype):
 
 
 def test_gpu_launches_skip_the_binder_after_the_first():
-    """The second call of a configuration goes straight to the compiled kernel's launcher."""
+    """The second call of a configuration goes straight to the compiled kernel's launcher, through a plan
+    keyed on the call's metadata; a misaligned input of the same metadata takes the full path."""
     if OP.unavailable_reason("cuda") or OP.interpreted:
         pytest.skip("needs a GPU and compiled kernels")
     x, w, _ = _data(3, 4096, torch.bfloat16, "cuda")
     first = OP.forward(x, w)
     assert any(entry is not None for entry in tr._launch_fwd._compiled.values())
-    assert_bitwise(OP.forward(x, w), first, "direct launch against Triton's own launch")
+    assert tr._plan_key(x, w, 1e-6, False) in tr._PLANS
+    assert_bitwise(OP.forward(x, w), first, "planned launch against Triton's own launch")
+    buf = torch.empty(3 * 4096 + 1, dtype=torch.bfloat16, device="cuda")
+    shifted = buf[1:].view(3, 4096)
+    shifted.copy_(x)
+    assert tr._plan_key(shifted, w, 1e-6, False) in tr._PLANS and shifted.data_ptr() % 16
+    assert_bitwise(OP.forward(shifted, w), first, "a misaligned input of a planned shape")
