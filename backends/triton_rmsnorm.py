@@ -594,7 +594,10 @@ def _launch_plan(plan: _Plan, x: torch.Tensor, weight: torch.Tensor) -> torch.Te
     if (x.data_ptr() | weight.data_ptr()) & (_ALIGN_BYTES - 1) or torch._C._cuda_getDevice() != index \
             or _launch_hooks_installed():
         return None
-    y = torch.empty(plan.shape, dtype=plan.out_dtype, device=plan.device)
+    # empty_like parses fewer arguments than empty (a microsecond of a few-row call); x is dense row-major here
+    # or has gaps between rows, and either way its empty_like is contiguous.
+    y = torch.empty_like(x) if plan.out_dtype == x.dtype else torch.empty(plan.shape, dtype=plan.out_dtype,
+                                                                          device=plan.device)
     plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
              None, None, None, x, x, weight, y, y, *plan.tail)
     return y

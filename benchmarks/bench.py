@@ -482,6 +482,11 @@ def main(argv: list[str] | None = None) -> int:
                    else "perf_counter medians") + "; latency: back-to-back calls, host overhead included",
         "subjects": [s.name for s in found],
     })
+    if any(s.name == "triton" for s in found):
+        from rmsnorm_conformance.backends import triton_rmsnorm
+
+        env["triton tuning"] = {"forward": triton_rmsnorm._GPU_FWD._asdict(),
+                                "backward": triton_rmsnorm._GPU_BWD._asdict()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env["multiprocessors"] = props.multi_processor_count
