@@ -38,9 +38,9 @@ else:
 _ALIGN_BYTES = 16
 _INT32_LIMIT = 2**31
 
-# The backward reduces dw over the rows in the canonical order: each program owns a subtree of LEAVES rows
-# (eight groups of eight, at a stride of 1/8 of the padded batch) and writes one fp32 partial row; 64 rows per
-# program keep the partial rows' traffic near 2% of the inputs' at bf16.
+# The backward reduces dw over the rows in the canonical order: each program owns a subtree of the tree over
+# the rows (eight groups of eight rows on a GPU, at a stride of 1/8 of the padded batch) and writes one fp32
+# partial row; 64 rows per program keep the partial rows' traffic near 2% of the inputs' at bf16.
 DW_ROWS_PER_PROGRAM = 64
 # dw's partial rows are added in passes of at most this many rows per output row.
 _DW_PASS = 64
@@ -54,6 +54,7 @@ class LaunchConfig(NamedTuple):
     tiles: int  # tiles per row: 1 keeps a row whole in registers; more loops over strided tiles of it
     vec: int  # elements per 16-byte access; every row start is a multiple of it (else the input is copied)
     num_warps: int
+    subtree: int = 0  # backward: rows of dw's tree per program, a power of two >= 64 (0 in the forward)
 
 
 class _Tuning(NamedTuple):
@@ -63,21 +64,24 @@ class _Tuning(NamedTuple):
     loop_block: int
     warp_elems: int  # elements per warp that the warp count aims at
     max_warps: int
+    subtree_elems: int = 0  # backward: elements of dw's subtree per program that it aims at (0: 64 rows)
 
 
-# GPU forward: 4096 elements per program reached copy speed at both target dims on an H200 (one row of 4096,
-# 32 rows of 128, 8 warps).
-_GPU_FWD = _Tuning(tile=4096, max_rows=128, max_block=16384, loop_block=4096, warp_elems=512, max_warps=16)
-# GPU backward: one row at a time at 4096 columns, 16 rows at 128; dw's subtree keeps up to six partial rows
-# live, so more warps share the registers (ptxas for sm_90: 16 warps and 128 registers at 4096, 8 warps and
-# 96 registers at 128). Wider rows take the two-kernel path (row statistics first).
-_GPU_BWD = _Tuning(tile=2048, max_rows=DW_ROWS_PER_PROGRAM, max_block=4096, loop_block=4096, warp_elems=256,
+# GPU forward, from the sweep of benchmarks/triton_tuning.py on an H200 (bf16, reports/h200/triton.md):
+# 2048 elements per program and 4 warps ran at 0.991 of a device copy at 65536 x 4096 (8 warps: 0.924) and
+# 0.706 at 2097152 x 128 (16 rows a program; 32 rows: 0.468).
+_GPU_FWD = _Tuning(tile=2048, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16)
+# GPU backward: one row at a time at 4096 columns (8 warps, 0.243 of copy), 16 rows at 128 (4 warps, 0.342):
+# the best pair of the same sweep. dw's subtree keeps up to six partial rows live (ptxas for sm_90: 128
+# registers at 4096). Wider rows take the two-kernel path (row statistics first).
+_GPU_BWD = _Tuning(tile=2048, max_rows=DW_ROWS_PER_PROGRAM, max_block=4096, loop_block=4096, warp_elems=512,
                    max_warps=16)
-# The interpreter pays a fixed Python cost per operation and per program: big tiles, few programs.
-_INTERP_FWD = _Tuning(tile=1 << 16, max_rows=1024, max_block=1 << 20, loop_block=1 << 16, warp_elems=512,
+# The interpreter pays a fixed Python cost per operation and per program: big tiles, few programs, and in
+# the backward subtrees of up to 4096 rows taken in one tile.
+_INTERP_FWD = _Tuning(tile=1 << 18, max_rows=4096, max_block=1 << 20, loop_block=1 << 16, warp_elems=512,
                       max_warps=4)
-_INTERP_BWD = _Tuning(tile=1 << 18, max_rows=DW_ROWS_PER_PROGRAM, max_block=1 << 16, loop_block=1 << 16,
-                      warp_elems=512, max_warps=4)
+_INTERP_BWD = _Tuning(tile=1 << 18, max_rows=4096, max_block=1 << 16, loop_block=1 << 16, warp_elems=512,
+                      max_warps=4, subtree_elems=1 << 18)
 
 
 @functools.cache
@@ -89,15 +93,23 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
     width = padded_width(dim)
     block = width if width <= tuning.max_block else tuning.loop_block
     rows = min(max(tuning.tile // block, 1), tuning.max_rows)
+    subtree = 0
+    if backward:
+        subtree = DW_ROWS_PER_PROGRAM
+        if tuning.subtree_elems:
+            subtree = min(max(1 << (max(tuning.subtree_elems // block, 1).bit_length() - 1), subtree), 4096)
+        # at most six levels of the subtree are left to the stack of finished subtrees (see _push)
+        rows = min(max(rows, subtree // 64), subtree)
     per_access = _ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
     vec = min(per_access, dim & -dim)  # largest power of two dividing dim, so contiguous rows qualify
     num_warps = min(max(rows * block // tuning.warp_elems, 4), tuning.max_warps)
-    return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps)
+    return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps,
+                        subtree=subtree)
 
 
-def dw_programs(n_rows: int) -> int:
-    """Programs of the backward: one per subtree of DW_ROWS_PER_PROGRAM rows of the padded batch."""
-    return max(padded_width(n_rows) // DW_ROWS_PER_PROGRAM, 1)
+def dw_programs(n_rows: int, subtree: int = DW_ROWS_PER_PROGRAM) -> int:
+    """Programs of the backward: one per subtree of ``subtree`` rows of the padded batch."""
+    return max(padded_width(n_rows) // subtree, 1)
 
 
 if triton is not None:
@@ -185,7 +197,7 @@ if triton is not None:
     @_device_function
     def _adjacent(t):  # noqa: ANN001
         """[L, G, 8] -> [G, 8], L a power of two: pairs (2i, 2i+1) first, then pairs of pairs."""
-        for _ in tl.static_range(7):
+        for _ in tl.static_range(13):  # up to 4096 leaves
             if t.shape[0] > 1:
                 t = _sum(tl.reshape(t, [t.shape[0] // 2, 2, t.shape[1], t.shape[2]]), 1)
         return tl.reshape(t, [t.shape[1], t.shape[2]])
@@ -233,8 +245,12 @@ if triton is not None:
         return c, s0, s1, s2, s3, s4, s5
 
     @_device_function
-    def _bitrev3(v):  # noqa: ANN001
-        return ((v & 1) << 2) | (v & 2) | ((v >> 2) & 1)
+    def _bitrev(v, BITS: tl.constexpr):  # noqa: ANN001
+        """The low BITS bits of v in reverse order."""
+        r = v & 0
+        for i in tl.static_range(BITS):
+            r = (r << 1) | ((v >> i) & 1)
+        return r
 
     @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "r_row_stride", "eps"])
     def _rms_norm_fwd_kernel(
@@ -335,17 +351,18 @@ if triton is not None:
     def _rms_norm_bwd_kernel(
         x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, stats_ptr,  # noqa: ANN001
         n_rows, x_row_stride, g_row_stride, n_programs, eps,  # noqa: ANN001
-        DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,
+        DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr, MBITS: tl.constexpr,
         VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
     ):
         """dx of the rows of program p's subtree, and its fp32 partial of dw, for columns chunk * GROUPS * 8 on.
 
-        Program p owns rows 8 * (p + n_programs * m) + e for m, e in [0, 8): the first six levels of dw's
-        canonical tree over the padded batch (e's bits from the highest, then m's). They are visited as leaves
-        k = 0..63 in the order of those levels, LEAVES at a time; a tile's leaves are added in pairs, and the
-        tiles through a stack of finished subtrees. The partial goes to row p of part_ptr, which no other
-        program touches: no atomics, the same bits on every run. STATS: rms and c come from stats_ptr (rows
-        wider than a tile); otherwise the tile holds whole rows and they are computed here.
+        Program p owns rows 8 * (p + n_programs * m) + e for e in [0, 8), m in [0, 2**MBITS): the first
+        levels of dw's canonical tree over the padded batch (e's bits from the highest, then m's). They are
+        visited as leaves k = 0, 1, ... in the order of those levels, LEAVES at a time; a tile's leaves are
+        added in pairs, and the tiles through a stack of finished subtrees. The partial goes to row p of
+        part_ptr, which no other program touches: no atomics, the same bits on every run. STATS: rms and c
+        come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows and they are
+        computed here.
         """
         p = tl.program_id(0).to(tl.int64)
         chunk = tl.program_id(1)
@@ -358,10 +375,10 @@ if triton is not None:
         s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
         c = zero
         j = tl.arange(0, LEAVES)
-        for t in range(1 << LEVELS):  # LEAVES << LEVELS == DW_ROWS_PER_PROGRAM
+        for t in range(1 << LEVELS):  # LEAVES << LEVELS == 8 << MBITS, the subtree's rows
             leaf = t * LEAVES + j
-            m = _bitrev3(leaf >> 3)
-            rows = 8 * (p + n_programs * m) + _bitrev3(leaf & 7)
+            m = _bitrev(leaf >> 3, MBITS)
+            rows = 8 * (p + n_programs * m) + _bitrev(leaf & 7, 3)
             c = zero
             if tl.min(rows, 0) < n_rows:  # subtrees past the batch are zero rows: their sum is +0.0
                 row_mask = rows < n_rows
@@ -615,7 +632,7 @@ def _backward(
     g2, g_stride = _rows_2d(grad, dim, cfg.vec)
     w = _aligned_weight(weight)
     n_rows = x2.shape[0]
-    programs = dw_programs(n_rows)
+    programs = dw_programs(n_rows, cfg.subtree)
     partials = torch.empty((programs, dim), dtype=torch.float32, device=x.device)
     dx = torch.empty((n_rows, dim), dtype=x.dtype, device=x.device) if need_dx else partials
     stats = partials  # an unread stand-in while rows fit one tile
@@ -627,11 +644,12 @@ def _backward(
             cfg.num_warps,
             x.device,
         )
-    levels = (DW_ROWS_PER_PROGRAM // cfg.rows).bit_length() - 1
+    levels = (cfg.subtree // cfg.rows).bit_length() - 1
+    mbits = cfg.subtree.bit_length() - 1 - 3
     _launch_bwd(
         (programs, cfg.tiles),
         (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps,
-         dim, cfg.groups, cfg.rows, levels, cfg.vec, need_dx, cfg.tiles > 1),
+         dim, cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1),
         cfg.num_warps,
         x.device,
     )

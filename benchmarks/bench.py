@@ -447,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma list; latency uses the first (default: %(default)s)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
     parser.add_argument("--no-parity", action="store_true", help="leave out the CPU/device parity phase")
+    parser.add_argument("--triton-tuning", default=None, metavar="JSON",
+                        help="apply the best tuning of a benchmarks/triton_tuning.py run to the Triton backend")
     parser.add_argument(
         "--backends", default=",".join(BACKENDS),
         help="backends to load, by registry name or module:attr (default: %(default)s; "
@@ -471,6 +473,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from rmsnorm_conformance.harness.environment import fingerprint
 
+    if args.triton_tuning:
+        from rmsnorm_conformance.backends import triton_rmsnorm
+
+        best = json.loads(Path(args.triton_tuning).read_text())["best"]
+        for kind, name in (("forward", "_GPU_FWD"), ("backward", "_GPU_BWD")):
+            if kind in best:
+                tuned = getattr(triton_rmsnorm, name)._replace(tile=best[kind]["tile"],
+                                                               warp_elems=best[kind]["warp_elems"])
+                setattr(triton_rmsnorm, name, tuned)
+        triton_rmsnorm.launch_config.cache_clear()
     specs = tuple(spec.strip() for spec in args.backends.split(",") if spec.strip())
     found = subjects(device, backends=specs, compile_peer=not args.no_compile)
     print(f"timing {', '.join(s.name for s in found)} on {device}; shapes {shapes}; dtypes {args.dtypes}")

@@ -99,7 +99,7 @@ def _small_tiles(monkeypatch, *, max_block: int, loop_block: int, bwd_tile: int)
         monkeypatch.setattr(tr, name, getattr(tr, name)._replace(max_block=max_block, loop_block=loop_block))
     for name in ("_INTERP_BWD", "_GPU_BWD"):
         monkeypatch.setattr(tr, name, getattr(tr, name)._replace(max_block=max_block, loop_block=loop_block,
-                                                                 tile=bwd_tile))
+                                                                 tile=bwd_tile, subtree_elems=0))
 
 
 @pytest.fixture
@@ -147,19 +147,23 @@ def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
             assert dim % cfg.vec == 0 and cfg.vec * torch.empty((), dtype=dtype).element_size() <= 16, cfg
             assert cfg.rows * cfg.groups * 8 <= 1 << 20, cfg  # Triton's largest tensor
             if backward:
-                assert cfg.rows <= tr.DW_ROWS_PER_PROGRAM
+                assert cfg.subtree >= tr.DW_ROWS_PER_PROGRAM and cfg.subtree & (cfg.subtree - 1) == 0, cfg
+                assert cfg.rows <= cfg.subtree <= 64 * cfg.rows, cfg  # the stack holds six levels
     if not interpreted:
         # At head_dim several rows share a program: one row per program is far from copy speed there.
         assert tr.launch_config(128, dtype, interpreted=False).rows >= 8
 
 
-def test_dw_programs_cover_every_row_once():
-    """Program p owns rows 8 * (p + S * m) + e, m and e in [0, 8): every row of the padded batch once."""
+@pytest.mark.parametrize("subtree", [64, 512])
+def test_dw_programs_cover_every_row_once(subtree):
+    """Program p owns rows 8 * (p + S * m) + e, e in [0, 8), m in [0, subtree / 8): every row of the padded
+    batch once."""
+    groups = subtree // 8
     for n_rows in (1, 2, 15, 16, 17, 63, 64, 65, 255, 1000, 4097, 65536):
-        programs = tr.dw_programs(n_rows)
+        programs = tr.dw_programs(n_rows, subtree)
         assert programs & (programs - 1) == 0
-        owned = sorted(8 * (p + programs * m) + e for p in range(programs) for m in range(8) for e in range(8))
-        assert owned == list(range(max(padded_width(n_rows), tr.DW_ROWS_PER_PROGRAM)))
+        owned = sorted(8 * (p + programs * m) + e for p in range(programs) for m in range(groups) for e in range(8))
+        assert owned == list(range(max(padded_width(n_rows), subtree)))
 
 
 def test_cpu_needs_the_interpreter():
