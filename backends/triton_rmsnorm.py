@@ -17,7 +17,13 @@ from typing import Any, NamedTuple
 import torch
 
 from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
-from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs
+from rmsnorm_conformance.contract.inputs import (
+    CONTRACT_DTYPE_PAIRS,
+    SUPPORTED_DTYPES,
+    check_inputs,
+    check_residual,
+    check_unweighted_inputs,
+)
 
 # Triton decides at decoration time whether @triton.jit kernels compile or run in its interpreter, so the
 # environment as it was at import is what counts for this process.
@@ -754,26 +760,14 @@ def _(x, residual, weight, eps):  # noqa: ANN001
     return x.new_empty(x.shape), residual.new_empty(x.shape)
 
 
-def _check_residual(x: torch.Tensor, residual: torch.Tensor) -> None:
-    if not isinstance(residual, torch.Tensor):
-        raise TypeError(f"fused_add expects a tensor residual, got {type(residual).__name__}")
-    if residual.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"fused_add supports residual of dtype float32, bfloat16 or float16, "
-                        f"got residual.dtype={residual.dtype}")
-    if residual.shape != x.shape:
-        raise ValueError(f"fused_add needs residual of x's shape, got x.shape={tuple(x.shape)} and "
-                         f"residual.shape={tuple(residual.shape)}")
-    if residual.device != x.device:
-        raise ValueError(f"fused_add needs x and residual on one device, got x.device={x.device} and "
-                         f"residual.device={residual.device}")
-
-
 class TritonRMSNormOp:
     """RMSNorm as Triton kernels in the canonical order: bitwise equal to the native reference.
 
     ``forward`` returns ``x.dtype`` and ``forward_fp32`` float32, both differentiable for x and weight;
     ``fused_add``, ``forward_offset`` and ``forward_unweighted`` are the variants of the backend protocol.
-    On the CPU the kernels run in Triton's interpreter (``interpreted`` is then True).
+    Every dtype pair of the contract is taken (an fp32 weight multiplies the fp32 normalized row), and the fused
+    add takes a residual in x's dtype or fp32. On the CPU the kernels run in Triton's interpreter
+    (``interpreted`` is then True).
     """
 
     name = "triton"
@@ -781,8 +775,11 @@ class TritonRMSNormOp:
     dtypes = SUPPORTED_DTYPES
     supports_backward = True
     interpreted: bool = _INTERPRETED
+    dtype_pairs = CONTRACT_DTYPE_PAIRS
     fused_add_in_place = False
+    fused_add_fp32_residual = True
     offset_dtype = "float32"
+    rounding_class = "product_fp32"
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return self.forward(x, weight, eps)
@@ -801,8 +798,7 @@ class TritonRMSNormOp:
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """y = x32 / rms rounded once; not differentiable."""
-        # The shared checks with a stand-in weight of the right shape: only x and eps can be wrong.
-        check_inputs(x, x.new_empty(x.shape[-1:]) if isinstance(x, torch.Tensor) and x.dim() else x, eps)
+        check_unweighted_inputs(x, eps)
         self._check_device(x.device)
         return torch.ops.rmsnorm_conformance.triton_rms_norm(x, None, float(eps), False, False)
 
@@ -810,7 +806,7 @@ class TritonRMSNormOp:
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """(y, residual_out): residual_out = x + residual rounded to residual's dtype, y its RMSNorm."""
         check_inputs(x, weight, eps)
-        _check_residual(x, residual)
+        check_residual(x, residual, fp32_residual=True)
         self._check_device(x.device)
         if torch.compiler.is_compiling():
             return torch.ops.rmsnorm_conformance.triton_fused_add_rms_norm(x, residual, weight, float(eps))

@@ -463,6 +463,16 @@ def test_bitwise_equal_to_native(device, dtype, dim):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fp32_weight_bitwise_equal_to_native(device, dtype):
+    """The mixed-precision pair: an fp32 weight with 16-bit x, forward, dx and the fp32 dw."""
+    x, _, g = _data(19, 129, dtype, device, seed=5)
+    w = _data(1, 129, torch.float32, device, seed=6)[1]
+    _assert_parity(x, w, g, f"{dtype} x with an fp32 weight")
+    assert _grads(x, w, g)[2].dtype == torch.float32
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rows", [1, 8, 63, 64, 65, 200])
 def test_dw_tree_over_the_rows(device, rows):
     """dw's canonical tree over the rows at row counts below, at and past one program's 64 rows."""
@@ -539,6 +549,8 @@ def test_fused_add_refuses_a_mismatched_residual(device):
         OP.fused_add(x, r[:, :8], w)
     with pytest.raises(TypeError, match="float64"):
         OP.fused_add(x, r.double(), w)
+    with pytest.raises(TypeError, match="bfloat16"):
+        OP.fused_add(x, r.bfloat16(), w)  # a 16-bit residual with fp32 x
 
 
 @pytest.mark.parametrize("device", DEVICES)
