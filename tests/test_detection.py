@@ -28,6 +28,9 @@ SUITES = ROOT / "suites"
 # The suite test(s) that hold a backend to each rule, as the suites declare them.
 RULE_TESTS: dict[str, list[str]] = rule_tests()
 
+# The suite tests over explicit cases rather than Hypothesis draws, by name: the same cases under every seed.
+EXPLICIT_TESTS = "not _at_thresholds and not _qk_norm and not test_first_call"
+
 # How many Hypothesis seeds the false-alarm run uses; 0 skips it.
 SEEDS = int(os.environ.get("RMSNORM_SEEDS", "0") or 0)
 
@@ -104,9 +107,11 @@ def test_lane_order_control_passes_axis_a_in_fp32(run):
 @pytest.mark.parametrize("seed", range(max(SEEDS, 1)))
 def test_no_false_alarm_for_correct_backends(run, pytester, seed):
     """The native ground truth and an independent correct order pass every suite under Hypothesis seed
-    ``seed``: a failure here is the harness's (or a bound's) fault, not the backend's."""
+    ``seed``: a failure here is the harness's (or a bound's) fault, not the backend's. The explicit checks
+    (thresholds, QK-norm shapes, first calls) are the same under every seed: seed 0 alone runs them."""
+    explicit = [] if seed == 0 else ["-k", EXPLICIT_TESTS]
     result = run(str(SUITES), "--backend=native,tests.defects:LaneOrderRMSNorm", "--device=cpu",
-                 "--sweep=dev", f"--hypothesis-seed={seed}", "--report=seed.json")
+                 "--sweep=dev", f"--hypothesis-seed={seed}", "--report=seed.json", *explicit)
     data = json.loads((pytester.path / "seed.json").read_text())
     failed = [f"{nodeid}: {o.get('reason', '')}" for nodeid, o in data["outcomes"].items()
               if o["outcome"] in ("failed", "error")]
