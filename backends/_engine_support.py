@@ -17,7 +17,7 @@ import torch
 
 def package_missing(module: str, pip_name: str) -> str | None:
     """A sentence saying ``pip_name`` is not installed, or None when ``module`` can be imported."""
-    if module in sys.modules:
+    if sys.modules.get(module) is not None:  # a None entry is how Python marks a module as blocked
         return None
     try:
         found = importlib.util.find_spec(module) is not None

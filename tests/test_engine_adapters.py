@@ -1,0 +1,373 @@
+"""The inference engines' adapters, without the engines: fake modules put in ``sys.modules`` implement each engine's
+entry points with plain torch, as the engine documents them (in-place writes included), and record how they were
+called. The adapters must call the right entry point with the right arguments, map the fused add and the Gemma
+offset to the right functions, leave the caller's tensors as the protocol says, and, with the package missing,
+be skipped with that reason (a run naming only them ends NOT RUN, never PASS)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmsnorm_conformance.backends._engine_support import rows
+from rmsnorm_conformance.harness.registry import known_backend_names, load_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINES = ["vllm", "vllm_batch_invariant", "flashinfer", "sgl_kernel", "quack", "xformers", "transformer_engine",
+           "unsloth"]
+# The modules each adapter checks for; a None entry in sys.modules makes a module unimportable.
+PACKAGES = {"vllm": ["vllm"], "vllm_batch_invariant": ["vllm"], "flashinfer": ["flashinfer"],
+            "sgl_kernel": ["sgl_kernel"], "quack": ["quack"], "xformers": ["xformers"],
+            "transformer_engine": ["transformer_engine", "transformer_engine_torch"], "unsloth": ["unsloth"]}
+EPS = 1e-5
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+
+
+def norm(x, weight=None, eps=EPS, offset=0.0, out_dtype=None):
+    """The formula every fake computes: fp32 normalized row times the fp32 (offset) weight, rounded once."""
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * (weight.float() + offset)
+    return y.to(out_dtype or x.dtype)
+
+
+def data(shape=(4, 64), dtype=BF16, w_dtype=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=gen).to(dtype)
+    residual = torch.randn(*shape, generator=gen).to(dtype)
+    weight = torch.randn(shape[-1], generator=gen).to(w_dtype or dtype)
+    return x, residual, weight
+
+
+class Calls(list):
+    """(function name, positional args, keyword args) of each call a fake received."""
+
+    def names(self):
+        return [c[0] for c in self]
+
+
+def install(monkeypatch, name, **attrs):
+    """A fake module ``name`` (its parent packages too, where not faked already) holding ``attrs``."""
+    parts = name.split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if not isinstance(sys.modules.get(parent), types.ModuleType) or not getattr(sys.modules[parent], "_fake", 0):
+            pkg = types.ModuleType(parent)
+            pkg._fake = True
+            pkg.__path__ = []
+            monkeypatch.setitem(sys.modules, parent, pkg)
+    module = types.ModuleType(name)
+    module._fake = True
+    for key, value in attrs.items():
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, name, module)
+    if len(parts) > 1:
+        monkeypatch.setattr(sys.modules[".".join(parts[:-1])], parts[-1], module, raising=False)
+    return module
+
+
+def in_place_fused_add(calls, fn_name, offset=0.0):
+    """An engine's in-place fused add: residual += input (fp32 sum rounded to residual's dtype), then input is
+    overwritten with the normalized residual."""
+    def fused_add(input, residual, weight, eps=1e-6, *rest, **kw):
+        calls.append((fn_name, (input, residual, weight, eps, *rest), kw))
+        residual.copy_((input.float() + residual.float()).to(residual.dtype))
+        input.copy_(norm(residual, weight, eps, offset))
+    return fused_add
+
+
+def test_engine_adapters_are_registered_by_entry_point():
+    for name in ENGINES:
+        assert name in known_backend_names()
+        assert load_backend(name).name == name
+
+
+# --- vLLM ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    calls = Calls()
+
+    def rms_norm(out, input, weight, epsilon):
+        calls.append(("rms_norm", (out, input, weight, epsilon), {}))
+        out.copy_(norm(input, weight, epsilon))
+
+    install(monkeypatch, "vllm._custom_ops", rms_norm=rms_norm,
+            fused_add_rms_norm=in_place_fused_add(calls, "fused_add_rms_norm"))
+    return calls
+
+
+def test_vllm_writes_into_a_contiguous_out_and_fuses_the_add_in_place(fake_vllm):
+    backend = load_backend("vllm")
+    assert backend.fused_add_in_place and backend.dtype_pairs == ((F32, F32), (BF16, BF16), (F16, F16))
+    assert backend.unavailable_reason("cpu") == "vLLM's kernels run on CUDA GPUs only, not on cpu"
+    x, residual, weight = data()
+    strided = torch.cat([x, x], dim=1)[:, :64]
+    y = backend.forward(strided, weight, EPS)
+    name, (out, inp, w, eps), _ = fake_vllm[-1]
+    assert name == "rms_norm" and out is y and out.is_contiguous() and inp is strided and w is weight and eps == EPS
+    assert torch.equal(y, norm(x, weight))
+    assert torch.equal(backend.forward_unweighted(x, EPS), norm(x))
+    assert fake_vllm[-1][1][2] is None  # weight=None: vLLM's RMSNorm(has_weight=False)
+
+    before = x.clone(), residual.clone()
+    y, residual_out = backend.fused_add(x, residual, weight, EPS)
+    name, (inp, res, w, eps), _ = fake_vllm[-1]
+    assert name == "fused_add_rms_norm" and inp is y and res is residual_out and w is weight and eps == EPS
+    expected_residual = (x.float() + residual.float()).to(BF16)
+    assert torch.equal(residual_out, expected_residual) and torch.equal(y, norm(expected_residual, weight))
+    assert torch.equal(x, before[0]) and torch.equal(residual, before[1])  # the harness gave the kernel copies
+
+
+@pytest.mark.parametrize("where", ["vllm.model_executor.determinism.batch_invariant",
+                                   "vllm.model_executor.layers.batch_invariant"])
+def test_vllm_batch_invariant_calls_the_batch_invariant_entry_point(monkeypatch, fake_vllm, where):
+    calls = Calls()
+
+    def batch_invariant(input, weight, eps=1e-6, residual=None):
+        calls.append(("batch_invariant", (input, weight, eps), {"residual": residual}))
+        if residual is not None:
+            sys.modules["vllm._custom_ops"].fused_add_rms_norm(input, residual, weight, eps)
+            return input, residual
+        return norm(input, weight, eps)
+
+    if where.endswith("determinism.batch_invariant"):
+        install(monkeypatch, where, rms_norm_batch_invariant=batch_invariant)
+    else:  # older vLLM: the function is rms_norm in model_executor.layers.batch_invariant
+        install(monkeypatch, where, rms_norm=batch_invariant)
+    backend = load_backend("vllm_batch_invariant")
+    x, residual, weight = data()
+    assert torch.equal(backend.forward(x, weight, EPS), norm(x, weight))
+    assert calls[-1][1] == (x, weight, EPS) and calls[-1][2] == {"residual": None}
+    assert torch.equal(backend.forward_unweighted(x, EPS), norm(x)) and calls[-1][1][1] is None
+    y, residual_out = backend.fused_add(x, residual, weight, EPS)
+    assert calls[-1][2]["residual"] is residual_out and fake_vllm.names()[-1] == "fused_add_rms_norm"
+    assert torch.equal(y, norm(residual_out, weight))
+
+
+# --- FlashInfer and sgl-kernel (the same four entry points) -------------------------------------------------
+
+def norm_entry_points(calls):
+    def rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None):
+        calls.append(("rmsnorm", (input, weight, eps), {}))
+        return norm(input, weight, eps)
+
+    def gemma_rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None):
+        calls.append(("gemma_rmsnorm", (input, weight, eps), {}))
+        return norm(input, weight, eps, offset=1.0)
+
+    return {"rmsnorm": rmsnorm, "gemma_rmsnorm": gemma_rmsnorm,
+            "fused_add_rmsnorm": in_place_fused_add(calls, "fused_add_rmsnorm"),
+            "gemma_fused_add_rmsnorm": in_place_fused_add(calls, "gemma_fused_add_rmsnorm", offset=1.0)}
+
+
+@pytest.mark.parametrize(("name", "module"), [("flashinfer", "flashinfer.norm"), ("sgl_kernel", "sgl_kernel")])
+def test_flashinfer_style_entry_points_map_plain_fused_and_gemma(monkeypatch, name, module):
+    calls = Calls()
+    install(monkeypatch, module, **norm_entry_points(calls))
+    backend = load_backend(name)
+    assert backend.fused_add_in_place and backend.offset_dtype == "float32"
+    x, residual, weight = data()
+
+    assert torch.equal(backend.forward(x, weight, EPS), norm(x, weight))
+    assert calls[-1][0] == "rmsnorm" and calls[-1][1] == (x, weight, EPS)
+    assert torch.equal(backend.forward_offset(x, weight, EPS), norm(x, weight, offset=1.0))
+    assert calls[-1][0] == "gemma_rmsnorm"
+
+    y, residual_out = backend.fused_add(x, residual, weight, EPS)
+    fn, (inp, res, w, eps), _ = calls[-1]
+    assert fn == "fused_add_rmsnorm" and inp is y and res is residual_out and w is weight and eps == EPS
+    assert torch.equal(y, norm(residual_out, weight))
+
+    x_io, residual_io = x.clone(), residual.clone()
+    backend.impl.fused_add_offset(x_io, residual_io, weight, EPS)
+    assert calls[-1][0] == "gemma_fused_add_rmsnorm" and calls[-1][1][0] is x_io and calls[-1][1][1] is residual_io
+    assert torch.equal(x_io, norm(residual_io, weight, offset=1.0))
+
+
+def test_flashinfer_takes_3d_as_is_and_other_ranks_as_rows_written_back(monkeypatch):
+    calls = Calls()
+    install(monkeypatch, "flashinfer.norm", **norm_entry_points(calls))
+    backend = load_backend("flashinfer")
+    x, residual, weight = data((2, 3, 4, 64))
+    y = backend.forward(x[0], weight, EPS)  # [tokens, heads, head_dim]: FlashInfer's per-head kernel
+    assert calls[-1][1][0].shape == (3, 4, 64) and y.shape == (3, 4, 64)
+    y = backend.forward(x, weight, EPS)
+    assert calls[-1][1][0].shape == (24, 64) and y.shape == x.shape and torch.equal(y, norm(x, weight))
+    # A fused add on a layout with no 2-D view: the engine gets copies, its writes land in the caller's tensors.
+    x_io, residual_io = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (x, residual))
+    assert rows(x_io) is None and torch.equal(x_io, x)
+    backend.impl.fused_add(x_io, residual_io, weight, EPS)
+    expected = (x.float() + residual.float()).to(BF16)
+    assert torch.equal(residual_io, expected) and torch.equal(x_io, norm(expected, weight))
+
+
+def test_flashinfer_declares_fp32_only_on_its_cute_dsl_path(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cutlass", types.ModuleType("cutlass"))
+    monkeypatch.delenv("FLASHINFER_USE_CUDA_NORM", raising=False)
+    assert (F32, F32) in load_backend("flashinfer").dtype_pairs
+    monkeypatch.setenv("FLASHINFER_USE_CUDA_NORM", "1")  # the CUDA JIT kernels: fp16 and bf16 only
+    assert load_backend("flashinfer").dtype_pairs == ((BF16, BF16), (F16, F16))
+    assert load_backend("sgl_kernel").dtype_pairs == ((BF16, BF16), (F16, F16))
+
+
+# --- quack -----------------------------------------------------------------------------------------------------
+
+def test_quack_passes_residual_out_dtype_and_offset_by_keyword(monkeypatch):
+    calls = Calls()
+
+    def rmsnorm(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-6,
+                prenorm=False, weight_offset=0.0):
+        calls.append(("rmsnorm", (x, weight), {"residual": residual, "out_dtype": out_dtype, "eps": eps,
+                                                "residual_dtype": residual_dtype, "prenorm": prenorm,
+                                                "weight_offset": weight_offset}))
+        if residual is None:
+            return norm(x, weight, eps, weight_offset, out_dtype)
+        summed = x.float() + residual.float()
+        y = norm(summed, weight, eps, weight_offset).to(out_dtype or x.dtype)
+        return (y, summed.to(residual_dtype)) if prenorm else y
+
+    install(monkeypatch, "quack", rmsnorm=rmsnorm)
+    backend = load_backend("quack")
+    assert backend.fused_add_fp32_residual and not backend.fused_add_in_place and backend.has_forward_fp32
+    x, residual, weight = data(w_dtype=F32)
+    assert torch.equal(backend.forward(x, weight, EPS), norm(x, weight)) and calls[-1][2]["eps"] == EPS
+    assert backend.forward_fp32(x, weight, EPS).dtype == F32 and calls[-1][2]["out_dtype"] == F32
+    backend.forward_offset(x, weight, EPS)
+    assert calls[-1][2]["weight_offset"] == 1.0
+    backend.forward_unweighted(x, EPS)
+    assert calls[-1][1][1] is None
+    residual32 = residual.float()
+    y, residual_out = backend.fused_add(x, residual32, weight, EPS)
+    kw = calls[-1][2]
+    assert kw["residual"] is residual32 and kw["prenorm"] and kw["residual_dtype"] == F32
+    assert y.dtype == BF16 and residual_out.dtype == F32
+
+
+# --- xformers --------------------------------------------------------------------------------------------------
+
+def test_xformers_adds_into_a_copy_of_the_residual(monkeypatch):
+    calls = Calls()
+
+    def rms_norm(x, weight, eps=1e-6):
+        calls.append(("rms_norm", (x, weight, eps), {}))
+        return norm(x, weight, eps)
+
+    def rms_norm_add(x, y, weight, eps=1e-6):
+        calls.append(("rms_norm_add", (x, y, weight, eps), {}))
+        x.copy_((x.float() + y.float()).to(x.dtype))
+        return norm(x, weight, eps)
+
+    install(monkeypatch, "xformers.ops.rmsnorm", rms_norm=rms_norm, rms_norm_add=rms_norm_add)
+    backend = load_backend("xformers")
+    assert not backend.fused_add_in_place and backend.supports_backward("cpu") is False
+    x, residual, weight = data()
+    assert torch.equal(backend.forward(x, weight, EPS), norm(x, weight))
+    assert torch.equal(backend.forward_unweighted(x, EPS), norm(x)) and calls[-1][1][1] is None
+    before = residual.clone()
+    y, residual_out = backend.fused_add(x, residual, weight, EPS)
+    fn, (first, second, w, eps), _ = calls[-1]
+    assert eps == EPS and w is weight
+    assert fn == "rms_norm_add" and first is residual_out and first is not residual and second is x
+    assert torch.equal(residual, before)
+    assert torch.equal(residual_out, (x.float() + before.float()).to(BF16)) and torch.equal(y, norm(residual_out, w))
+
+
+# --- Unsloth ----------------------------------------------------------------------------------------------------
+
+def test_unsloth_reads_weight_and_eps_from_a_module_and_maps_gemma(monkeypatch):
+    calls = Calls()
+
+    def fast_rms_layernorm(layernorm, X, gemma=False, save_output=False, reuse_grad=False):
+        calls.append(("fast_rms_layernorm", (layernorm, X), {"gemma": gemma}))
+        return norm(X, layernorm.weight, layernorm.variance_epsilon, 1.0 if gemma else 0.0)
+
+    install(monkeypatch, "unsloth.kernels", fast_rms_layernorm=fast_rms_layernorm)
+    install(monkeypatch, "unsloth.kernels.fused_add_rms_layernorm",
+            fast_add_rms_layernorm_inference=in_place_fused_add(calls, "fast_add_rms_layernorm_inference"))
+    backend = load_backend("unsloth")
+    assert backend.fused_add_in_place and backend.offset_dtype == "float32"
+    x, residual, weight = data(w_dtype=F32)
+    assert torch.equal(backend.forward(x, weight, EPS), norm(x, weight))
+    layernorm = calls[-1][1][0]
+    assert layernorm.weight is weight and layernorm.variance_epsilon == EPS and calls[-1][2] == {"gemma": False}
+    assert torch.equal(backend.forward_offset(x, weight, EPS), norm(x, weight, offset=1.0))
+    assert calls[-1][2] == {"gemma": True}
+    y, residual_out = backend.fused_add(x, residual, weight, EPS)
+    assert calls[-1][0] == "fast_add_rms_layernorm_inference" and calls[-1][1][0] is y
+    assert calls[-1][1][1] is residual_out and calls[-1][1][3] == EPS
+
+
+# --- Transformer Engine -------------------------------------------------------------------------------------------
+
+def test_transformer_engine_runs_its_module_with_the_given_weight_and_gradient(monkeypatch):
+    built = []
+
+    class RMSNorm(torch.nn.Module):
+        def __init__(self, normalized_shape, eps=1e-5, sequence_parallel=None, params_dtype=None,
+                     zero_centered_gamma=False, device="cuda"):
+            super().__init__()
+            built.append({"dim": normalized_shape, "eps": eps, "params_dtype": params_dtype,
+                          "zero_centered_gamma": zero_centered_gamma, "device": device})
+            self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
+            init = torch.zeros if zero_centered_gamma else torch.ones
+            self.weight = torch.nn.Parameter(init(normalized_shape, dtype=params_dtype, device=device))
+
+        def forward(self, inp):
+            return norm(inp, self.weight, self.eps, 1.0 if self.zero_centered_gamma else 0.0)
+
+    install(monkeypatch, "transformer_engine.pytorch", RMSNorm=RMSNorm)
+    install(monkeypatch, "transformer_engine_torch")
+    backend = load_backend("transformer_engine")
+    x, _, weight = data(dtype=F32)
+    weight.requires_grad_(True)
+    y = backend.forward(x, weight, EPS)
+    assert torch.equal(y, norm(x, weight))
+    y.sum().backward()
+    assert weight.grad is not None  # the gradient reaches the weight passed in, not the module's parameter
+    backend.forward(x, weight, EPS)
+    assert len(built) == 1 and built[0] == {"dim": 64, "eps": EPS, "params_dtype": F32, "zero_centered_gamma": False,
+                                            "device": x.device}
+    assert torch.equal(backend.forward_offset(x, weight, EPS), norm(x, weight, offset=1.0))
+    assert built[-1]["zero_centered_gamma"] is True
+
+
+# --- a missing package is a skip with its reason, and a run of only such backends is NOT RUN ----------------------
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_a_missing_package_is_the_reason_on_every_device(monkeypatch, name):
+    for module in PACKAGES[name]:
+        monkeypatch.setitem(sys.modules, module, None)
+    backend = load_backend(name)
+    for device in ("cpu", "cuda"):
+        reason = backend.unavailable_reason(device)
+        assert reason and "not installed" in reason, reason
+
+
+def test_without_cuda_the_reason_says_so(monkeypatch):
+    install(monkeypatch, "quack")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert load_backend("quack").unavailable_reason("cuda") == "no CUDA device is available on this machine"
+
+
+def test_a_run_naming_only_missing_engines_is_not_run(pytester, monkeypatch):
+    missing = [name for name in ENGINES if "not installed" in (load_backend(name).unavailable_reason("cpu") or "")]
+    if not missing:
+        pytest.skip("every engine package is installed here")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "rmsnorm_conformance.suites", f"--backend={','.join(missing)}", "--device=cpu",
+        "--rule=axis_b.output", "--dtype=bfloat16", "--report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == 5  # nothing ran at all
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["verdict"] == "NOT RUN" and sorted(report["named_but_not_run"]) == sorted(missing)
+    skips = [o["reason"] for o in report["outcomes"].values() if o["outcome"] == "skipped"]
+    for name in missing:  # each skip says which package is missing
+        pip_name = load_backend(name).unavailable_reason("cpu").split(" is not installed")[0]
+        assert any(reason.startswith(f"{pip_name} is not installed") for reason in skips), (name, skips)
