@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The engine adapters on a GPU machine with no network: install the engine wheels that travelled with the call
+# (in .whl-engines/<group>/, a wheel too large for one call split into NAME.part-N files across groups, with
+# NAME.sha256 beside each part), then run the conformance suites against every engine adapter that can run.
+#
+#   bash benchmarks/engines_on_device.sh stage          # keep this call's wheels and parts for a later call
+#   OUT=dir bash benchmarks/engines_on_device.sh run [ADAPTERS]   # join, install, run (default: every engine)
+#
+# Calls on one machine share /tmp while it stays warm: 'stage' each group in back-to-back calls, and 'run' with
+# the last one. A wheel joins once all its parts are there and its sha256 matches; an incomplete one is left out,
+# and its adapters are then skipped with their reason like any adapter whose package is missing. Only adapters
+# whose packages import are named with --backend, so the verdict speaks for those; the others are listed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+OUT=${OUT:-reports/engines}
+STAGE=${ENGINES_STAGE:-/tmp/engines-stage}
+SITE=${ENGINES_SITE:-/tmp/site}
+LIMIT=${ENGINES_TIME_LIMIT:-420}   # seconds for the conformance run itself
+ENGINES=vllm,vllm_batch_invariant,flashinfer,sgl_kernel,quack,xformers,transformer_engine,unsloth
+export PYTHONUNBUFFERED=1
+mkdir -p "$STAGE" "$OUT"
+
+# 1. Keep this call's files: whole wheels, parts and checksums.
+find -L .whl-engines -type f 2>/dev/null | while read -r f; do cp -n "$f" "$STAGE/"; done
+echo "staged: $(ls "$STAGE" | wc -l) files, $(du -sh "$STAGE" | cut -f1)"
+[ "$mode" = stage ] && exit 0
+
+# 2. Join split wheels whose parts are all here and whose checksum holds.
+for sum in "$STAGE"/*.sha256; do
+  [ -e "$sum" ] || continue
+  wheel="$STAGE/$(basename "$sum" .sha256)"
+  [ -e "$wheel" ] && continue
+  cat $(ls "$wheel".part-* | sort -V) > "$wheel.joined" 2>/dev/null
+  if (cd "$STAGE" && sed "s/  .*/  $(basename "$wheel").joined/" "$(basename "$sum")" | sha256sum -c --quiet -); then
+    mv "$wheel.joined" "$wheel"; echo "joined $(basename "$wheel")"
+  else
+    rm -f "$wheel.joined"; echo "incomplete, left out: $(basename "$wheel") (parts: $(ls "$wheel".part-* 2>/dev/null | wc -l))"
+  fi
+done
+
+# 3. Install the wheels into one folder, a site directory so that their .pth files (nvidia-cutlass-dsl's) run.
+start=$(date +%s)
+if ls "$STAGE"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$STAGE"/*.whl || echo "pip install failed: exit $?"
+fi
+purelib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "import site; site.addsitedir('$SITE')" > "$purelib/zz_engines_site.pth" \
+  || { export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; echo "no .pth written: PYTHONPATH only"; }
+# The harness itself, with its entry points (the adapters are registered there).
+python3 -m pip install -q --no-deps --no-index --no-build-isolation -e . || echo "harness install failed: exit $?"
+echo "install: $(( $(date +%s) - start )) s"
+
+# 4. Which adapters can run here, and how long each engine takes to import (FlashInfer's and quack's kernels
+#    are compiled at their first call, not here).
+nvidia-smi -L
+python3 - "${2:-$ENGINES}" <<'EOF' | tee "$OUT/engines-preflight.txt"
+import importlib, sys, time
+import torch
+from rmsnorm_conformance.harness.registry import load_backend
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+modules = {"vllm": "vllm._custom_ops", "vllm_batch_invariant": "vllm._custom_ops", "flashinfer": "flashinfer.norm",
+           "sgl_kernel": "sgl_kernel", "quack": "quack", "xformers": "xformers.ops.rmsnorm",
+           "transformer_engine": "transformer_engine.pytorch", "unsloth": "unsloth.kernels"}
+ready = []
+for name in sys.argv[1].split(","):
+    reason = load_backend(name).unavailable_reason("cuda")
+    if reason is None:
+        t = time.perf_counter()
+        try:
+            importlib.import_module(modules[name])
+        except Exception as exc:  # an engine that does not import is reported, and left out of the run
+            reason = f"import {modules[name]} failed: {type(exc).__name__}: {exc}"
+        else:
+            print(f"{name}: import {modules[name]} took {time.perf_counter() - t:.1f} s")
+    print(f"{name}: {'ready' if reason is None else 'skipped: ' + reason}")
+    if reason is None:
+        ready.append(name)
+with open("/tmp/engines-ready", "w") as f:
+    f.write(",".join(ready))
+EOF
+ready=$(cat /tmp/engines-ready 2>/dev/null)
+[ -n "$ready" ] || { echo "no engine adapter can run here"; exit 5; }
+
+# 5. The suites, one process (a crash is reported as INCOMPLETE with the test it died in), SIGINT on timeout so
+#    that the report is still written.
+start=$(date +%s)
+timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --backend="$ready" --device=cuda \
+  -q -p no:cacheprovider --sweep=ci --report="$OUT/engines.md" --report="$OUT/engines.json" 2>&1 \
+  | tee "$OUT/engines-log.txt" | tail -n 60
+status=${PIPESTATUS[0]}
+echo "conformance ($ready): exit $status, $(( $(date +%s) - start )) s"
+exit "$status"
