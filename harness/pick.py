@@ -23,8 +23,9 @@ from .records import Collector
 
 VERDICT_ORDER = ("PASS", "XFAIL", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then FAIL, "
-              "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partners; then more "
-              "of a device copy's bandwidth (mean over the target shapes); then lower latency against "
+              "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partners; then speed "
+              "measured on the row's own device type before speed measured elsewhere (†); then more of a device "
+              "copy's bandwidth (mean over the target shapes); then lower latency against "
               "F.rms_norm; then the lower worst margin")
 # Reports show dtypes in the order readers pick them.
 DTYPE_ORDER = ("bfloat16", "float16", "float32")
@@ -168,7 +169,7 @@ class PickRow:
     rounding: str
     partners: list[str]  # backends bitwise equal to this one on the same inputs ("name" or "name@device")
     required_partners: list[str] = field(default_factory=list)  # of those, checked by --require-parity
-    unequal_required: list[str] = field(default_factory=list)  # --require-parity pairs that differ
+    unequal_required: list[str] = field(default_factory=list)  # required pairs that differ, and by how much
     margins: dict[str, float] = field(default_factory=dict)  # x dtype -> worst Axis-B margin
     speed: Speed | None = None
     speed_elsewhere: bool = False  # the benchmark ran on another device type than this row's
@@ -178,7 +179,8 @@ class PickRow:
         fraction = self.speed.mean_fraction() if self.speed else None
         latency = self.speed.mean_latency() if self.speed else None
         return (VERDICT_ORDER.index(self.verdict), len(self.interface_breached), -len(self.partners),
-                -fraction if fraction is not None else 1.0, latency if latency is not None else float("inf"),
+                self.speed_elsewhere, -fraction if fraction is not None else 1.0,
+                latency if latency is not None else float("inf"),
                 max(self.margins.values(), default=float("inf")), self.backend, self.device)
 
     def to_json(self) -> dict[str, Any]:
@@ -219,33 +221,53 @@ def _rounding_label(c: Collector, backend: str, device: str) -> str:
     return "; ".join(f"{SHORT_DTYPE.get(d, d)} {n}" for d, n in sorted(follows.items()))
 
 
-def _pair_evidence(c: Collector) -> dict[tuple[str, str], dict[tuple[str, str], dict[str, bool]]]:
-    """(backend, device) -> (other backend, device) -> {"equal": every comparison bitwise equal,
-    "required": checked by the parity gate}."""
-    evidence: dict[tuple[str, str], dict[tuple[str, str], dict[str, bool]]] = {}
+@dataclass
+class ParityEvidence:
+    """What a run saw of two backends' bits on the same inputs: the parity gate's checks (--require-parity,
+    --modes) and the cross-backend parity rows (plain random rows of a few shapes)."""
 
-    def note(a: tuple[str, str], b: tuple[str, str], equal: bool, required: bool) -> None:
+    gate_checks: int = 0
+    gate_differ: int = 0
+    rows: int = 0
+    equal_rows: int = 0
+
+    @property
+    def equal(self) -> bool:
+        return bool(self.gate_checks or self.rows) and not self.gate_differ and self.equal_rows == self.rows
+
+    def describe(self) -> str:
+        """Why two backends are not partners, in a few words."""
+        parts = []
+        if self.gate_differ:
+            parts.append(f"{self.gate_differ} of {self.gate_checks} required checks differ")
+        if self.rows:
+            parts.append(f"{self.equal_rows / self.rows:.0%} of plain rows equal")
+        return "; ".join(parts)
+
+
+def _pair_evidence(c: Collector) -> dict[tuple[str, str], dict[tuple[str, str], ParityEvidence]]:
+    """(backend, device) -> (other backend, device) -> what the run saw of the two on the same inputs."""
+    evidence: dict[tuple[str, str], dict[tuple[str, str], ParityEvidence]] = {}
+
+    def note(a: tuple[str, str], b: tuple[str, str], **counts: int) -> None:
         for x, y in ((a, b), (b, a)):
-            e = evidence.setdefault(x, {}).setdefault(y, {"equal": True, "required": False})
-            e["equal"] &= equal
-            e["required"] |= required
+            e = evidence.setdefault(x, {}).setdefault(y, ParityEvidence())
+            for name, n in counts.items():
+                setattr(e, name, getattr(e, name) + n)
 
     for s in c.summaries.values():
         if s.rule != "parity.bitwise" or not _is_pair(s.backend) or not s.checks:
             continue
         left, right = s.backend.split("=", 1)
         devices = s.device.split("/")
-        left_device, right_device = devices[0], devices[-1]
-        note((left, left_device), (right, right_device), not (s.failures or s.expected_failures), True)
-    folded: dict[tuple[str, str, str], list[int]] = {}
+        note((left, devices[0]), (right, devices[-1]), gate_checks=s.checks,
+             gate_differ=s.failures + s.expected_failures)
     for p in c.parity:
         a, _, b = p["pair"].partition(" / ")
-        row = folded.setdefault((p["device"], a, b), [0, 0])
-        row[0] += p["equal"]
-        row[1] += p["total"]
-    for (device, a, b), (equal, total) in folded.items():
-        if total:
-            note((a, device), (b, device), equal == total, False)
+        if "rows" in p:
+            note((a, p["device"]), (b, p["device"]), rows=p["rows"], equal_rows=p["equal_rows"])
+        else:  # a report from before rows were recorded: elements stand in for rows
+            note((a, p["device"]), (b, p["device"]), rows=p["total"], equal_rows=p["equal"])
     return evidence
 
 
@@ -283,12 +305,12 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         partners, required, unequal = [], [], []
         for (other, other_device), e in sorted(evidence.get((backend, device), {}).items()):
             name = other if other_device == device else f"{other}@{other_device}"
-            if e["equal"]:
+            if e.equal:
                 partners.append(name)
-                if e["required"]:
+                if e.gate_checks:
                     required.append(name)
-            elif e["required"]:
-                unequal.append(name)
+            elif e.gate_checks:
+                unequal.append(f"{name} ({e.describe()})")
         speed = speeds.get(backend)
         row_type = device.split(" ")[0].split(":")[0]
         rows.append(PickRow(backend, device, verdict, checks, sorted(failed | expected), sorted(interface),
@@ -320,6 +342,9 @@ class Breach:
 def breaches(c: Collector) -> list[Breach]:
     """Every breach, numerics first (what fails the run before what is accepted), then interface warnings."""
     folded: dict[tuple[str, ...], Breach] = {}
+    checks: dict[tuple[str, str, str], int] = {}
+    for s in c.summaries.values():
+        checks[(s.backend, s.device, s.rule)] = checks.get((s.backend, s.device, s.rule), 0) + s.checks
     for s in sorted(c.summaries.values(), key=lambda s: s.key):
         for status, count in (("FAIL", s.failures), ("xfail", s.expected_failures), ("warning", s.warnings)):
             if not count:
@@ -329,7 +354,7 @@ def breaches(c: Collector) -> list[Breach]:
             if s.dtype not in b.dtypes:
                 b.dtypes.append(s.dtype)
             b.breached += count
-            b.checks += s.checks
+            b.checks = checks[(s.backend, s.device, s.rule)]  # every check of the rule, passed or not
             b.detail = b.detail or s.failing_detail
     for o in c.outcomes.values():
         if o["outcome"] not in ("failed", "error") or not o.get("backend"):
@@ -369,18 +394,18 @@ def pick_table(rows: list[PickRow], bench: dict[str, Any] | None) -> tuple[list[
     headers = ["#", "backend", "device", "numerics", "interface warnings", "rounding class", "bitwise equal to",
                *(f"worst margin {SHORT_DTYPE[d]}" for d in dtypes)]
     if bench is not None:
-        where = bench_device(bench) or "the benchmark's device"
-        headers += [f"fwd bandwidth ÷ copy, dim {' / '.join(map(str, TARGET_BENCH_DIMS))} ({where})",
+        where = _machine(bench_device(bench)) or "the benchmark's device"
+        headers += [f"fwd bandwidth ÷ copy, dim {' / '.join(map(str, TARGET_BENCH_DIMS))}, {where}",
                     f"latency 1–{LATENCY_MAX_ROWS} rows ÷ F.rms_norm"]
     cells = []
     for i, r in enumerate(rows, 1):
         numerics = r.verdict + (f" ({', '.join(r.numerics_breached)})" if r.numerics_breached else "")
         interface = str(len(r.interface_breached)) + (f" ({', '.join(r.interface_breached)})"
                                                       if r.interface_breached else "")
-        partners = ", ".join(p + (" (required)" if p in r.required_partners else "") for p in r.partners) or "none"
+        partners = ", ".join(p + (" (required)" if p in r.required_partners else "") for p in r.partners)
         if r.unequal_required:
-            partners += "; NOT " + ", ".join(r.unequal_required) + " (required)"
-        line = [str(i), r.backend, r.device, numerics, interface, r.rounding, partners,
+            partners += ("; " if partners else "") + "NOT " + ", ".join(r.unequal_required)
+        line = [str(i), r.backend, r.device, numerics, interface, r.rounding, partners or "–",
                 *(_fmt_margin(r.margins.get(d)) for d in dtypes)]
         if bench is not None:
             line += _speed_cells(r)
@@ -398,7 +423,7 @@ def legend(rows: list[PickRow], bench: dict[str, Any] | None) -> list[str]:
              "Axis-A variant by --require-parity). worst margin: Axis-B's worst error over its allowance "
              "(≤ 1 passes)."]
     if bench is not None:
-        where = bench_device(bench) or "an unnamed device"
+        where = _machine(bench_device(bench)) or "an unnamed device"
         speeds = [r.speed for r in rows if r.speed]
         shapes = sorted({s for sp in speeds for s in sp.shapes.values()}, key=lambda s: -int(s.split("x")[1]))
         lines.append(f"Speed from the benchmark JSON, {bench_dtype(bench) or '?'} on {where}: forward GB/s over a "
@@ -446,6 +471,11 @@ def pick_markdown(c: Collector, bench: dict[str, Any] | None, table: Callable[[l
     if found and details_at:
         lines += [f"Minimal cases and replay commands: {details_at}.", ""]
     return lines
+
+
+def _machine(label: str) -> str:
+    """"cuda (NVIDIA H200)" as a header says it: "NVIDIA H200"."""
+    return label.split(" (", 1)[1].rstrip(")") if " (" in label else label
 
 
 def _clip(text: str) -> str:

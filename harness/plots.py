@@ -17,12 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from .comparison import ULP_BINS, ulp_bin_label
-from .pick import BENCH_ALIASES, DTYPE_ORDER, SHORT_DTYPE, bench_device, bench_dtype
+from .pick import BENCH_ALIASES, DTYPE_ORDER, SHORT_DTYPE, TARGET_BENCH_DIMS, _machine, bench_device, bench_dtype
 from .records import Collector
 
 INSTALL_HINT = "pip install 'rmsnorm-conformance[plots]'"
 KINDS = ("ulp-histogram", "margin-vs-dim", "bandwidth-vs-rows", "parity")
 _DPI = 110
+HATCHES = ("", "//", "..", "xx")
+MARKERS = ("o", "^", "s", "D")
+# One colour per backend across every picture of a report (set by draw).
+_COLOURS: dict[str, str] = {}
+
+
+def _colour(label: str) -> str:
+    return _COLOURS.get(label.split(" on ")[0], "grey")
 
 
 @dataclass
@@ -47,6 +55,10 @@ def draw(c: Collector, bench: dict[str, Any] | None, directory: str | Path, stem
         out.notes.append(f"Pictures were not drawn: {reason} ({INSTALL_HINT}).")
         return out
     directory = Path(directory)
+    _COLOURS.clear()
+    names = {s.backend for s in c.summaries.values() if "=" not in s.backend}
+    names |= {BENCH_ALIASES.get(r.get("backend", ""), r.get("backend", "")) for r in (bench or {}).get("records", [])}
+    _COLOURS.update({name: f"C{i % 10}" for i, name in enumerate(sorted(names - {"copy", ""}))})
     drawers = {"ulp-histogram": ("ULP error per backend and dtype (Axis-B output)", _ulp_histogram),
                "margin-vs-dim": ("Worst Axis-B margin against dim", _margin_vs_dim),
                "bandwidth-vs-rows": ("Forward bandwidth against rows (benchmark)", _bandwidth_vs_rows),
@@ -90,7 +102,14 @@ def _dtype_key(dtype: str) -> int:
 
 
 def _label(backend: str, device: str, devices_of: dict[str, set[str]]) -> str:
-    return backend if len(devices_of.get(backend, ())) <= 1 else f"{backend} on {device}"
+    return backend if len(devices_of.get(backend, ())) <= 1 else f"{backend} on {_machine(device)}"
+
+
+def _device_index(label: str, devices_of: dict[str, set[str]]) -> int:
+    """Which of its backend's devices a label names: colour says the backend, hatch or marker the device."""
+    backend, _, device = label.partition(" on ")
+    devices = sorted(_machine(d) for d in devices_of.get(backend, ()))
+    return devices.index(device) if device in devices else 0
 
 
 def _devices_of(c: Collector) -> dict[str, set[str]]:
@@ -119,26 +138,31 @@ def _ulp_histogram(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     dtypes = sorted(hists, key=_dtype_key)
     used = max(i for per in hists.values() for h in per.values() for i, n in enumerate(h) if n) + 1
     used = max(used, 3)
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(6.0, 4.2 * len(dtypes)), 3.8), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(6.0, 4.2 * len(dtypes)), 4.0), squeeze=False,
+                             sharey=True, layout="constrained")
     for ax, dtype in zip(axes[0], dtypes, strict=True):
         per = hists[dtype]
         names = sorted(per)
         width = 0.8 / len(names)
+        smallest = 1.0
         for j, name in enumerate(names):
             total = sum(per[name]) or 1
             shares = [n / total for n in per[name][:used]]
+            smallest = min([smallest, *(v for v in shares if v > 0)])
             xs = [i + (j - (len(names) - 1) / 2) * width for i in range(used)]
-            ax.bar(xs, [v if v > 0 else math.nan for v in shares], width=width, label=name, color=f"C{j}")
+            ax.bar(xs, [v if v > 0 else math.nan for v in shares], width=width, color=_colour(name),
+                   hatch=HATCHES[_device_index(name, devices_of) % len(HATCHES)], edgecolor="white",
+                   linewidth=0.3, label=f"{name} ({_count(total)} elements)")
         ax.set_yscale("log")
-        ax.set_ylim(top=1.5)
+        ax.set_ylim(min(1e-3, smallest / 3), 1.5)
         ax.set_xticks(range(used), [ulp_bin_label(i) for i in range(used)], rotation=45 if used > 6 else 0)
-        ax.set_xlabel(f"ULP error in {dtype} (against the reference rounded to it)")
+        ax.set_xlabel("ULP error")
         ax.set_title(SHORT_DTYPE.get(dtype, dtype))
         ax.grid(axis="y", which="major", alpha=0.3)
     axes[0][0].set_ylabel("share of elements (log)")
     _legend(fig, axes[0][-1])
-    fig.suptitle("Axis-B output: ULP error per element, by backend")
+    fig.suptitle("Axis-B output: ULP error per element, by backend (0 = the reference's bits)")
+    fig.supxlabel("ULPs in the output dtype between each element and the reference rounded to it", fontsize=9)
     return fig, ""
 
 
@@ -157,17 +181,23 @@ def _margin_vs_dim(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     if not points:
         return None, "no Axis-B check recorded a margin per dim"
     dtypes = sorted(points, key=_dtype_key)
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(6.0, 4.2 * len(dtypes)), 3.8), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(6.0, 4.2 * len(dtypes)), 4.0), squeeze=False,
+                             sharey=True, layout="constrained")
     top = max(v for per in points.values() for line in per.values() for v in line.values())
     for ax, dtype in zip(axes[0], dtypes, strict=True):
-        for j, (name, line) in enumerate(sorted(points[dtype].items())):
+        for name in sorted(points[dtype]):
+            line = points[dtype][name]
             dims = sorted(line)
-            ax.plot(dims, [line[d] for d in dims], marker="o", markersize=4, linewidth=1, label=name,
-                    color=f"C{j}", alpha=0.85)
+            # Drawn dims are a scatter, not a series: no lines between them. Colour says the backend, the
+            # marker its device.
+            ax.scatter(dims, [line[d] for d in dims], s=22, label=name, color=_colour(name), alpha=0.8,
+                       marker=MARKERS[_device_index(name, devices_of) % len(MARKERS)])
         ax.axhline(1.0, color="red", linestyle="--", linewidth=1, label="bound (margin 1)")
+        for target in TARGET_BENCH_DIMS:
+            ax.axvline(target, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("dim (log scale)")
+        ax.xaxis.set_major_formatter(matplotlib_ticker().FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("dim (log scale; dotted: 128 and 4096)")
         ax.set_title(SHORT_DTYPE.get(dtype, dtype))
         ax.set_ylim(0, max(1.1, top * 1.1))
         ax.grid(alpha=0.3)
@@ -193,14 +223,15 @@ def _bandwidth_vs_rows(plt: Any, c: Collector, bench: dict[str, Any] | None) -> 
     if not lines:
         return None, "the benchmark JSON holds no forward or latency record with GB/s"
     dims = sorted(lines, reverse=True)
-    fig, axes = plt.subplots(1, len(dims), figsize=(max(6.0, 4.6 * len(dims)), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(dims), figsize=(max(6.0, 4.6 * len(dims)), 4.0), squeeze=False,
+                             layout="constrained")
     names = sorted({n for per in lines.values() for n in per if n != "copy"})
     for ax, dim in zip(axes[0], dims, strict=True):
-        for j, name in enumerate(names):
+        for name in names:
             line = lines[dim].get(name)
             if line:
                 rows = sorted(line)
-                ax.plot(rows, [line[n] for n in rows], marker="o", markersize=4, label=name, color=f"C{j}")
+                ax.plot(rows, [line[n] for n in rows], marker="o", markersize=4, label=name, color=_colour(name))
         copy = lines[dim].get("copy")
         if copy:
             rows = sorted(copy)
@@ -213,18 +244,19 @@ def _bandwidth_vs_rows(plt: Any, c: Collector, bench: dict[str, Any] | None) -> 
         ax.grid(which="major", alpha=0.3)
     axes[0][0].set_ylabel("GB/s (log scale)")
     _legend(fig, axes[0][-1])
-    where = bench_device(bench) or "the benchmark's device"
-    fig.suptitle(f"Forward bandwidth, {dtype} on {where}")
+    where = _machine(bench_device(bench)) or "the benchmark's device"
+    fig.suptitle(f"Forward bandwidth against rows, {dtype} on {where} (higher is better; 0 GB/s not drawn)")
     return fig, ""
 
 
 def _parity(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
-    """Backend x backend, per device: the share of rows whose bits were identical (cross-backend parity; the
-    parity gate's pairs count each check as a row set, equal or not)."""
-    equal: dict[tuple[str, str, str], list[int]] = {}
+    """Backend x backend, one panel per device: the share of plain random rows with identical bits
+    (cross-backend parity); a pair the parity gate checked also shows how many of its checks were equal."""
+    rows: dict[tuple[str, str, str], list[int]] = {}
+    gate: dict[tuple[str, str, str], list[int]] = {}
     for p in c.parity:
         a, b = sorted(p["pair"].split(" / ", 1))
-        acc = equal.setdefault((p["device"], a, b), [0, 0])
+        acc = rows.setdefault((p["device"], a, b), [0, 0])
         if "rows" in p:  # rows whose every element has identical bits
             acc[0] += p["equal_rows"]
             acc[1] += p["rows"]
@@ -232,44 +264,68 @@ def _parity(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
             acc[0] += p["equal"]
             acc[1] += p["total"]
     for s in c.summaries.values():
-        # A required pair (--require-parity, --modes) where no cross-backend record covers it: the share of its
-        # checks, each equal only when every row of every batch it compared was.
         if s.rule == "parity.bitwise" and "=" in s.backend and s.checks and "/" not in s.device:
             a, b = sorted(s.backend.split("=", 1))
-            if (s.device, a, b) in equal and not equal[(s.device, a, b)][2:]:
-                continue
-            acc = equal.setdefault((s.device, a, b), [0, 0, 1])
+            acc = gate.setdefault((s.device, a, b), [0, 0])
             acc[0] += s.checks - s.failures - s.expected_failures
             acc[1] += s.checks
-    if not equal:
-        return None, "no cross-backend parity was recorded (it needs two backends on one device)"
-    devices = sorted({k[0] for k in equal})
-    size = max(len({n for k in equal if k[0] == d for n in k[1:]}) for d in devices)
-    fig, axes = plt.subplots(1, len(devices), figsize=(max(4.5, (1.1 * size + 2.5)) * len(devices), 1.0 * size + 2.2),
-                             squeeze=False)
+    if not rows and not gate:
+        return None, "no parity was recorded (it needs two backends on one device, or --require-parity)"
+    devices = sorted({k[0] for k in (*rows, *gate)})
+    names_of = {d: sorted({n for k in (*rows, *gate) if k[0] == d for n in k[1:]}) for d in devices}
+    size = max(len(names) for names in names_of.values())
+    side = 0.8 * size + 1.6
+    fig, axes = plt.subplots(1, len(devices), figsize=(side * len(devices) + 1.2, side + 0.6), squeeze=False,
+                             layout="constrained")
+    cmap = plt.get_cmap("RdYlGn").copy()
+    cmap.set_bad("#dddddd")  # the diagonal, and pairs never compared
     image = None
     for ax, device in zip(axes[0], devices, strict=True):
-        names = sorted({n for k in equal if k[0] == device for n in k[1:]})
+        names = names_of[device]
         grid = [[math.nan] * len(names) for _ in names]
+        text = [["" for _ in names] for _ in names]
         for i in range(len(names)):
-            grid[i][i] = 1.0
-        for (d, a, b), (n_equal, total, *_) in equal.items():
+            text[i][i] = "self"
+        for (d, a, b), (n_equal, total) in rows.items():
             if d == device and total:
                 i, j = names.index(a), names.index(b)
                 grid[i][j] = grid[j][i] = n_equal / total
-        image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn")
+                text[i][j] = text[j][i] = f"{n_equal / total:.0%} rows"
+        for (d, a, b), (n_equal, total) in gate.items():
+            if d == device and total:
+                i, j = names.index(a), names.index(b)
+                if math.isnan(grid[i][j]):
+                    grid[i][j] = grid[j][i] = n_equal / total
+                line = f"gate {n_equal}/{total}"
+                text[i][j] = text[j][i] = f"{text[i][j]}\n{line}".strip()
+        image = ax.imshow(grid, vmin=0, vmax=1, cmap=cmap)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
         ax.set_yticks(range(len(names)), names)
         for i in range(len(names)):
             for j in range(len(names)):
                 value = grid[i][j]
-                ax.text(j, i, "–" if math.isnan(value) else f"{value:.0%}", ha="center", va="center",
-                        fontsize=9, color="black")
+                dark = not math.isnan(value) and (value > 0.85 or value < 0.15)
+                ax.text(j, i, text[i][j] or "–", ha="center", va="center", fontsize=8,
+                        color="white" if dark else "black")
         ax.set_title(device)
     if image is not None:
-        fig.colorbar(image, ax=axes[0].tolist(), label="share of bitwise-equal rows", shrink=0.8)
-    fig.suptitle("Parity: bitwise-equal rows between backends (same inputs)")
+        fig.colorbar(image, ax=axes[0].tolist(), label="share bitwise equal", shrink=0.8)
+    fig.suptitle("Parity: rows with identical bits on the same inputs\n(gate: --require-parity checks equal / run)",
+                 fontsize=10)
     return fig, ""
+
+
+def matplotlib_ticker() -> Any:
+    import matplotlib.ticker
+
+    return matplotlib.ticker
+
+
+def _count(n: int) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
 
 
 def _legend(fig: Any, ax: Any) -> None:
