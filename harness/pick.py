@@ -23,9 +23,9 @@ from .records import Collector
 
 VERDICT_ORDER = ("PASS", "XFAIL", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then FAIL, "
-              "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partners; then speed "
-              "measured on the row's own device type before speed measured elsewhere (†); then more of a device "
-              "copy's bandwidth (mean over the target shapes); then lower latency against "
+              "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partners; then rows "
+              "with speed measured on their own device type, then measured elsewhere (†), then unmeasured; then "
+              "more of a device copy's bandwidth (mean over the target shapes); then lower latency against "
               "F.rms_norm; then the lower worst margin")
 # Reports show dtypes in the order readers pick them.
 DTYPE_ORDER = ("bfloat16", "float16", "float32")
@@ -179,7 +179,7 @@ class PickRow:
         fraction = self.speed.mean_fraction() if self.speed else None
         latency = self.speed.mean_latency() if self.speed else None
         return (VERDICT_ORDER.index(self.verdict), len(self.interface_breached), -len(self.partners),
-                self.speed_elsewhere, -fraction if fraction is not None else 1.0,
+                2 if fraction is None else int(self.speed_elsewhere), -fraction if fraction is not None else 1.0,
                 latency if latency is not None else float("inf"),
                 max(self.margins.values(), default=float("inf")), self.backend, self.device)
 

@@ -277,8 +277,7 @@ def _parity(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     side = 0.8 * size + 1.6
     fig, axes = plt.subplots(1, len(devices), figsize=(side * len(devices) + 1.2, side + 0.6), squeeze=False,
                              layout="constrained")
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("#dddddd")  # the diagonal, and pairs never compared
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#dddddd")  # grey: the diagonal, and pairs never compared
     image = None
     for ax, device in zip(axes[0], devices, strict=True):
         names = names_of[device]

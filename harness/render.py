@@ -49,7 +49,10 @@ def write_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None
     path.parent.mkdir(parents=True, exist_ok=True)
     pictures = None
     if plots and path.suffix != ".json":
-        pictures = draw_pictures(labelled(c), bench, path.parent, path.stem)
+        try:
+            pictures = draw_pictures(labelled(c), bench, path.parent, path.stem)
+        except Exception as exc:  # draw never raises by design; the report must not depend on that
+            pictures = Pictures(notes=[f"Pictures were not drawn: {type(exc).__name__}: {exc}."])
     text = render_report(c, path, bench=bench, pictures=pictures)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
