@@ -175,6 +175,8 @@ class Subject:
         if result is not None and result.problem is None:
             stats = {"max_abs": result.max_abs, "max_rel": result.max_rel, "max_ulp": result.max_ulp,
                      "margin": result.margin}
+            if rule_id.startswith("axis_b.") and result.ulp_hist:
+                stats["ulp_hist"] = list(result.ulp_hist)  # the report's ULP-error histogram
         expected = -1
         if self.manifest is not None:
             match = self.manifest.match(self.backend.name, str(self.device), self.dtype_label, rule_id)

@@ -16,6 +16,27 @@ from rmsnorm_conformance.contract import Bound, Tolerance, UlpBound
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
              torch.float64: torch.int64}
 _BITS = {torch.float32: 32, torch.bfloat16: 16, torch.float16: 16, torch.float64: 64}
+# ULP-error histogram bins: 0, 1, 2-3, 4-7, ... (bin k >= 1 holds 2**(k-1) to 2**k - 1 ULP); the last bin is open.
+ULP_BINS = 16
+_ULP_EDGES = torch.tensor([1 << k for k in range(ULP_BINS - 1)], dtype=torch.int64)
+
+
+def ulp_bin_label(k: int) -> str:
+    """The ULP range of histogram bin ``k``, as a plot's tick label."""
+    if k == 0:
+        return "0"
+    low, high = 1 << (k - 1), (1 << k) - 1
+    if k == ULP_BINS - 1:
+        return f">={low}"
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def ulp_histogram(ulps: torch.Tensor, keep: torch.Tensor | None = None) -> list[int]:
+    """Elements per ULP-error bin (``ULP_BINS`` power-of-two bins): a few integers a report can sum across
+    cases and draw, where the max ULP alone hides whether one element or all of them were off."""
+    flat = ulps.flatten() if keep is None else ulps[keep]
+    index = torch.bucketize(flat, _ULP_EDGES, right=True)
+    return torch.bincount(index, minlength=ULP_BINS).tolist()
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -134,6 +155,7 @@ class ToleranceResult:
     worst_expected: float | None = None
     first_nonfinite_index: tuple[int, ...] | None = None
     problem: str | None = None
+    ulp_hist: tuple[int, ...] = ()  # finite elements per ULP-error bin (ulp_histogram)
 
     def describe(self) -> str:
         if self.problem:
@@ -242,4 +264,5 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
         worst_actual=float(a.flatten()[worst]) if worst_index is not None else None,
         worst_expected=float(r.flatten()[worst]) if worst_index is not None else None,
         first_nonfinite_index=first_nonfinite,
+        ulp_hist=tuple(ulp_histogram(ulps, finite)),
     )

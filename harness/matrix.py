@@ -20,8 +20,10 @@ from tabulate import tabulate
 
 from rmsnorm_conformance.contract import ALL_RULES, Rule
 
+from .pick import BENCH_ALIASES, device_label, merged, pick_markdown
+from .plots import draw as draw_pictures
 from .records import FORMAT, _from_finite_json
-from .render import md_cell, md_code
+from .render import _md_table, md_cell, md_code, pictures_lines
 
 ERRORS = "errors"  # the column for tests that failed without recording a failing check
 
@@ -32,14 +34,9 @@ def _column(rule_id: str, title: str) -> str:
     return f"{_AXIS_LETTER.get(rule_id.split('.')[0], '?')}: {title}"
 
 
-def _device_label(device: str, environment: dict[str, Any]) -> str:
-    """GPUs of one model share a row: under pytest-xdist each worker's tests land on its own GPU."""
-    name = environment.get(f"device {device}")
-    return f"{device.split(':')[0]} ({name})" if name and device != "cpu" else device
-
-
-# The benchmark's names for the peers it times, as the adapters name them.
-_BENCH_ALIASES = {"F.rms_norm": "torch_rms_norm", "torch.compile(seed)": "torch_compile"}
+# GPUs of one model share a row (pick.device_label); the benchmark's peers go by their adapters' names.
+_device_label = device_label
+_BENCH_ALIASES = BENCH_ALIASES
 
 
 class Matrix:
@@ -89,7 +86,10 @@ class Matrix:
         for entry in data.get("not_run", []):
             self.not_run[(entry["backend"], _device_label(entry["device"], env))] = entry["reason"]
 
-    def render(self, bench: dict[str, Any] | None = None) -> str:
+    def render(self, bench: dict[str, Any] | None = None, *, pick: list[str] | None = None,
+               pictures: list[str] | None = None) -> str:
+        """The matrix, after the "Pick a kernel" section (``pick``'s lines) where given, and the pictures'
+        section (``pictures``) at the end."""
         rows, notes = [], []
         rules = [r for r in ALL_RULES if any(r.id in cells for cells in self.cells.values())]
         if any(ERRORS in cells for cells in self.cells.values()):
@@ -124,7 +124,7 @@ class Matrix:
         headers = ["backend", "device", *(_column(r.id, r.title) for r in rules), "max ULP (B)", "margin"]
         if bench is not None:
             headers.append("fwd GB/s bf16 4096 | 128 (x copy)")
-        out = ["# Conformance matrix", "",
+        out = ["# Conformance matrix", "", *(pick or []), "## Rules per backend and device", "",
                "Each cell: `ok N` (N checks, all passed), `FAIL [k]` (see note k), `xfail [k]` (a breach the "
                "known-failure manifest expects), `–` (not checked). max ULP is Axis-B output's worst, in the "
                "output dtype; margin is the worst error over its allowance across Axis-B and semantics "
@@ -133,6 +133,7 @@ class Matrix:
         if notes:
             out += ["## Notes", "", *(f"{i}. {n}" for i, n in enumerate(notes, 1)), ""]
         out += ["## Sources", "", *(f"- {s}" for s in self.sources), ""]
+        out += pictures or []
         return "\n".join(out)
 
 
@@ -149,12 +150,24 @@ def _bandwidth(bench: dict[str, Any], backend: str, device: str) -> str:
     return " | ".join(parts)
 
 
-def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None) -> str:
+def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None, out: str | Path | None = None) -> str:
+    """The merged matrix, opening with the same "Pick a kernel" section a single run's report has. With ``out``
+    (where the matrix will be written), the pictures are drawn beside it."""
     matrix = Matrix()
+    reports = []
     for path in paths:
-        matrix.add_report(json.loads(Path(path).read_text()), str(path))
+        data = json.loads(Path(path).read_text())
+        matrix.add_report(data, str(path))
+        reports.append(data)
     bench_data = json.loads(Path(bench).read_text()) if bench else None
-    return matrix.render(bench_data)
+    records = merged(reports)
+    pick = pick_markdown(records, bench_data, _md_table, md_cell,
+                         details_at="the notes under the matrix below")
+    pictures = None
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        pictures = pictures_lines(draw_pictures(records, bench_data, Path(out).parent, Path(out).stem))
+    return matrix.render(bench_data, pick=pick, pictures=pictures)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--out", default=None, help="write the matrix here (default: print it)")
     args = parser.parse_args(argv)
     try:
-        text = merge(args.reports, bench=args.bench)
+        text = merge(args.reports, bench=args.bench, out=args.out)
     except (OSError, ValueError, KeyError) as exc:
         parser.error(str(exc))
     if args.out:

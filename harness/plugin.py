@@ -58,6 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--report", action="append", default=[], metavar="PATH",
         help="write the tolerance report to PATH: .json as JSON, anything else as markdown (repeatable).")
     group.addoption(
+        "--bench-json", default=None, metavar="PATH",
+        help="a benchmark JSON (benchmarks/bench.py) whose bandwidth and latency go into the report's 'Pick a "
+             "kernel' section and pictures.")
+    group.addoption(
         "--contract-profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES),
         help=f"the bounds to hold outputs to (default: {DEFAULT_PROFILE}).")
     group.addoption(

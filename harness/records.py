@@ -41,6 +41,7 @@ class Check:
     size: int = 0  # elements of the case's batch: the smallest failing case is the one a report shows
     severity: str = "numerics"  # the rule's severity (contract.SEVERITIES)
     gating: bool = True  # does a failure fail the run (numerics, or interface under --strict-interface)
+    ulp_hist: list[int] | None = None  # Axis-B only: elements per ULP-error bin (comparison.ulp_histogram)
 
 
 def _max(a: float | None, b: float | None) -> float | None:
@@ -77,6 +78,10 @@ class Summary:
     failing_detail: str = ""
     replay: str = ""
     failing_size: int = -1
+    # For the report's pictures, kept small: elements per ULP-error bin summed over the checks (Axis-B), and the
+    # worst margin per drawn dim ({"4096": 0.4, ...}; JSON keys are strings).
+    ulp_hist: list[int] = field(default_factory=list)
+    dim_margins: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -91,6 +96,11 @@ class Summary:
         self.max_ulp = _max(self.max_ulp, check.max_ulp)  # type: ignore[assignment]
         self.margin = _max(self.margin, check.margin)
         self.severity = check.severity
+        if check.ulp_hist:
+            self._add_hist(check.ulp_hist)
+        if check.margin is not None:
+            key = str(check.dim)
+            self.dim_margins[key] = _max(self.dim_margins.get(key), check.margin)  # type: ignore[assignment]
         if not check.passed:
             if check.expected >= 0:
                 self.expected_failures += 1
@@ -99,6 +109,12 @@ class Summary:
             else:
                 self.failures += 1
             self._keep_smaller(check.case, check.detail, check.replay, check.size)
+
+    def _add_hist(self, hist: list[int]) -> None:
+        if len(self.ulp_hist) < len(hist):
+            self.ulp_hist += [0] * (len(hist) - len(self.ulp_hist))
+        for i, n in enumerate(hist):
+            self.ulp_hist[i] += n
 
     def _keep_smaller(self, case: str, detail: str, replay: str, size: int) -> None:
         if self.failing_size < 0 or size <= self.failing_size:
@@ -115,6 +131,10 @@ class Summary:
         self.max_rel = _max(self.max_rel, other.max_rel)
         self.max_ulp = _max(self.max_ulp, other.max_ulp)  # type: ignore[assignment]
         self.margin = _max(self.margin, other.margin)
+        if other.ulp_hist:
+            self._add_hist(other.ulp_hist)
+        for key, value in other.dim_margins.items():
+            self.dim_margins[key] = _max(self.dim_margins.get(key), value)  # type: ignore[assignment]
         if other.failures or other.expected_failures or other.warnings:
             self._keep_smaller(other.failing_case, other.failing_detail, other.replay, other.failing_size)
 
@@ -282,4 +302,6 @@ def _from_finite_json(record: dict[str, Any]) -> dict[str, Any]:
     for key in _STAT_FIELDS:
         if isinstance(out.get(key), str):
             out[key] = _NONFINITE[out[key]]
+    if out.get("dim_margins"):
+        out["dim_margins"] = {k: _NONFINITE[v] if isinstance(v, str) else v for k, v in out["dim_margins"].items()}
     return out

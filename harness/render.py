@@ -14,30 +14,46 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from tabulate import tabulate
 
 from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
 
 from .manifest import entry_status
+from .pick import labelled, pick_json, pick_markdown
+from .plots import Pictures
+from .plots import draw as draw_pictures
 from .records import Collector, Summary
 
 REPORT_SUFFIXES = (".md", ".markdown", ".json")
 
 
-def render_report(c: Collector, path: str | Path) -> str:
-    """The text of the report for ``path``: strict JSON for ``.json``, markdown otherwise."""
+def render_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None = None,
+                  pictures: Pictures | None = None) -> str:
+    """The text of the report for ``path``: strict JSON for ``.json``, markdown otherwise. ``bench`` is a
+    benchmark JSON's data for the speed columns of "Pick a kernel"; ``pictures`` what was drawn beside it."""
     if Path(path).suffix == ".json":
-        return json.dumps(c.to_json(), indent=2, allow_nan=False) + "\n"
-    return render_markdown(c)
+        data = c.to_json()
+        data["pick"] = pick_json(labelled(c), bench)  # derived: from_json and merge read the records, not this
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    return render_markdown(c, bench=bench, pictures=pictures)
 
 
-def write_report(c: Collector, path: str | Path) -> Path:
+def write_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None = None,
+                 plots: bool = False) -> Path:
     """Write the report atomically (a temporary file beside it, then a rename), so that a reader, or a run killed
-    mid-write, never sees half a report."""
+    mid-write, never sees half a report. With ``plots``, a markdown report's pictures are drawn beside it first
+    (the run's last write only: drawing takes seconds, and the report is rewritten as every test starts)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = render_report(c, path)
+    pictures = None
+    if plots and path.suffix != ".json":
+        try:
+            pictures = draw_pictures(labelled(c), bench, path.parent, path.stem)
+        except Exception as exc:  # draw never raises by design; the report must not depend on that
+            pictures = Pictures(notes=[f"Pictures were not drawn: {type(exc).__name__}: {exc}."])
+    text = render_report(c, path, bench=bench, pictures=pictures)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
@@ -287,18 +303,37 @@ def incomplete_lines(c: Collector) -> list[str]:
     return lines
 
 
-def render_markdown(c: Collector) -> str:
+PICTURES_TITLE = "Pictures"
+
+
+def pictures_lines(pictures: Pictures | None) -> list[str]:
+    """The pictures section: each image linked relative to the report (it sits beside it), then what was not
+    drawn and why."""
+    lines = [f"## {PICTURES_TITLE}", ""]
+    if pictures is None:
+        return [*lines, "Not drawn in this write of the report: pictures are drawn once, when a run finishes.", ""]
+    for title, name in pictures.images:
+        lines += [f"### {md_cell(title)}", "", f"![{md_cell(title)}]({quote(name)})", ""]
+    lines += [md_cell(note) for note in pictures.notes]
+    return [*lines, ""] if pictures.notes else lines
+
+
+def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictures: Pictures | None = None) -> str:
     lines = [f"# RMSNorm conformance report: {c.verdict()}", ""]
     lines += [md_cell(line) for line in incomplete_lines(c)] + ([""] if c.incomplete else [])
     lines += [f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings; "
               f"{c.passed_tests} tests passed, {len(c.failed_tests())} failed, "
-              f"{sum(o['outcome'] == 'skipped' for o in c.outcomes.values())} skipped.", "",
-              "## Environment", "", _md_table(environment_rows(c), ["", ""]), ""]
+              f"{sum(o['outcome'] == 'skipped' for o in c.outcomes.values())} skipped.", ""]
+    lines += pick_markdown(labelled(c), bench, _md_table, md_cell,
+                           details_at="'Interface warnings' and 'Failures and how to replay them' below; "
+                                      f"pictures under '{PICTURES_TITLE}' at the end")
+    lines += ["## Environment", "", _md_table(environment_rows(c), ["", ""]), ""]
     for title, headers, rows_of in TABLES:
         rows = rows_of(c)
         lines += [f"## {title}", ""]
         lines += [_md_table(rows, headers) if rows else "(none)", ""]
     lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
+    lines += pictures_lines(pictures)
     lines += ["margin = worst error / allowed error (<= 1 passes); ULPs are counted in the output dtype "
               "against the reference rounded to it.", ""]
     return "\n".join(lines)

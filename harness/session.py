@@ -38,7 +38,8 @@ from .sweeps import default_sweep, sweep_settings
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
 # Options whose presence on the command line makes a run a conformance run from the start.
 CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
-                       "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes")
+                       "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes",
+                       "bench_json")
 # Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
 DEFAULT_CASE_TIMEOUT = 300.0
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
@@ -98,6 +99,7 @@ class ConformanceRun:
     running: list[str] = field(default_factory=list)
     parity_pairs: list[ParityPair] = field(default_factory=list)
     interrupted_by: str = ""
+    bench: dict[str, Any] | None = None  # --bench-json's data, for the report's speed columns and pictures
     _previous_sigterm: Any = None
 
     # --- resolving the options ---------------------------------------------------------------------
@@ -150,6 +152,7 @@ class ConformanceRun:
                 if reason:
                     raise pytest.UsageError(f"--device={config.getoption('--device')}: {device}: {reason}")
         self._check_reports(config.getoption("--report"))
+        self.bench = _load_bench(config.getoption("--bench-json"))
         self._check_budget(config.getoption("--max-elements"))
         self.case_timeout = config.getoption("--case-timeout")
         if self.case_timeout is None:
@@ -364,7 +367,7 @@ class ConformanceRun:
     def _write_reports(self) -> None:
         for path in self.config.getoption("--report"):
             with contextlib.suppress(OSError):  # checked writable at the start; a full disk must not stop the run
-                write_report(self.collector, path)
+                write_report(self.collector, path, bench=self.bench)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if _is_worker(self.config) or not self.active:
@@ -433,7 +436,8 @@ class ConformanceRun:
         self.collector.environment["exit status"] = int(session.exitstatus)
         for path in self.config.getoption("--report"):
             try:
-                self.written.append(str(write_report(self.collector, path)))
+                # The last write: now the pictures are drawn beside a markdown report (never an error).
+                self.written.append(str(write_report(self.collector, path, bench=self.bench, plots=True)))
             except OSError as exc:  # one unwritable report must not lose the others
                 self.written.append(f"{path} could NOT be written: {exc.strerror or exc}")
 
@@ -504,6 +508,23 @@ def _subject_property(report: pytest.TestReport) -> dict[str, str]:
         if name == SUBJECT_PROPERTY:
             return dict(value)
     return {}
+
+
+def _load_bench(path: str | None) -> dict[str, Any] | None:
+    """--bench-json's data; a missing or malformed file is a usage error before the run, not a report without
+    the speed columns the user asked for."""
+    if not path:
+        return None
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"--bench-json={path}: cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise pytest.UsageError(f"--bench-json={path}: not a benchmark JSON (benchmarks/bench.py writes "
+                                "{'records': [...], 'environment': {...}})")
+    return data
 
 
 def _memory_bound(devices: list[torch.device]) -> int:

@@ -29,7 +29,8 @@ def test_cross_backend_parity(parity, request):
             ulps = ulp_distance(out_a, out_b)
             parity.collector.parity.append({
                 "device": str(parity.device), "dtype": parity.dtype, "dim": dim, "pair": f"{a} / {b}",
-                "equal": int((ulps == 0).sum()), "total": ulps.numel(), "max_ulp": int(ulps.max())})
+                "equal": int((ulps == 0).sum()), "total": ulps.numel(), "max_ulp": int(ulps.max()),
+                "equal_rows": int((ulps.reshape(-1, dim) == 0).all(dim=-1).sum()), "rows": rows})
             if doubled is not None:
                 result = compare_within(out_a, out_b.float(), doubled)
                 assert result.passed, f"{a} and {b} on {parity.device}, {parity.dtype}, {rows}x{dim}: " \
