@@ -115,7 +115,8 @@ PARITY_RULES: tuple[Rule, ...] = (
     Rule("parity.bitwise", "bitwise parity",
          "Two backends required to be at parity (or one backend and itself under torch.compile or CUDA-graph "
          "replay) give identical output bits for the same input bits, under every Axis-A variant, dtype and "
-         "entry point both offer."),
+         "entry point both offer. A NaN matches any NaN in the same place: IEEE 754 leaves NaN sign and payload "
+         "to the implementation, and devices differ in them."),
 )
 
 # --- Declared capabilities, the variants engines ship, and rounding classes ---------------------------------

@@ -220,11 +220,12 @@ def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
 
 
 def assert_bitwise(subject: Subject, case: Any, *, actual: torch.Tensor, expected: torch.Tensor, what: str,
-                   dim: int, rule: str | None = None) -> BitwiseResult:
-    """Fail unless ``actual`` and ``expected`` have identical bits; record the verdict either way."""
+                   dim: int, rule: str | None = None, nan_payloads: bool = True) -> BitwiseResult:
+    """Fail unless ``actual`` and ``expected`` have identical bits (NaN payloads ignored when ``nan_payloads``
+    is False); record the verdict either way."""
     __tracebackhide__ = True
     rule_id = subject.rule_for(rule)
-    result = compare_bitwise(actual, expected)
+    result = compare_bitwise(actual, expected, nan_payloads=nan_payloads)
     recorded = subject.record(rule_id, case, dim, result.equal, result.describe())
     if not result.equal:
         _fail(subject, rule_id, case, what, result.describe(), recorded)

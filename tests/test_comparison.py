@@ -35,6 +35,21 @@ def test_nan_payloads_count():
     assert not compare_bitwise(quiet, other).equal
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_parity_ignores_nan_sign_and_payload_but_not_nan_places(dtype):
+    # The patterns seen in the wild: a positive quiet NaN on the CPU, all bits set from Triton's interpreter.
+    ints = {torch.float32: torch.int32}.get(dtype, torch.int16)
+    all_ones = torch.tensor([-1, 0], dtype=ints).view(dtype)  # 0xffff... is a NaN, then +0.0
+    quiet = torch.tensor([math.nan, 0.0], dtype=dtype)
+    assert torch.isnan(all_ones[0])
+    assert not compare_bitwise(all_ones, quiet).equal
+    assert compare_bitwise(all_ones, quiet, nan_payloads=False).equal
+    moved = torch.tensor([0.0, math.nan], dtype=dtype)
+    assert not compare_bitwise(moved, quiet, nan_payloads=False).equal
+    signed_zero = torch.tensor([math.nan, -0.0], dtype=dtype)
+    assert not compare_bitwise(signed_zero, quiet, nan_payloads=False).equal
+
+
 @pytest.mark.parametrize(("dtype", "width"), [(torch.bfloat16, 16), (torch.float16, 16), (torch.float32, 32)])
 def test_bits_are_unsigned_patterns(dtype, width):
     t = torch.tensor([-1.0, 1.0], dtype=dtype)
