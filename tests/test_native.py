@@ -83,7 +83,8 @@ def _canonical_forward(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     d, e = np.float32(x.shape[1]), np.float32(eps)
     for r, row in enumerate(x):
         rms = np.sqrt(_canonical_sum([a * a for a in row]) / d + e)
-        out[r] = [(a / rms) * b for a, b in zip(row, w, strict=True)]
+        inv = np.float32(1.0) / rms
+        out[r] = [(a * inv) * b for a, b in zip(row, w, strict=True)]
     return out
 
 
@@ -93,10 +94,11 @@ def _canonical_backward(x: np.ndarray, w: np.ndarray, g: np.ndarray, eps: float)
     products = np.empty_like(x)
     for r, (row, grow) in enumerate(zip(x, g, strict=True)):
         rms = np.sqrt(_canonical_sum([a * a for a in row]) / d + e)
+        inv = np.float32(1.0) / rms
         gw = [a * b for a, b in zip(grow, w, strict=True)]
         c = (_canonical_sum([a * b for a, b in zip(gw, row, strict=True)]) / d) / (rms * rms)
-        dx[r] = [(a - b * c) / rms for a, b in zip(gw, row, strict=True)]
-        products[r] = [a * (b / rms) for a, b in zip(grow, row, strict=True)]
+        dx[r] = [(a - b * c) * inv for a, b in zip(gw, row, strict=True)]
+        products[r] = [a * (b * inv) for a, b in zip(grow, row, strict=True)]
     dw = np.array([_canonical_sum(list(col)) + np.float32(0.0) for col in products.T], dtype=np.float32)
     return dx, dw
 
