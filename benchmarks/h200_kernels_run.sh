@@ -4,6 +4,10 @@
 # under the sweeps' picks (the CUDA backend's own and benchmarks/bench.py, whose parity phase compares native
 # on the CPU and the GPU, Triton and CUDA bit for bit).
 #   OUT=dir DEADLINE=seconds bash benchmarks/h200_kernels_run.sh
+# The package must be installed from a wheel of this tree, with the source folder rmsnorm_conformance/ moved
+# away (it would shadow the installed package, whose subpackages live in other folders here):
+#   pip wheel --no-deps --no-build-isolation -w /tmp/whl . && pip install --no-deps /tmp/whl/*.whl
+#   mv rmsnorm_conformance /tmp/
 # Writes OUT/{cuda-tuning,triton-tuning,cuda-bench,bench}.json, OUT/bench.md and OUT/logs.tar.gz. Every stage
 # gets at most what is left before DEADLINE (default 420 s), so the logs are always packed.
 set -uo pipefail
@@ -30,7 +34,7 @@ stage() {
 }
 
 { nvidia-smi -L; python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-  nvcc --version | tail -1; git log -1 --format='%H %s' 2>/dev/null; date -u; } > "$LOGS/environment.log" 2>&1
+  nvcc --version | tail -1; date -u; } > "$LOGS/environment.log" 2>&1
 
 # Correctness first. The build is CPU work: it runs beside the Triton GPU tests.
 stage build 200 python3 -c 'from rmsnorm_conformance.backends.cuda_rmsnorm import _build; print(_build.build())' &
