@@ -72,6 +72,7 @@ class _Tuning(NamedTuple):
     warp_elems: int  # elements per warp that the warp count aims at
     max_warps: int
     subtree_elems: int = 0  # backward: elements of dw's subtree per program that it aims at (0: 64 rows)
+    min_warps: int = 4
 
 
 # GPU forward, from the sweep of benchmarks/triton_tuning.py on an H200 (bf16, reports/h200/triton.md):
@@ -109,7 +110,7 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
         rows = min(max(rows, subtree // 64), subtree)
     per_access = _ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
     vec = min(per_access, dim & -dim)  # largest power of two dividing dim, so contiguous rows qualify
-    num_warps = min(max(rows * block // tuning.warp_elems, 4), tuning.max_warps)
+    num_warps = min(max(rows * block // tuning.warp_elems, tuning.min_warps), tuning.max_warps)
     return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps,
                         subtree=subtree)
 

@@ -6,7 +6,7 @@ the target shapes, each against a device copy of the same x timed in the same pr
 
 CUDA: each (groups a thread, row sets) pair runs in its own process under RMSNORM_CUDA_FORWARD_CONFIG and
 RMSNORM_CUDA_FUSED_ADD_CONFIG (the library reads them once per process); the pick is made for the forward
-and the fused add apart. Triton: each (tile, warp_elems) pair of the forward tuning, which the forward and
+and the fused add apart. Triton: each (tile, warp_elems, min_warps) of the forward tuning, which the forward and
 the fused add share, in this process; the JSON's "best" is what ``benchmarks/bench.py --triton-tuning`` takes.
 No configuration changes a bit (the canonical order does not depend on the launch), so the pick is speed alone:
 the pair whose worst ratio to the copy over the measured shapes is highest.
@@ -28,7 +28,9 @@ import torch
 
 SHAPES = ((65536, 4096), (2097152, 128))
 CUDA_TRIES = ("2,4", "1,4", "2,2", "2,8", "4,4", "1,8", "4,2")
-TRITON_TRIES = ((2048, 1024), (2048, 512), (1024, 512), (1024, 256), (4096, 1024), (4096, 512), (8192, 1024))
+# (tile, warp_elems, min_warps): the forward tuning's fields; fewer than 4 warps only for small tiles.
+TRITON_TRIES = ((2048, 1024, 4), (2048, 512, 4), (1024, 512, 4), (4096, 1024, 4), (8192, 1024, 4),
+                (2048, 1024, 2), (2048, 2048, 1), (1024, 1024, 2), (1024, 1024, 1), (512, 512, 1))
 
 
 def _median_us(fn: Any) -> float:
@@ -90,11 +92,11 @@ def sweep_triton() -> list[dict[str, Any]]:
     op = tr.TritonRMSNormOp()
     base = tr._GPU_FWD
     records = []
-    for tile, warp_elems in TRITON_TRIES:
-        tr._GPU_FWD = base._replace(tile=tile, warp_elems=warp_elems)
+    for tile, warp_elems, min_warps in TRITON_TRIES:
+        tr._GPU_FWD = base._replace(tile=tile, warp_elems=warp_elems, min_warps=min_warps)
         tr.launch_config.cache_clear()
         tr._PLANS.clear()
-        config = f"{tile},{warp_elems}"
+        config = f"{tile},{warp_elems},{min_warps}"
         for rec in measure(op):
             cfg = tr.launch_config(rec["dim"], torch.bfloat16)
             records.append({"config": config, "rows_per_program": cfg.rows, "num_warps": cfg.num_warps, **rec})
@@ -136,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         pick = best(records, ("forward", "fused_add"))
         picks = {}
         if pick is not None:
-            tile, warp_elems = (int(v) for v in pick.split(","))
-            picks = {"forward": {"tile": tile, "warp_elems": warp_elems}}
+            tile, warp_elems, min_warps = (int(v) for v in pick.split(","))
+            picks = {"forward": {"tile": tile, "warp_elems": warp_elems, "min_warps": min_warps}}
     print(f"best: {picks}")
     Path(args.out).write_text(json.dumps({"records": records, "best": picks,
                                           "device": torch.cuda.get_device_name(),

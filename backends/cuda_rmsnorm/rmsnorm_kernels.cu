@@ -53,8 +53,9 @@ constexpr int kFinalSplits = 32;
 constexpr int kMaxChunks = 1024;
 constexpr int kMaxSteps = 64;
 // Sets of rows each forward block handles in turn, reading one set ahead (see forward_kernel). Measured on
-// an H200 (bf16, two groups a thread, fraction of a copy): 0.893 / 0.898 at 65536 x 4096 / 2097152 x 128
-// with 4 sets, 0.678 / 0.790 with 1, 0.881 / 0.918 with 8.
+// an H200 (bf16, two groups a thread, fraction of a copy), with the per-element division: 0.893 / 0.898 at
+// 65536 x 4096 / 2097152 x 128 with 4 sets, 0.678 / 0.790 with 1, 0.881 / 0.918 with 8; with the
+// reciprocal: 0.900 / 0.913 with 4 sets, 0.880 / 0.896 with 2, 0.873 / 0.898 with 8.
 constexpr int kForwardRowSets = 4;
 // A chunk's workspace row (dim fp32, written and read back) stays under a tenth of its rows' traffic.
 constexpr int kMinChunkRows = 16;
@@ -454,8 +455,9 @@ __device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& 
 
 // Register kernel: blockDim.x / T rows per set, thread t of a row holds groups t + m T, m < K. A block
 // handles row_sets consecutive sets of rows, and reads the next set's rows while it reduces and writes the
-// current one, so that its loads stay in flight through the arithmetic (the division and the tree make a
-// row's compute phase long enough to matter). The weight is read once per block and held.
+// current one, so that its loads stay in flight through the arithmetic (the canonical tree, with a barrier
+// per row where a row spans warps, makes a row's compute phase long enough to matter). The weight is read
+// once per block and held.
 template <typename T, typename O, Mode M, int K>
 __global__ void __launch_bounds__(kBlockThreads, (forward_blocks_per_sm<T, K, M>())) forward_kernel(const ForwardArgs a) {
   __shared__ float scratch[2 * kBlockThreads];
@@ -852,9 +854,10 @@ Config make_config(int dim, int k_wanted, int k_max, int max_tpr) {
 }
 
 // Two groups a thread (32 bytes of x for 16-bit elements, 64 for fp32), four for rows wider than 256
-// threads hold that way (8192 elements), the streaming kernels beyond. Measured on an H200 against four groups (bf16, the row-set kernel, fraction of a
-// copy in the same run): forward 0.893 against 0.890 at 65536 x 4096 and 0.898 against 0.843 at
-// 2097152 x 128; fused add 0.906 against 0.880 and 0.906 against 0.826.
+// threads hold that way (8192 elements), the streaming kernels beyond. Measured on an H200 with the
+// reciprocal (bf16, fraction of a copy in the same process, benchmarks/forward_tuning.py): forward with two
+// groups and 4 row sets 0.900 at 65536 x 4096 and 0.913 at 2097152 x 128; four groups and 2 sets 0.919 /
+// 0.856; one group and 4 sets 0.900 (two groups there) / 0.866.
 // A tuning sweep's override of the register kernel's (groups a thread wanted, row sets), read once per
 // process from RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the weight variants) and
 // RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) as "k,sets", k in 1, 2, 4 and sets in 1..64; anything else
@@ -882,10 +885,21 @@ ForwardTuning read_forward_tuning(const char* name) {
   return t;
 }
 
+// The fused add's own default, from the same sweep (benchmarks/forward_tuning.py on an H200, bf16, fraction of
+// a copy): one group a thread and 4 row sets where a row fits 256 threads that way (0.957 at 2097152 x 128,
+// against 0.910 with two groups), four groups and 2 sets for wider rows (0.933 at 65536 x 4096, against
+// 0.906 with two groups and 4 sets). Only those two dims were measured; the rule between them is a guess.
+ForwardTuning fused_add_default(int dim) {
+  int64_t padded = kGroup;
+  while (padded < dim) padded <<= 1;
+  return padded / kGroup <= kBlockThreads ? ForwardTuning{1, 4} : ForwardTuning{4, 2};
+}
+
 Config forward_config(DType d, int dim, bool fused_add) {
   static const ForwardTuning plain = read_forward_tuning("RMSNORM_CUDA_FORWARD_CONFIG");
   static const ForwardTuning fused = read_forward_tuning("RMSNORM_CUDA_FUSED_ADD_CONFIG");
-  const ForwardTuning& t = fused_add ? fused : plain;
+  ForwardTuning t = fused_add ? fused : plain;
+  if (fused_add && t.k == 0) t = fused_add_default(dim);
   Config c = make_config(dim, t.k != 0 ? t.k : 2, 4, kBlockThreads);
   c.row_sets = c.k == 0 ? 1 : (t.sets != 0 ? t.sets : kForwardRowSets);
   return c;
