@@ -75,10 +75,13 @@ class _Tuning(NamedTuple):
     min_warps: int = 4
 
 
-# GPU forward, from the sweep of benchmarks/triton_tuning.py on an H200 (bf16, reports/h200/triton.md):
-# 2048 elements per program and 4 warps ran at 0.991 of a device copy at 65536 x 4096 (8 warps: 0.924) and
-# 0.706 at 2097152 x 128 (16 rows a program; 32 rows: 0.468).
-_GPU_FWD = _Tuning(tile=2048, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16)
+# GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
+# a device copy, reports/h200/canonical-reciprocal.md): 1024 elements a program and one warp per 1024 elements,
+# as few as one, ran the forward / fused add at 0.887 / 0.926 at 2097152 x 128 (8 rows a program, 1 warp),
+# against 0.728 / 0.806 with the previous 16 rows and 4 warps; at 65536 x 4096 both are one row and 4 warps
+# (0.983 / 0.990). More rows a program at 128 were slower (32 rows: 0.474).
+_GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
+                   min_warps=1)
 # GPU backward: one row at a time at 4096 columns (8 warps, 0.243 of copy), 16 rows at 128 (4 warps, 0.342):
 # the best pair of the same sweep. dw's subtree keeps up to six partial rows live (ptxas for sm_90: 128
 # registers at 4096). Wider rows take the two-kernel path (row statistics first).
