@@ -2,9 +2,10 @@
 without atomics), the fused residual add and the weight variants, bitwise equal to the native reference.
 
 Each reduction is written as explicit pairwise adds (reshape, then a sum over an axis of two), so its order is
-the contract's whatever tree Triton's own reductions use; divisions and square roots are correctly rounded and
-no multiply-add is fused (kernels are compiled with ``enable_fp_fusion=False``). Every compile-time choice is a
-function of (dim, dtype) alone, so one binary serves every batch.
+the contract's whatever tree Triton's own reductions use; divisions (one reciprocal of the rms per row, which
+the elements multiply by) and square roots are correctly rounded and no multiply-add is fused (kernels are
+compiled with ``enable_fp_fusion=False``). Every compile-time choice is a function of (dim, dtype) alone, so
+one binary serves every batch.
 """
 
 from __future__ import annotations
@@ -71,12 +72,16 @@ class _Tuning(NamedTuple):
     warp_elems: int  # elements per warp that the warp count aims at
     max_warps: int
     subtree_elems: int = 0  # backward: elements of dw's subtree per program that it aims at (0: 64 rows)
+    min_warps: int = 4
 
 
-# GPU forward, from the sweep of benchmarks/triton_tuning.py on an H200 (bf16, reports/h200/triton.md):
-# 2048 elements per program and 4 warps ran at 0.991 of a device copy at 65536 x 4096 (8 warps: 0.924) and
-# 0.706 at 2097152 x 128 (16 rows a program; 32 rows: 0.468).
-_GPU_FWD = _Tuning(tile=2048, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16)
+# GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
+# a device copy, reports/h200/canonical-reciprocal.md): 1024 elements a program and one warp per 1024 elements,
+# as few as one, ran the forward / fused add at 0.887 / 0.926 at 2097152 x 128 (8 rows a program, 1 warp),
+# against 0.728 / 0.806 with the previous 16 rows and 4 warps; at 65536 x 4096 both are one row and 4 warps
+# (0.983 / 0.990). More rows a program at 128 were slower (32 rows: 0.474).
+_GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
+                   min_warps=1)
 # GPU backward: one row at a time at 4096 columns (8 warps, 0.243 of copy), 16 rows at 128 (4 warps, 0.342):
 # the best pair of the same sweep. dw's subtree keeps up to six partial rows live (ptxas for sm_90: 128
 # registers at 4096). Wider rows take the two-kernel path (row statistics first).
@@ -108,7 +113,7 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
         rows = min(max(rows, subtree // 64), subtree)
     per_access = _ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
     vec = min(per_access, dim & -dim)  # largest power of two dividing dim, so contiguous rows qualify
-    num_warps = min(max(rows * block // tuning.warp_elems, 4), tuning.max_warps)
+    num_warps = min(max(rows * block // tuning.warp_elems, tuning.min_warps), tuning.max_warps)
     return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps,
                         subtree=subtree)
 
@@ -215,6 +220,11 @@ if triton is not None:
         return tl.sqrt_rn(mean + eps)
 
     @_device_function
+    def _inv(rms):  # noqa: ANN001
+        """1 / rms correctly rounded: the canonical order's one division per row; elements multiply by it."""
+        return tl.div_rn(tl.full(rms.shape, 1.0, tl.float32), rms)
+
+    @_device_function
     def _push(c, k, s0, s1, s2, s3, s4, s5, LEVELS: tl.constexpr):  # noqa: ANN001
         """Add leaf ``c``, the k-th in the order of the tree's levels, to a binary-counter stack of finished
         subtrees (slot i holds 2**i leaves). After the last leaf (k = 2**LEVELS - 1) ``c`` is the total."""
@@ -284,9 +294,9 @@ if triton is not None:
             if RESIDUAL:
                 z = _round_f32(z + _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask), ro_ptr)
                 _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
-            rms = _rms(_halve(_group_sums(z * z)), eps, DIM)
+            inv = _inv(_rms(_halve(_group_sums(z * z)), eps, DIM))
             # weight after the reduction: loaded first it stays live through it, costing registers.
-            y = tl.div_rn(z, rms[:, None, None])
+            y = z * inv[:, None, None]
             if WEIGHT == 1:
                 y = y * _load_f32(w_ptr + cols, col_mask)[None, :, :]
             elif WEIGHT == 2:
@@ -307,7 +317,7 @@ if triton is not None:
                     z = _round_f32(z + r, ro_ptr)
                     _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
                 partial = tl.where(tiles[None, :] == k, _halve(_group_sums(z * z))[:, None], partial)
-            rms = _rms(_halve(partial), eps, DIM)
+            inv = _inv(_rms(_halve(partial), eps, DIM))
             for k in range(TILES):
                 cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
                 col_mask = cols < DIM
@@ -315,7 +325,7 @@ if triton is not None:
                 z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
                 if RESIDUAL:  # rounded again rather than read back: other threads stored it
                     z = _round_f32(z + _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask), ro_ptr)
-                y = tl.div_rn(z, rms[:, None, None])
+                y = z * inv[:, None, None]
                 if WEIGHT == 1:
                     y = y * _load_f32(w_ptr + cols, col_mask)[None, :, :]
                 elif WEIGHT == 2:
@@ -327,8 +337,8 @@ if triton is not None:
         x_ptr, w_ptr, g_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, eps,  # noqa: ANN001
         DIM: tl.constexpr, GROUPS: tl.constexpr, TILES: tl.constexpr, VEC: tl.constexpr,
     ):
-        """For rows too wide for one tile: rms and c = (dot / DIM) / (rms * rms) of one row, in the canonical
-        order (strided tiles as in the forward), to stats_ptr[2 * row] and [2 * row + 1]."""
+        """For rows too wide for one tile: inv = 1 / rms and c = (dot / DIM) / (rms * rms) of one row, in the
+        canonical order (strided tiles as in the forward), to stats_ptr[2 * row] and [2 * row + 1]."""
         row = tl.program_id(0).to(tl.int64)
         x_row = row * x_row_stride
         g_row = row * g_row_stride
@@ -350,7 +360,7 @@ if triton is not None:
         rms = _rms(_halve(sq), eps, DIM)
         c = tl.div_rn(tl.div_rn(_halve(dot), tl.full([1], DIM, tl.float32)), rms * rms)
         one = tl.arange(0, 1)
-        tl.store(stats_ptr + 2 * row + one, rms)
+        tl.store(stats_ptr + 2 * row + one, _inv(rms))
         tl.store(stats_ptr + 2 * row + 1 + one, c)
 
     @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "n_programs", "eps"])
@@ -366,7 +376,7 @@ if triton is not None:
         levels of dw's canonical tree over the padded batch (e's bits from the highest, then m's). They are
         visited as leaves k = 0, 1, ... in the order of those levels, LEAVES at a time; a tile's leaves are
         added in pairs, and the tiles through a stack of finished subtrees. The partial goes to row p of
-        part_ptr, which no other program touches: no atomics, the same bits on every run. STATS: rms and c
+        part_ptr, which no other program touches: no atomics, the same bits on every run. STATS: inv and c
         come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows and they are
         computed here.
         """
@@ -398,17 +408,18 @@ if triton is not None:
                 g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
                 gw = g * w
                 if STATS:
-                    rms = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
+                    inv = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
                     coef = tl.load(stats_ptr + 2 * rows + 1, mask=row_mask, other=0.0)
                 else:
                     rms = _rms(_halve(_group_sums(x * x)), eps, DIM)
+                    inv = _inv(rms)
                     dot = _halve(_group_sums(gw * x))
                     coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, DIM, tl.float32)), rms * rms)
-                rms3 = rms[:, None, None]
+                inv3 = inv[:, None, None]
                 if STORE_DX:
-                    dx = tl.div_rn(gw - x * coef[:, None, None], rms3)
+                    dx = (gw - x * coef[:, None, None]) * inv3
                     _store_f32(dx_ptr + (rows * DIM)[:, None, None] + cols[None, :, :], dx, mask)
-                c = _adjacent(g * tl.div_rn(x, rms3))
+                c = _adjacent(g * (x * inv3))
             c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
         tl.store(part_ptr + p * DIM + cols, c, mask=col_mask)
 
@@ -791,13 +802,13 @@ class TritonRMSNormOp:
         return self._run(x, weight, eps, fp32_out=True)
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        """y = (x32 / rms) * (1 + w32), the offset formed in fp32; not differentiable."""
+        """y = (x32 * inv) * (1 + w32), the offset formed in fp32; not differentiable."""
         check_inputs(x, weight, eps)
         self._check_device(x.device)
         return torch.ops.rmsnorm_conformance.triton_rms_norm(x, weight, float(eps), False, True)
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        """y = x32 / rms rounded once; not differentiable."""
+        """y = x32 * inv rounded once; not differentiable."""
         check_unweighted_inputs(x, eps)
         self._check_device(x.device)
         return torch.ops.rmsnorm_conformance.triton_rms_norm(x, None, float(eps), False, False)

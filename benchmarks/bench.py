@@ -479,8 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         best = json.loads(Path(args.triton_tuning).read_text())["best"]
         for kind, name in (("forward", "_GPU_FWD"), ("backward", "_GPU_BWD")):
             if kind in best:
-                tuned = getattr(triton_rmsnorm, name)._replace(tile=best[kind]["tile"],
-                                                               warp_elems=best[kind]["warp_elems"])
+                base = getattr(triton_rmsnorm, name)
+                tuned = base._replace(**{k: v for k, v in best[kind].items() if k in base._fields})
                 setattr(triton_rmsnorm, name, tuned)
         triton_rmsnorm.launch_config.cache_clear()
     specs = tuple(spec.strip() for spec in args.backends.split(",") if spec.strip())

@@ -52,12 +52,18 @@ def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
 
 
 def _rms(x32: torch.Tensor, eps: float) -> torch.Tensor:
-    """``sqrt(S / D + eps)`` per row, keepdim: the canonical order's normalize step up to the division by it."""
+    """``sqrt(S / D + eps)`` per row, keepdim: the canonical order's normalize step up to its reciprocal."""
     mean = sum_of_squares_fixed_order(x32) / _scalar(x32.shape[-1], x32)
     # torch's CPU float sqrt is not correctly rounded (about one result in six is an ulp off; measured on
     # torch 2.13, every CPU capability); the CUDA one is. The fp64 sqrt of an fp32 value, rounded to fp32,
     # is the correctly rounded fp32 sqrt on both.
     return torch.sqrt((mean + _scalar(eps, x32)).double()).float()
+
+
+def _reciprocal(rms: torch.Tensor) -> torch.Tensor:
+    """``inv = 1 / rms`` per row, one correctly rounded fp32 division (a tensor numerator: torch's division by a
+    Python number would multiply by a reciprocal, and ``torch.reciprocal`` promises no rounding)."""
+    return _scalar(1.0, rms) / rms
 
 
 class _FixedOrderRMSNorm(torch.autograd.Function):
@@ -71,21 +77,24 @@ class _FixedOrderRMSNorm(torch.autograd.Function):
     def forward(ctx: torch.autograd.function.FunctionCtx, x32: torch.Tensor, w32: torch.Tensor,
                 eps: float) -> torch.Tensor:
         rms = _rms(x32, eps)
-        ctx.save_for_backward(x32, w32, rms)
-        # x / rms rounds once where x * rsqrt(.) rounds twice; both are the contract's formula.
-        return (x32 / rms) * w32
+        inv = _reciprocal(rms)
+        ctx.save_for_backward(x32, w32, rms, inv)
+        # One correctly rounded division per row, then two separately rounded multiplies per element
+        # (contract/canonical_order.py, "normalize"; why the edge cases keep their bits: RECIPROCAL_NOTE there).
+        return (x32 * inv) * w32
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
-        x32, w32, rms = ctx.saved_tensors
+        x32, w32, rms, inv = ctx.saved_tensors
         grad = grad.float()
         gw = grad * w32
-        # d/dx_j of x_j * w_j / rms = (g_j w_j - x_j * mean(g w x) / rms^2) / rms
+        # d/dx_j of x_j * w_j / rms = (g_j w_j - x_j * mean(g w x) / rms^2) / rms; the per-row coefficient keeps
+        # its divisions (once a row), the per-element division by rms is the multiply by inv.
         mean_gwx = sum_fixed_order(gw * x32) / _scalar(x32.shape[-1], x32)
-        dx = (gw - x32 * (mean_gwx / (rms * rms))) / rms
+        dx = (gw - x32 * (mean_gwx / (rms * rms))) * inv
         # dw sums over every row in the canonical order, rows in place of elements; the + 0.0 makes a zero
         # sum +0.0 whatever zero rows a kernel pads with.
-        per_row = (grad * (x32 / rms)).reshape(-1, x32.shape[-1])
+        per_row = (grad * (x32 * inv)).reshape(-1, x32.shape[-1])
         dw = sum_fixed_order(per_row.t()).reshape(-1) + 0.0 if per_row.shape[0] else torch.zeros_like(w32)
         return dx, dw, None
 
@@ -119,7 +128,7 @@ def oracle_fp64(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tor
 
 
 def _normalize_fp32(x32: torch.Tensor, scale32: torch.Tensor, eps: float) -> torch.Tensor:
-    """(x32 / rms) * scale32 in the reference's fixed order: the variants differ from forward only in scale32."""
+    """(x32 * inv) * scale32 in the reference's fixed order: the variants differ from forward only in scale32."""
     return _FixedOrderRMSNorm.apply(x32, scale32, float(eps))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.0.0"
+VERSION = "2.1.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6

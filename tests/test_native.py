@@ -83,7 +83,8 @@ def _canonical_forward(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     d, e = np.float32(x.shape[1]), np.float32(eps)
     for r, row in enumerate(x):
         rms = np.sqrt(_canonical_sum([a * a for a in row]) / d + e)
-        out[r] = [(a / rms) * b for a, b in zip(row, w, strict=True)]
+        inv = np.float32(1.0) / rms
+        out[r] = [(a * inv) * b for a, b in zip(row, w, strict=True)]
     return out
 
 
@@ -93,12 +94,51 @@ def _canonical_backward(x: np.ndarray, w: np.ndarray, g: np.ndarray, eps: float)
     products = np.empty_like(x)
     for r, (row, grow) in enumerate(zip(x, g, strict=True)):
         rms = np.sqrt(_canonical_sum([a * a for a in row]) / d + e)
+        inv = np.float32(1.0) / rms
         gw = [a * b for a, b in zip(grow, w, strict=True)]
         c = (_canonical_sum([a * b for a, b in zip(gw, row, strict=True)]) / d) / (rms * rms)
-        dx[r] = [(a - b * c) / rms for a, b in zip(gw, row, strict=True)]
-        products[r] = [a * (b / rms) for a, b in zip(grow, row, strict=True)]
+        dx[r] = [(a - b * c) * inv for a, b in zip(gw, row, strict=True)]
+        products[r] = [a * (b * inv) for a, b in zip(grow, row, strict=True)]
     dw = np.array([_canonical_sum(list(col)) + np.float32(0.0) for col in products.T], dtype=np.float32)
     return dx, dw
+
+
+def _value_classes(t: torch.Tensor) -> torch.Tensor:
+    """Per element: 0 NaN, 1 +Inf, 2 -Inf, 3 +0.0, 4 -0.0, 5 finite positive, 6 finite negative."""
+    cls = torch.where(t > 0, 5, 6)
+    cls = torch.where(t == 0, torch.where(torch.signbit(t), 4, 3), cls)
+    cls = torch.where(torch.isinf(t), torch.where(t > 0, 1, 2), cls)
+    return torch.where(torch.isnan(t), 0, cls)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-50])  # 1e-50 is +0.0 in fp32: rms can be 0
+def test_reciprocal_puts_zeros_nans_and_infs_where_the_division_did(eps):
+    """x * (1 / rms) against x / rms (contract/canonical_order.py, RECIPROCAL_NOTE): every element in the same
+    class (NaN, +-Inf, signed zero, sign of a finite value), through the weight too, and the same bits on
+    the rows whose quotients are all zeros, NaN or Inf."""
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([
+        [nan, 1.0, -0.0, 2.0, 0.0, -3.0, 1e-30, 5.0],  # rms NaN
+        [inf, -2.0, 0.0, -0.0, 1e30, -inf, 4.0, 1.0],  # rms +Inf
+        [3e38, -3e38, -1.0, -0.0, 0.0, 2e-45, 1.0, 7.0],  # the sum of squares overflows: rms +Inf
+        [0.0, -0.0, 0.0, 0.0, -0.0, 0.0, 0.0, 0.0],  # rms sqrt(eps), or 0 when eps is 0 in fp32
+        [1e-30, -1e-30, 0.0, -0.0, 1e-38, -2e-45, 3e-30, 1e-31],  # the squares underflow
+        [1e-20, -4e18, 0.5, -0.0, 0.0, 3.0, -1e-38, 2e-45],  # wide range, tiny quotients
+        [1.0, -1.0, 2.0, -2.0, 4.0, -4.0, 0.5, 0.0],
+    ])
+    w = torch.tensor([1.0, -1.0, 0.5, 2.0, -0.0, 0.0, inf, 3.0])
+    x32 = x.float()
+    rms = torch.sqrt((sum_of_squares_fixed_order(x32) / torch.full((), 8.0)
+                      + torch.full((), eps, dtype=torch.float32)).double()).float()
+    divided = x32 / rms
+    y = OP.forward_fp32(x, w, eps)
+    assert torch.equal(_value_classes(y), _value_classes(divided * w))
+    unit = OP.forward_fp32(x, torch.ones(8), eps)
+    assert torch.equal(_value_classes(unit), _value_classes(divided))
+    # rows whose quotients are all zeros, NaN or Inf keep the division's bits (NaN payloads aside)
+    for r in (0, 1, 2, 3):
+        both_nan = torch.isnan(unit[r]) & torch.isnan(divided[r])
+        assert torch.equal(unit[r].view(torch.int32)[~both_nan], divided[r].view(torch.int32)[~both_nan]), r
 
 
 def _spread_rows(rows: int, dim: int, seed: int) -> torch.Tensor:

@@ -512,7 +512,7 @@ VARIANT_DIMS = (1, 7, 128, 129, 4096)
 
 
 def _norm32(x: torch.Tensor) -> torch.Tensor:
-    """x32 / rms in the canonical order: the reference with a weight of ones (a multiply by 1 is exact)."""
+    """x32 * (1 / rms) in the canonical order: the reference with a weight of ones (a multiply by 1 is exact)."""
     return REFERENCE.forward_fp32(x, torch.ones(x.shape[-1], dtype=x.dtype, device=x.device))
 
 
@@ -557,7 +557,7 @@ def test_fused_add_refuses_a_mismatched_residual(device):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim", VARIANT_DIMS)
 def test_weight_offset_and_no_weight(device, dtype, dim):
-    """forward_offset: (x32 / rms) * (1 + w32), 1 + w formed in fp32; forward_unweighted: x32 / rms."""
+    """forward_offset: (x32 * inv) * (1 + w32), 1 + w formed in fp32; forward_unweighted: x32 * inv."""
     x, w, _ = _data(21, dim, dtype, device, seed=dim)
     assert OP.offset_dtype == "float32"
     offset = OP.forward_offset(x, w)

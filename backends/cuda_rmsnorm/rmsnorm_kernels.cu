@@ -12,9 +12,9 @@
 // small stack can build (see `Stack`).
 //
 // Every multiply and add is a correctly rounded intrinsic (__fmul_rn, __fadd_rn: never contracted into an
-// FMA, never reassociated), the square root and the divisions are correctly rounded (__fsqrt_rn, __fdiv_rn,
-// and for the per-element division by the rms a Newton-Raphson sequence that lands on the correctly rounded
-// quotient; see `Divisor`), and the build adds -fmad=false besides. So a row has exactly one possible
+// FMA, never reassociated), the square root and the divisions are correctly rounded (__fsqrt_rn, __fdiv_rn:
+// the mean, and inv = 1 / rms once per row, which every element then multiplies by, as the canonical
+// order's normalize step says), and the build adds -fmad=false besides. So a row has exactly one possible
 // result, whatever the launch, and the launch configuration is a function of (dim, dtype) alone.
 //
 // No torch headers here: this file compiles with nvcc alone.
@@ -25,6 +25,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "rmsnorm.h"
@@ -52,8 +53,9 @@ constexpr int kFinalSplits = 32;
 constexpr int kMaxChunks = 1024;
 constexpr int kMaxSteps = 64;
 // Sets of rows each forward block handles in turn, reading one set ahead (see forward_kernel). Measured on
-// an H200 (bf16, two groups a thread, fraction of a copy): 0.893 / 0.898 at 65536 x 4096 / 2097152 x 128
-// with 4 sets, 0.678 / 0.790 with 1, 0.881 / 0.918 with 8.
+// an H200 (bf16, two groups a thread, fraction of a copy), with the per-element division: 0.893 / 0.898 at
+// 65536 x 4096 / 2097152 x 128 with 4 sets, 0.678 / 0.790 with 1, 0.881 / 0.918 with 8; with the
+// reciprocal: 0.900 / 0.913 with 4 sets, 0.880 / 0.896 with 2, 0.873 / 0.898 with 8.
 constexpr int kForwardRowSets = 4;
 // A chunk's workspace row (dim fp32, written and read back) stays under a tenth of its rows' traffic.
 constexpr int kMinChunkRows = 16;
@@ -319,61 +321,14 @@ __device__ __forceinline__ float root_mean(float sum_of_squares, int dim, float 
   return __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_of_squares, __int2float_rn(dim)), eps));
 }
 
-// ---------------------------------------------------------------------------------------------------
-// Correctly rounded division by a row's rms, cheaper than one full division per element.
-//
-// With y = RN(1 / d), formed once per row, and q0 = RN(a y), two Newton-Raphson corrections
-// q1 = RN(q0 + RN(a - q0 d) y), q2 = RN(q1 + RN(a - q1 d) y) give q2 = RN(a / d): q1 is within an ulp of
-// a / d, and from there one correction with a correctly rounded reciprocal lands on the correctly
-// rounded quotient (Markstein's theorem; the second residual is exact). That holds while nothing under-
-// or overflows, which d and |a| in [2^-60, 2^60] guarantee; any other element (zeros, tiny, huge and
-// non-finite values) takes the full division. Checked against exact division for every significand of a
-// with 16 divisors (every significand pattern class) and on 80 million random pairs: no difference.
-// Five operations an element instead of the division's nine and a branch, which the backward does twice
-// per element.
-
-struct Divisor {
-  float d;
-  float y;    // RN(1 / d)
-  bool fast;  // d in [2^-60, 2^60]
-};
-
-__device__ __forceinline__ Divisor make_divisor(float d) {
-  return Divisor{d, __frcp_rn(d), d >= 0x1p-60f && d <= 0x1p60f};
-}
-
-__device__ __forceinline__ float newton_quotient(float a, const Divisor& v) {
-  const float q0 = __fmul_rn(a, v.y);
-  const float q1 = __fmaf_rn(__fmaf_rn(-q0, v.d, a), v.y, q0);
-  return __fmaf_rn(__fmaf_rn(-q1, v.d, a), v.y, q1);
-}
-
-// q[j] = RN(a[j] / d) for the 8 values of a group; a group with any value outside the fast range divides
-// all eight the long way (rare: one branch per group on the common path). The range is checked on the
-// group's smallest and (with kBounded false) largest magnitude: fminf/fmaxf skip a NaN, which is fine, as
-// the Newton steps carry a NaN to a NaN. kBounded: the caller knows |a| <= sqrt(D) * d (a row's own
-// elements over its rms), so only the lower end can leave the range.
-template <bool kBounded>
-__device__ __forceinline__ void divide_group(const float (&a)[kGroup], const Divisor& v, float (&q)[kGroup]) {
-  float lo = fabsf(a[0]);
-  float hi = lo;
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) {
-    q[j] = newton_quotient(a[j], v);
-    if (j > 0) {
-      lo = fminf(lo, fabsf(a[j]));
-      if constexpr (!kBounded) hi = fmaxf(hi, fabsf(a[j]));
-    }
-  }
-  const bool fast = v.fast && lo >= 0x1p-60f && (kBounded || hi <= 0x1p60f);
-  if (!fast) {
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) q[j] = __fdiv_rn(a[j], v.d);
-  }
-}
+// inv = 1 / rms, correctly rounded, once per row: the canonical order's normalize step (and the backward's)
+// multiplies each element by it, where it used to divide each element by rms. The edge cases keep their
+// bits' class (contract/canonical_order.py, RECIPROCAL_NOTE): rms = +Inf gives inv = +0.0, rms = +0.0
+// gives +Inf, NaN stays NaN, and a finite positive rms lies in [2^-75, 2^64], so inv is a normal number.
+__device__ __forceinline__ float reciprocal(float rms) { return __fdiv_rn(1.0f, rms); }
 
 // ---------------------------------------------------------------------------------------------------
-// Forward. The output element is y = (x / rms) * w' rounded once to the output dtype, where w' is w
+// Forward. The output element is y = (x * inv) * w' rounded once to the output dtype, where w' is w
 // (kPlain), 1 + w formed in fp32 (kOffset), or absent (kUnweighted). kFusedAdd first forms
 // s = x + residual in fp32, rounds it to the residual's dtype (x's), stores it as residual_out, and
 // normalizes s as stored, as kPlain.
@@ -477,20 +432,15 @@ __device__ __forceinline__ void load_weight(Group<T>& wg, const ForwardArgs& a, 
   }
 }
 
-// The output group from the input group `g` (re-widened with fresh), its weight group and the row's rms.
+// The output group from the input group `g` (re-widened with fresh), its weight group and the row's
+// inv = 1 / rms: xhat = x * inv, then y = xhat * w', two rounded multiplies.
 template <typename T, typename O, Mode M>
 __device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& wg, const ForwardArgs& a,
-                                             int64_t row, int base, int limit, const Divisor& rms) {
-  float xs[kGroup];
-  float normalized[kGroup];
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) xs[j] = g.fresh(j);
-  // A row's own elements over its rms: |x / rms| <= sqrt(dim).
-  divide_group<true>(xs, rms, normalized);
+                                             int64_t row, int base, int limit, float inv) {
   Group<O> out;
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
-    const float n = normalized[j];
+    const float n = __fmul_rn(g.fresh(j), inv);
     float v = n;
     if constexpr (M == Mode::kOffset) {
       v = __fmul_rn(n, __fadd_rn(1.0f, wg.fresh(j)));
@@ -505,8 +455,9 @@ __device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& 
 
 // Register kernel: blockDim.x / T rows per set, thread t of a row holds groups t + m T, m < K. A block
 // handles row_sets consecutive sets of rows, and reads the next set's rows while it reduces and writes the
-// current one, so that its loads stay in flight through the arithmetic (the division and the tree make a
-// row's compute phase long enough to matter). The weight is read once per block and held.
+// current one, so that its loads stay in flight through the arithmetic (the canonical tree, with a barrier
+// per row where a row spans warps, makes a row's compute phase long enough to matter). The weight is read
+// once per block and held.
 template <typename T, typename O, Mode M, int K>
 __global__ void __launch_bounds__(kBlockThreads, (forward_blocks_per_sm<T, K, M>())) forward_kernel(const ForwardArgs a) {
   __shared__ float scratch[2 * kBlockThreads];
@@ -553,9 +504,9 @@ __global__ void __launch_bounds__(kBlockThreads, (forward_blocks_per_sm<T, K, M>
     for (int m = 0; m < K; ++m) part[m] = group_sum_of_squares(g[m]);
     float total[1] = {thread_tree<K>(part)};
     row_tree<1>(total, a.tpr_shift, scratch, set & 1);
-    const Divisor rms = make_divisor(root_mean(total[0], a.dim, a.eps));
+    const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
 #pragma unroll
-    for (int m = 0; m < K; ++m) store_output<T, O, M>(g[m], wg[m], a, row, (t + m * tpr) * kGroup, limit, rms);
+    for (int m = 0; m < K; ++m) store_output<T, O, M>(g[m], wg[m], a, row, (t + m * tpr) * kGroup, limit, inv);
   }
 }
 
@@ -578,7 +529,7 @@ __global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const Forwar
   }
   float total[1] = {stack.s[0][0]};
   row_tree<1>(total, __ffs(tpr) - 1, scratch, 0);
-  const Divisor rms = make_divisor(root_mean(total[0], a.dim, a.eps));
+  const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
   ForwardArgs again = a;
   if constexpr (M == Mode::kFusedAdd) {
     again.x = a.residual_out;
@@ -591,7 +542,7 @@ __global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const Forwar
     Group<T> wg;
     load_input<T, kOut>(g, again, row, base, a.dim);
     load_weight<T, kOut>(wg, a, base, a.dim);
-    store_output<T, O, kOut>(g, wg, a, row, base, a.dim, rms);
+    store_output<T, O, kOut>(g, wg, a, row, base, a.dim, inv);
   }
 }
 
@@ -599,8 +550,9 @@ __global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const Forwar
 // Backward. With g the output gradient (in fp32), w the weight and x the input, per row:
 //   rms = the forward's, recomputed in the canonical order (the kernel reads x anyway);
 //   c = sum of (g * w) * x in the canonical order;
-//   dx = ((g * w) - x * ((c / dim) / (rms * rms))) / rms;
-//   the row's dw term = g * (x / rms).
+//   inv = 1 / rms (correctly rounded, once a row);
+//   dx = ((g * w) - x * ((c / dim) / (rms * rms))) * inv;
+//   the row's dw term = g * (x * inv).
 // dx is per row with a thread mapping fixed by (dim, dtype): batch-invariant like the forward.
 // dw has no atomics, and its order depends on (rows, dim, dtype) only: the rows are cut into chunks of
 // rows_per_block * steps consecutive rows; in a chunk, row group j of the block sums rows
@@ -643,36 +595,26 @@ __device__ __forceinline__ void group_sums(const Group<T>& x, const Group<G>& g,
 }
 
 struct RowFactors {
-  Divisor rms;
+  float inv;   // 1 / rms
   float coef;  // (c / dim) / (rms * rms)
 };
 
 __device__ __forceinline__ RowFactors row_factors(const float (&sums)[2], int dim, float eps) {
   const float rms = root_mean(sums[0], dim, eps);
-  return RowFactors{make_divisor(rms), __fdiv_rn(__fdiv_rn(sums[1], __int2float_rn(dim)), __fmul_rn(rms, rms))};
+  return RowFactors{reciprocal(rms), __fdiv_rn(__fdiv_rn(sums[1], __int2float_rn(dim)), __fmul_rn(rms, rms))};
 }
 
-// dx for one group, and (when `want_dw`) the row's dw terms g * (x / rms).
+// dx for one group, and (when `want_dw`) the row's dw terms g * (x * inv).
 template <typename T, typename G>
 __device__ __forceinline__ void group_grads(const Group<T>& x, const Group<G>& g, const Group<T>& w,
                                             const RowFactors& f, Group<T>& dx, float (&terms)[kGroup],
                                             bool want_dw) {
-  float numerator[kGroup];
-  float quotient[kGroup];
 #pragma unroll
   for (int j = 0; j < kGroup; ++j)
-    numerator[j] = __fsub_rn(__fmul_rn(g.fresh(j), w.fresh(j)), __fmul_rn(x.fresh(j), f.coef));
-  divide_group<false>(numerator, f.rms, quotient);
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) dx.set(j, quotient[j]);
+    dx.set(j, __fmul_rn(__fsub_rn(__fmul_rn(g.fresh(j), w.fresh(j)), __fmul_rn(x.fresh(j), f.coef)), f.inv));
   if (want_dw) {
-    float xs[kGroup];
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) xs[j] = x.fresh(j);
-    // A row's own elements over its rms: |x / rms| <= sqrt(dim).
-    divide_group<true>(xs, f.rms, quotient);
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) terms[j] = __fmul_rn(g.fresh(j), quotient[j]);
+    for (int j = 0; j < kGroup; ++j) terms[j] = __fmul_rn(g.fresh(j), __fmul_rn(x.fresh(j), f.inv));
   }
 }
 
@@ -912,12 +854,54 @@ Config make_config(int dim, int k_wanted, int k_max, int max_tpr) {
 }
 
 // Two groups a thread (32 bytes of x for 16-bit elements, 64 for fp32), four for rows wider than 256
-// threads hold that way (8192 elements), the streaming kernels beyond. Measured on an H200 against four groups (bf16, the row-set kernel, fraction of a
-// copy in the same run): forward 0.893 against 0.890 at 65536 x 4096 and 0.898 against 0.843 at
-// 2097152 x 128; fused add 0.906 against 0.880 and 0.906 against 0.826.
-Config forward_config(DType d, int dim) {
-  Config c = make_config(dim, 2, 4, kBlockThreads);
-  c.row_sets = c.k == 0 ? 1 : kForwardRowSets;
+// threads hold that way (8192 elements), the streaming kernels beyond. Measured on an H200 with the
+// reciprocal (bf16, fraction of a copy in the same process, benchmarks/forward_tuning.py): forward with two
+// groups and 4 row sets 0.900 at 65536 x 4096 and 0.913 at 2097152 x 128; four groups and 2 sets 0.919 /
+// 0.856; one group and 4 sets 0.900 (two groups there) / 0.866.
+// A tuning sweep's override of the register kernel's (groups a thread wanted, row sets), read once per
+// process from RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the weight variants) and
+// RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) as "k,sets", k in 1, 2, 4 and sets in 1..64; anything else
+// is ignored. No value changes a bit: every spread of a row's groups over threads computes the canonical
+// tree, and the configuration stays a function of (dim, dtype) within the process.
+struct ForwardTuning {
+  int k = 0;     // 0: the default
+  int sets = 0;  // 0: the default
+};
+
+ForwardTuning read_forward_tuning(const char* name) {
+  ForwardTuning t;
+  const char* text = std::getenv(name);
+  if (text == nullptr) return t;
+  char* end = nullptr;
+  const long k = std::strtol(text, &end, 10);
+  if (end == text || *end != ',') return t;
+  const char* rest = end + 1;
+  const long sets = std::strtol(rest, &end, 10);
+  if (end == rest || *end != '\0') return t;
+  if ((k == 1 || k == 2 || k == 4) && sets >= 1 && sets <= 64) {
+    t.k = int(k);
+    t.sets = int(sets);
+  }
+  return t;
+}
+
+// The fused add's own default, from the same sweep (benchmarks/forward_tuning.py on an H200, bf16, fraction of
+// a copy): one group a thread and 4 row sets where a row fits 256 threads that way (0.957 at 2097152 x 128,
+// against 0.910 with two groups), four groups and 2 sets for wider rows (0.933 at 65536 x 4096, against
+// 0.906 with two groups and 4 sets). Only those two dims were measured; the rule between them is a guess.
+ForwardTuning fused_add_default(int dim) {
+  int64_t padded = kGroup;
+  while (padded < dim) padded <<= 1;
+  return padded / kGroup <= kBlockThreads ? ForwardTuning{1, 4} : ForwardTuning{4, 2};
+}
+
+Config forward_config(DType d, int dim, bool fused_add) {
+  static const ForwardTuning plain = read_forward_tuning("RMSNORM_CUDA_FORWARD_CONFIG");
+  static const ForwardTuning fused = read_forward_tuning("RMSNORM_CUDA_FUSED_ADD_CONFIG");
+  ForwardTuning t = fused_add ? fused : plain;
+  if (fused_add && t.k == 0) t = fused_add_default(dim);
+  Config c = make_config(dim, t.k != 0 ? t.k : 2, 4, kBlockThreads);
+  c.row_sets = c.k == 0 ? 1 : (t.sets != 0 ? t.sets : kForwardRowSets);
   return c;
 }
 
@@ -1034,7 +1018,7 @@ const char* forward(DType dtype, Variant variant, bool out_fp32, const void* x, 
   if (const char* err = check_dim(dim)) return err;
   if (rows == 0) return nullptr;
   if (out_fp32 && variant != Variant::kPlain) return "rmsnorm: fp32 output is for the plain forward only";
-  const Config c = forward_config(dtype, int(dim));
+  const Config c = forward_config(dtype, int(dim), false);
   ForwardArgs a{};
   a.x = x;
   a.x_stride = x_stride;
@@ -1067,7 +1051,7 @@ const char* fused_add(DType dtype, const void* x, int64_t x_stride, const void* 
                       int64_t rows, int64_t dim, float eps, void* stream) {
   if (const char* err = check_dim(dim)) return err;
   if (rows == 0) return nullptr;
-  const Config c = forward_config(dtype, int(dim));
+  const Config c = forward_config(dtype, int(dim), true);
   ForwardArgs a{};
   a.x = x;
   a.x_stride = x_stride;

@@ -1,0 +1,151 @@
+"""Sweep of the forward and fused-add launch configurations of the CUDA or the Triton backend on a GPU, bf16 at
+the target shapes, each against a device copy of the same x timed in the same process, and the best pick.
+
+    python benchmarks/forward_tuning.py --backend cuda --out cuda-tuning.json
+    python benchmarks/forward_tuning.py --backend triton --out triton-tuning.json
+
+CUDA: each (groups a thread, row sets) pair runs in its own process under RMSNORM_CUDA_FORWARD_CONFIG and
+RMSNORM_CUDA_FUSED_ADD_CONFIG (the library reads them once per process); the pick is made for the forward
+and the fused add apart. Triton: each (tile, warp_elems, min_warps) of the forward tuning, which the forward and
+the fused add share, in this process; the JSON's "best" is what ``benchmarks/bench.py --triton-tuning`` takes.
+No configuration changes a bit (the canonical order does not depend on the launch), so the pick is speed alone:
+the pair whose worst ratio to the copy over the measured shapes is highest.
+
+Bytes as in bench.py: forward x read + y written; fused add x and residual read, y and residual_out written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SHAPES = ((65536, 4096), (2097152, 128))
+CUDA_TRIES = ("2,4", "1,4", "2,2", "2,8", "4,4", "1,8", "4,2")
+# (tile, warp_elems, min_warps): the forward tuning's fields; fewer than 4 warps only for small tiles.
+TRITON_TRIES = ((2048, 1024, 4), (2048, 512, 4), (1024, 512, 4), (4096, 1024, 4), (8192, 1024, 4),
+                (2048, 1024, 2), (2048, 2048, 1), (1024, 1024, 2), (1024, 1024, 1), (512, 512, 1))
+
+
+def _median_us(fn: Any) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=10, rep=60, return_mode="median")) * 1e3
+
+
+def measure(op: Any, dtype: torch.dtype = torch.bfloat16) -> list[dict[str, Any]]:
+    """Forward and fused add of ``op`` at each shape, with the copy of the same x timed before and after."""
+    out = []
+    for rows, dim in SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(dim)
+        x = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
+        r = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
+        w = (1 + 0.1 * torch.randn(dim, device="cuda", generator=gen)).to(dtype)
+        y = torch.empty_like(x)
+        copy_us = _median_us(lambda x=x, y=y: y.copy_(x))
+        fwd_us = _median_us(lambda x=x, w=w: op.forward(x, w))
+        add_us = _median_us(lambda x=x, r=r, w=w: op.fused_add(x, r, w))
+        copy_us = min(copy_us, _median_us(lambda x=x, y=y: y.copy_(x)))
+        copy_gbps = 2 * x.nbytes / copy_us / 1e3
+        for variant, us, nbytes in (("forward", fwd_us, 2 * x.nbytes), ("fused_add", add_us, 4 * x.nbytes)):
+            gbps = nbytes / us / 1e3
+            out.append({"variant": variant, "rows": rows, "dim": dim, "us": round(us, 2), "gbps": round(gbps, 1),
+                        "copy_gbps": round(copy_gbps, 1), "of_copy": round(gbps / copy_gbps, 4)})
+        del x, r, y
+        torch.cuda.empty_cache()
+    return out
+
+
+def _child_cuda() -> int:
+    from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp
+
+    print(json.dumps(measure(CudaRMSNormOp())), flush=True)
+    return 0
+
+
+def sweep_cuda() -> list[dict[str, Any]]:
+    records = []
+    for config in CUDA_TRIES:
+        env = {**os.environ, "RMSNORM_CUDA_FORWARD_CONFIG": config, "RMSNORM_CUDA_FUSED_ADD_CONFIG": config}
+        proc = subprocess.run([sys.executable, __file__, "--child-cuda"], env=env, capture_output=True, text=True,
+                              check=False)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+        if proc.returncode != 0 or not lines:
+            print(f"config {config}: failed ({proc.returncode}): {proc.stderr[-800:]}", flush=True)
+            continue
+        for rec in json.loads(lines[-1]):
+            records.append({"config": config, **rec})
+            print(f"cuda {config:>4} {rec['variant']:<9} {rec['rows']}x{rec['dim']}: {rec['of_copy']:.3f} of copy "
+                  f"({rec['gbps']:.0f} / {rec['copy_gbps']:.0f} GB/s)", flush=True)
+    return records
+
+
+def sweep_triton() -> list[dict[str, Any]]:
+    import rmsnorm_conformance.backends.triton_rmsnorm as tr
+
+    op = tr.TritonRMSNormOp()
+    base = tr._GPU_FWD
+    records = []
+    for tile, warp_elems, min_warps in TRITON_TRIES:
+        tr._GPU_FWD = base._replace(tile=tile, warp_elems=warp_elems, min_warps=min_warps)
+        tr.launch_config.cache_clear()
+        tr._PLANS.clear()
+        config = f"{tile},{warp_elems},{min_warps}"
+        for rec in measure(op):
+            cfg = tr.launch_config(rec["dim"], torch.bfloat16)
+            records.append({"config": config, "rows_per_program": cfg.rows, "num_warps": cfg.num_warps, **rec})
+            print(f"triton {config:>9} {rec['variant']:<9} {rec['rows']}x{rec['dim']} (rows {cfg.rows}, warps "
+                  f"{cfg.num_warps}): {rec['of_copy']:.3f} of copy", flush=True)
+    tr._GPU_FWD = base
+    tr.launch_config.cache_clear()
+    tr._PLANS.clear()
+    return records
+
+
+def best(records: list[dict[str, Any]], variants: tuple[str, ...]) -> str | None:
+    """The config whose worst ratio to the copy over ``variants`` and the shapes is highest."""
+    worst: dict[str, float] = {}
+    for rec in records:
+        if rec["variant"] in variants:
+            worst[rec["config"]] = min(worst.get(rec["config"], float("inf")), rec["of_copy"])
+    return max(worst, key=worst.get) if worst else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=("cuda", "triton"))
+    parser.add_argument("--out", help="JSON output: the records and the pick")
+    parser.add_argument("--child-cuda", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_cuda:
+        return _child_cuda()
+    if args.backend is None or args.out is None:
+        parser.error("--backend and --out are needed")
+    if not torch.cuda.is_available():
+        print("forward_tuning.py: no CUDA GPU is visible")
+        return 0
+    if args.backend == "cuda":
+        records = sweep_cuda()
+        picks: dict[str, Any] = {"forward": best(records, ("forward",)), "fused_add": best(records, ("fused_add",))}
+    else:
+        records = sweep_triton()
+        pick = best(records, ("forward", "fused_add"))
+        picks = {}
+        if pick is not None:
+            tile, warp_elems, min_warps = (int(v) for v in pick.split(","))
+            picks = {"forward": {"tile": tile, "warp_elems": warp_elems, "min_warps": min_warps}}
+    print(f"best: {picks}")
+    Path(args.out).write_text(json.dumps({"records": records, "best": picks,
+                                          "device": torch.cuda.get_device_name(),
+                                          "torch": torch.__version__}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
