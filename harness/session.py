@@ -25,7 +25,7 @@ from rmsnorm_conformance.contract import DTYPES, VERSION
 
 from . import isolation
 from .backend import Backend, BackendError, DeclarationError
-from .devices import device_unavailable_reason, parse_device_option
+from .devices import device_unavailable_reason, parse_device_option, worker_cpu_threads
 from .environment import fingerprint
 from .manifest import Manifest, entry_status, load_manifest, manifest_rows
 from .parity import ModeBackend, ParitySpec, parse_modes, parse_parity
@@ -141,6 +141,9 @@ class ConformanceRun:
 
     def _resolve(self) -> None:
         config = self.config
+        threads = worker_cpu_threads()
+        if threads is not None:  # before any backend call: the global-state snapshots start from this
+            torch.set_num_threads(threads)
         try:
             self.devices = parse_device_option(config.getoption("--device"))
         except ValueError as exc:

@@ -49,3 +49,13 @@ def test_unavailable_devices_say_why():
     if not torch.cuda.is_available():
         assert "no CUDA device" in device_unavailable_reason(torch.device("cuda", 0))
     assert "not supported" in device_unavailable_reason(torch.device("meta"))
+
+
+def test_xdist_workers_share_the_cores_unless_the_user_chose():
+    from rmsnorm_conformance.harness.devices import worker_cpu_threads
+
+    assert worker_cpu_threads({}, cores=8) is None  # not under xdist: torch's own default
+    assert worker_cpu_threads({"PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}, cores=8) == 4
+    assert worker_cpu_threads({"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "4"}, cores=2) == 1
+    assert worker_cpu_threads({"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "2",
+                               "OMP_NUM_THREADS": "3"}, cores=8) is None
