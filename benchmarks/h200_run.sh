@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU evidence in reports/h200/, in one go: conformance of the project's backends with each pytest-xdist
 # worker on its own GPU, the third-party adapters, and the bandwidth benchmark against a device copy.
-#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites bench adapters zoo; default the first three)
+#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites gate bench adapters zoo; default suites bench adapters)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200}
@@ -20,6 +20,14 @@ for stage in $stages; do
       python3 -m pytest --pyargs rmsnorm_conformance.suites --backend=native,triton,cuda --device=cuda \
         -n "$workers" -q -p no:cacheprovider --sweep=ci \
         --report="$OUT/conformance.md" --report="$OUT/conformance.json" ;;
+    gate)
+      # The RL question on one GPU: the project's kernels and Liger, pairwise bitwise parity (native against
+      # itself across devices too), the pick-a-kernel section with the committed benchmark, pictures beside it.
+      timeout -s INT "${GATE_LIMIT:-420}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
+        --backend=native,triton,cuda,liger --device=cuda -n "${GATE_WORKERS:-8}" -q -p no:cacheprovider --sweep=ci \
+        --require-parity=triton:cuda --require-parity=native:triton --require-parity=native:cuda \
+        --require-parity=native@cpu:native@cuda --bench-json=reports/h200/bench.json \
+        --report="$OUT/gate.md" --report="$OUT/gate.json" ;;
     adapters)
       # SIGINT, not SIGTERM, on timeout: pytest then still writes the report, marked as interrupted.
       adapters=torch_rms_norm,torch_rms_norm_fp32,torch_compile,liger
