@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU evidence in reports/h200/, in one go: conformance of the project's backends with each pytest-xdist
 # worker on its own GPU, the third-party adapters, and the bandwidth benchmark against a device copy.
-#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites gate bench adapters zoo; default suites bench adapters)
+#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites gate modes bench adapters zoo; default suites bench adapters)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200}
@@ -28,6 +28,11 @@ for stage in $stages; do
         --require-parity=triton:cuda --require-parity=native:triton --require-parity=native:cuda \
         --require-parity=native@cpu:native@cuda --bench-json=reports/h200/bench.json \
         --report="$OUT/gate.md" --report="$OUT/gate.json" ;;
+    modes)
+      # Eager against torch.compile and CUDA-graph replay, bit for bit, for the project's GPU kernels.
+      timeout -s INT "${MODES_LIMIT:-150}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
+        --backend=triton,cuda --device=cuda -n "${GATE_WORKERS:-8}" -q -p no:cacheprovider --sweep=ci \
+        --modes=compile,cudagraph --rule=parity.bitwise --report="$OUT/modes.md" --report="$OUT/modes.json" ;;
     adapters)
       # SIGINT, not SIGTERM, on timeout: pytest then still writes the report, marked as interrupted.
       adapters=torch_rms_norm,torch_rms_norm_fp32,torch_compile,liger
