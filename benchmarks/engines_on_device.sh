@@ -48,8 +48,14 @@ fi
 purelib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "import site; site.addsitedir('$SITE')" > "$purelib/zz_engines_site.pth" \
   || { export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; echo "no .pth written: PYTHONPATH only"; }
-# The harness itself, with its entry points (the adapters are registered there).
-python3 -m pip install -q --no-deps --no-index --no-build-isolation -e . || echo "harness install failed: exit $?"
+# The harness itself, with its entry points (the adapters are registered there), from a wheel of this tree: the
+# suites then run from an empty folder, where this tree's rmsnorm_conformance/ cannot shadow the package.
+rm -rf /tmp/harness-whl
+python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/harness-whl . \
+  && python3 -m pip install -q --no-deps --no-index --force-reinstall /tmp/harness-whl/*.whl \
+  || echo "harness install failed: exit $?"
+OUT=$(cd "$OUT" && pwd)
+cd "$(mktemp -d)"
 echo "install: $(( $(date +%s) - start )) s"
 
 # 4. Which adapters can run here, and how long each engine takes to import (FlashInfer's and quack's kernels

@@ -6,6 +6,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(pwd)
+# The suites run from an empty folder through the installed package, as a kernel author runs them: in this
+# tree the folder rmsnorm_conformance/ would shadow the installed package (whose parts live in other folders).
+# Install it first: python3 -m pip wheel --no-deps --no-build-isolation -w /tmp/whl . && python3 -m pip install
+# --no-deps --force-reinstall /tmp/whl/*.whl
+SCRATCH=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 stages=${*:-suites bench adapters}
 workers=$(( $(python3 -c 'import torch; print(torch.cuda.device_count())') * 2 ))
@@ -15,6 +22,7 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 
 for stage in $stages; do
   start=$(date +%s)
+  cd "$SCRATCH"
   case $stage in
     suites)
       python3 -m pytest --pyargs rmsnorm_conformance.suites --backend=native,triton,cuda --device=cuda \
@@ -26,7 +34,7 @@ for stage in $stages; do
       timeout -s INT "${GATE_LIMIT:-420}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
         --backend=native,triton,cuda,liger --device=cuda -n "${GATE_WORKERS:-8}" -q -p no:cacheprovider --sweep=ci \
         --require-parity=triton:cuda --require-parity=native:triton --require-parity=native:cuda \
-        --require-parity=native@cpu:native@cuda --bench-json=reports/h200/bench.json \
+        --require-parity=native@cpu:native@cuda --bench-json="$ROOT/reports/h200/bench.json" \
         --report="$OUT/gate.md" --report="$OUT/gate.json" ;;
     modes)
       # Eager against torch.compile and CUDA-graph replay, bit for bit, for the project's GPU kernels.
@@ -40,9 +48,9 @@ for stage in $stages; do
         --device=cuda -n "$workers" -q -p no:cacheprovider --sweep=ci \
         --report="$OUT/adapters.md" --report="$OUT/adapters.json" ;;
     bench)
-      python3 benchmarks/bench.py --out "$OUT/bench.json" ;;
+      python3 "$ROOT/benchmarks/bench.py" --out "$OUT/bench.json" ;;
     zoo)
-      python3 benchmarks/zoo_on_device.py --device cuda --jobs 8 --out "$OUT/zoo.md" ;;
+      cd "$ROOT" && python3 benchmarks/zoo_on_device.py --device cuda --jobs 8 --out "$OUT/zoo.md" ;;
   esac
   echo "stage $stage: exit $?, $(( $(date +%s) - start )) s"
 done
