@@ -43,6 +43,11 @@ def device_label(device: str, environment: dict[str, Any]) -> str:
     if "/" in device:
         return "/".join(device_label(part, environment) for part in device.split("/"))
     name = environment.get(f"device {device}")
+    if name is None and ":" not in device:
+        # An index-less "cuda" (a test id's device: each xdist worker's own GPU) takes the model of the GPUs
+        # the run saw, when they are all one model.
+        models = {v for k, v in environment.items() if k.startswith(f"device {device}:")}
+        name = models.pop() if len(models) == 1 else None
     return f"{device.split(':')[0]} ({name})" if name and device != "cpu" else device
 
 

@@ -164,3 +164,13 @@ def test_the_report_is_written_when_drawing_raises(tmp_path, monkeypatch):
         write_report(_collector(), tmp_path / "r.md", plots=True)
         md = (tmp_path / "r.md").read_text()
         assert "plotting failed: RuntimeError: no fonts" in md and "](r-ulp-histogram.png)" in md
+
+
+def test_a_test_ids_index_less_gpu_joins_its_models_row():
+    from rmsnorm_conformance.harness.pick import device_label
+
+    env = {"device cuda:0": "NVIDIA H200"}
+    assert device_label("cuda", env) == device_label("cuda:0", env) == "cuda (NVIDIA H200)"
+    two_models = {"device cuda:0": "NVIDIA H200", "device cuda:1": "NVIDIA A100"}
+    assert device_label("cuda", two_models) == "cuda"  # which GPU ran it is unknown: no model is claimed
+    assert device_label("cpu", env) == "cpu"
