@@ -35,7 +35,7 @@ for stage in $stages; do
         --backend=native,triton,cuda,liger --device=cuda -n "${GATE_WORKERS:-8}" -q -p no:cacheprovider --sweep=ci \
         --require-parity=triton:cuda --require-parity=native:triton --require-parity=native:cuda \
         --require-parity=native@cpu:native@cuda --bench-json="$ROOT/reports/h200/bench.json" \
-        --report="$OUT/gate.md" --report="$OUT/gate.json" ;;
+        --report="$OUT/gate.md" --report="$OUT/gate.json" ${GATE_ARGS:-} ;;
     modes)
       # Eager against torch.compile and CUDA-graph replay, bit for bit, for the project's GPU kernels.
       timeout -s INT "${MODES_LIMIT:-150}" python3 -m pytest --pyargs rmsnorm_conformance.suites \

@@ -288,12 +288,23 @@ _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 _STAT_FIELDS = ("max_abs", "max_rel", "max_ulp", "margin")
 
 
+def finite_tree(value: Any) -> Any:
+    """``value`` (dicts, lists, numbers) with every non-finite float as the string "inf", "-inf" or "nan":
+    strict JSON has no literal for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: finite_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_tree(v) for v in value]
+    return value
+
+
 def _finite_json(record: dict[str, Any]) -> dict[str, Any]:
     out = dict(record)
-    for key in _STAT_FIELDS:
-        value = out.get(key)
-        if isinstance(value, float) and not math.isfinite(value):
-            out[key] = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    for key in (*_STAT_FIELDS, "dim_margins"):
+        if key in out:
+            out[key] = finite_tree(out[key])
     return out
 
 

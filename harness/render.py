@@ -24,7 +24,7 @@ from .manifest import entry_status
 from .pick import labelled, pick_json, pick_markdown
 from .plots import Pictures
 from .plots import draw as draw_pictures
-from .records import Collector, Summary
+from .records import Collector, Summary, finite_tree
 
 REPORT_SUFFIXES = (".md", ".markdown", ".json")
 
@@ -35,7 +35,7 @@ def render_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | Non
     benchmark JSON's data for the speed columns of "Pick a kernel"; ``pictures`` what was drawn beside it."""
     if Path(path).suffix == ".json":
         data = c.to_json()
-        data["pick"] = pick_json(labelled(c), bench)  # derived: from_json and merge read the records, not this
+        data["pick"] = finite_tree(pick_json(labelled(c), bench))  # derived: from_json and merge read the records, not this
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
     return render_markdown(c, bench=bench, pictures=pictures)
 

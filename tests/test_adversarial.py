@@ -317,3 +317,5 @@ def test_non_finite_statistics_are_encoded_explicitly(tmp_path):
     back = Collector.from_json(data)
     (again,) = back.summaries.values()
     assert again.max_abs == float("inf") and again.max_rel != again.max_rel
+    assert summary["dim_margins"] == {"8": "inf"} and again.dim_margins == {"8": float("inf")}
+    assert "inf" in json.dumps(data["pick"])  # the pick section's worst margin, as a string
