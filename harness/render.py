@@ -35,7 +35,8 @@ def render_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | Non
     benchmark JSON's data for the speed columns of "Pick a kernel"; ``pictures`` what was drawn beside it."""
     if Path(path).suffix == ".json":
         data = c.to_json()
-        data["pick"] = finite_tree(pick_json(labelled(c), bench))  # derived: from_json and merge read the records, not this
+        # Derived: from_json and merge read the records, not this.
+        data["pick"] = finite_tree(pick_json(labelled(c), bench))
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
     return render_markdown(c, bench=bench, pictures=pictures)
 

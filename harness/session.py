@@ -385,7 +385,7 @@ class ConformanceRun:
                 self.collector.merge_json(value)
         outcomes = self.collector.outcomes
         where = _where(report.nodeid)
-        subject = _subject_property(report)
+        subject = _subject_property(report) or self._subject_from_id(report.nodeid, where)
         if hasattr(report, "wasxfail"):  # a breach the known-failure manifest expects
             outcomes[report.nodeid] = {"outcome": "xfailed", "reason": str(report.wasxfail)[:300], "where": where}
         elif report.passed and report.when == "call":
@@ -403,7 +403,27 @@ class ConformanceRun:
                 return  # a teardown error after a failed call: the first failure is the one to show
             outcomes[report.nodeid] = {"outcome": "failed" if report.when == "call" else "error",
                                        "reason": failure["reason"][:300], "replay": failure.get("replay", ""),
-                                       "rule": failure.get("rule", ""), "where": where, **subject}
+                                       "where": where, **subject, "rule": failure.get("rule") or
+                                       subject.get("rule", "")}
+
+    def _subject_from_id(self, nodeid: str, where: str) -> dict[str, str]:
+        """Backend, device and rule of a test that left no record of them: a worker that crashed (a segfault in
+        a kernel, say) reports only the test id. Its params begin with a selected backend's name and the
+        device; its rule is the test's own when it declares one (the suites' markers)."""
+        if not where:
+            return {}
+        backend = next((b.name for b in sorted(self.backends, key=lambda b: -len(b.name))
+                        if where.startswith(f"{b.name}-")), None)
+        if backend is None:
+            return {}
+        subject = {"backend": backend, "device": where[len(backend) + 1:].split("-", 1)[0]}
+        from .suite_index import rule_tests
+
+        test = nodeid.rsplit("/", 1)[-1].split("[", 1)[0]
+        rules = [rule for rule, tests in rule_tests().items() if test in tests]
+        if len(rules) == 1:
+            subject["rule"] = rules[0]
+        return subject
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

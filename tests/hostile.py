@@ -119,6 +119,20 @@ class ExitsZero(NativeRMSNormOp):
         os._exit(0)
 
 
+class SegfaultsOnWrongShapedWeight(NativeRMSNormOp):
+    """Right on good input; kills its process with SIGSEGV for a weight of the wrong shape, as a kernel whose fast
+    entry skips the shape check and reads past the weight would. Its other checks pass, so only the crash can
+    fail it."""
+
+    name = "segfaults_on_bad_weight"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if isinstance(weight, torch.Tensor) and tuple(weight.shape) != tuple(x.shape[-1:]):
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(5)
+        return super().forward(x, weight, eps)
+
+
 class Segfaults(NativeRMSNormOp):
     """Kills its own process with SIGSEGV, as a kernel reading out of bounds would."""
 

@@ -176,6 +176,19 @@ def test_a_segfault_under_xdist_fails_the_run_and_names_the_test(gate):
     assert any("test_output" in n for n in data["outcomes"]) or data["unfinished"]
 
 
+def test_a_crash_in_one_rule_fails_that_backend_in_every_table(gate):
+    """A worker that dies leaves only its test id: the controller still pins the crash on the backend, device
+    and rule, so "Pick a kernel" and the verdict table cannot show PASS beside passing checks."""
+    result, data = gate(f"--backend={H}:SegfaultsOnWrongShapedWeight", "--rule=axis_b.output,semantics.shape_guard",
+                        "--dtype=float32", "-n", "2")
+    assert result.ret != 0 and data["verdict"] in ("FAIL", "INCOMPLETE")
+    crashed = [o for n, o in data["outcomes"].items() if "test_shape_guard" in n]
+    assert crashed and crashed[0]["backend"] == "segfaults_on_bad_weight"
+    assert crashed[0]["rule"] == "semantics.shape_guard" and crashed[0]["device"] == "cpu"
+    (row,) = [r for r in data["pick"]["rows"] if r["backend"] == "segfaults_on_bad_weight"]
+    assert row["verdict"] == "FAIL" and "semantics.shape_guard" in row["numerics_breached"], row
+
+
 def test_a_hung_case_times_out_and_the_run_goes_on(gate, monkeypatch):
     monkeypatch.setenv("HOSTILE_SLEEP", "600")
     started = time.monotonic()

@@ -337,6 +337,25 @@ bool parse(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t tensors, Py_ssize
   return true;
 }
 
+// Whether the fast entry may call the operator: the contract's input rules checked without throwing. Bad input
+// never reaches the dispatcher from here; the Python side takes the checked path and raises the contract's
+// error. (A C++ exception thrown from the operator on this path once ended the process on a GPU machine.)
+bool fast_inputs_ok(const at::Tensor& x, const at::Tensor* w, const at::Tensor* r, double eps) {
+  const auto type = x.scalar_type();
+  if (!x.is_cuda() || (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf)) return false;
+  if (x.dim() < 1 || x.size(-1) < 1 || !std::isfinite(eps) || eps <= 0) return false;
+  if (w != nullptr && (w->scalar_type() != type || w->dim() != 1 || w->size(0) != x.size(-1) ||
+                       w->device() != x.device())) {
+    return false;
+  }
+  return r == nullptr || (r->scalar_type() == type && r->sizes() == x.sizes() && r->device() == x.device());
+}
+
+bool fast_refused() {
+  PyErr_SetString(PyExc_ValueError, "rmsnorm_cuda_fast: input outside the fast entry's rules");
+  return false;
+}
+
 template <typename F>
 PyObject* guarded(F&& f) {
   try {
@@ -359,6 +378,7 @@ PyObject* py_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   double eps;
   bool out_fp32;
   if (!parse(args, nargs, 2, 4, t, &eps, &out_fp32)) return nullptr;
+  if (!fast_inputs_ok(*t[0], t[1], nullptr, eps) && !fast_refused()) return nullptr;
   return guarded([&] { return THPVariable_Wrap(forward_op().call(*t[0], *t[1], eps, out_fp32)); });
 }
 
@@ -367,6 +387,7 @@ PyObject* py_rms_norm_offset(PyObject*, PyObject* const* args, Py_ssize_t nargs)
   const at::Tensor* t[2];
   double eps;
   if (!parse(args, nargs, 2, 3, t, &eps, nullptr)) return nullptr;
+  if (!fast_inputs_ok(*t[0], t[1], nullptr, eps) && !fast_refused()) return nullptr;
   return guarded([&] { return THPVariable_Wrap(op.call(*t[0], *t[1], eps)); });
 }
 
@@ -375,6 +396,7 @@ PyObject* py_rms_norm_unweighted(PyObject*, PyObject* const* args, Py_ssize_t na
   const at::Tensor* t[1];
   double eps;
   if (!parse(args, nargs, 1, 2, t, &eps, nullptr)) return nullptr;
+  if (!fast_inputs_ok(*t[0], nullptr, nullptr, eps) && !fast_refused()) return nullptr;
   return guarded([&] { return THPVariable_Wrap(op.call(*t[0], eps)); });
 }
 
@@ -384,6 +406,7 @@ PyObject* py_fused_add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nar
   const at::Tensor* t[3];
   double eps;
   if (!parse(args, nargs, 3, 4, t, &eps, nullptr)) return nullptr;
+  if (!fast_inputs_ok(*t[0], t[2], t[1], eps) && !fast_refused()) return nullptr;
   return guarded([&]() -> PyObject* {
     auto [y, residual_out] = op.call(*t[0], *t[1], *t[2], eps);
     PyObject* a = THPVariable_Wrap(y);
