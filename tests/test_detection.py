@@ -96,9 +96,10 @@ def test_defect_is_caught_in_the_rule_it_breaks(run, defect):
 
 def test_lane_order_control_passes_axis_a_in_fp32(run):
     """The reduction-order defects switch to LaneOrderRMSNorm's order on some condition; that order on its
-    own passes Axis-A, so their failures come from the switch, not from the order. fp32 shows any change."""
+    own passes Axis-A, so their failures come from the switch, not from the order. fp32 shows any change. (The
+    threshold checks of this order run in the false-alarm run over seeds, below.)"""
     result = run(str(SUITES / "test_axis_a.py"), "--backend=tests.defects:LaneOrderRMSNorm", "--device=cpu",
-                 "--sweep=ci", "-k", "float32")
+                 "--sweep=ci", "-k", "float32 and not _at_thresholds")
     assert result.ret == 0, result.stdout.str()[-3000:]
     result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])
 
