@@ -13,6 +13,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,8 @@ class ConformanceRun:
     interrupted_by: str = ""
     bench: dict[str, Any] | None = None  # --bench-json's data, for the report's speed columns and pictures
     _previous_sigterm: Any = None
+    _last_write: float = float("-inf")  # time.monotonic() of the last progress write
+    _write_pending: bool = False  # a start not yet written (a pytest-xdist controller throttles its writes)
 
     # --- resolving the options ---------------------------------------------------------------------
 
@@ -363,11 +366,22 @@ class ConformanceRun:
             return
         self.running.append(nodeid)
         self.collector.unfinished = list(self.running)
-        # Every start is written: a crash that kills the process (a segfault, os._exit, SIGKILL) leaves a report
-        # that says INCOMPLETE and names the test it died in.
+        # In one process every start is written: a crash that kills the process (a segfault, os._exit, SIGKILL)
+        # leaves a report that says INCOMPLETE and names the test it died in. A pytest-xdist controller outlives
+        # its workers' crashes and records them itself, so it writes at most every CONTROLLER_WRITE_INTERVAL
+        # seconds: rendering the whole report at each of a thousand starts cost it a sixth of a core, taken from
+        # the workers.
+        if self._distributed() and time.monotonic() - self._last_write < CONTROLLER_WRITE_INTERVAL:
+            self._write_pending = True
+            return
         self._write_reports()
 
+    def _distributed(self) -> bool:
+        return getattr(self.config.option, "dist", "no") != "no"
+
     def _write_reports(self) -> None:
+        self._last_write = time.monotonic()
+        self._write_pending = False
         for path in self.config.getoption("--report"):
             with contextlib.suppress(OSError):  # checked writable at the start; a full disk must not stop the run
                 write_report(self.collector, path, bench=self.bench)
@@ -378,6 +392,8 @@ class ConformanceRun:
         if report.when == "teardown" and report.nodeid in self.running:
             self.running.remove(report.nodeid)
             self.collector.unfinished = list(self.running)
+            if self._write_pending and time.monotonic() - self._last_write >= CONTROLLER_WRITE_INTERVAL:
+                self._write_reports()
         if report.when == "setup" and "conformance" in report.keywords:
             self.collector.conformance_tests += 1
         for name, value in report.user_properties:
@@ -518,6 +534,8 @@ class ParityPair:
 
 FAILURE_PROPERTY = "rmsnorm_conformance_failure"
 SUBJECT_PROPERTY = "rmsnorm_conformance_subject"
+# Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
+CONTROLLER_WRITE_INTERVAL = 2.0
 
 
 def threading_is_main() -> bool:
