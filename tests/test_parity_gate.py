@@ -41,6 +41,19 @@ def test_a_pair_in_the_same_order_passes(run, pytester):
     assert sum(s["checks"] for s in data["summaries"]) >= 3 * 4
 
 
+def test_native_and_triton_are_at_parity_on_the_cpu(run, pytester):
+    """The canonical order's promise in CI: the reference and the Triton kernel (in Triton's interpreter) give
+    identical bits under every Axis-A variant's inputs, NaN and Inf padding included, in the ci sweep."""
+    pytest.importorskip("triton", reason="Triton is not installed")
+    result = run("--backend=native,triton", "--require-parity=native:triton", "--max-examples=12",
+                 "--report=r.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    data = json.loads((pytester.path / "r.json").read_text())
+    gate = [s for s in data["summaries"] if s["backend"] == "native=triton"]
+    assert {s["dtype"] for s in gate} == {"float32", "bfloat16", "float16"}
+    assert sum(s["checks"] for s in gate) >= 3 * 12 and not any(s["failures"] for s in gate)
+
+
 def test_a_pair_in_different_orders_fails_with_bits_and_a_replay(run):
     result = run("--backend=native,tests.defects:LaneOrderRMSNorm", "--require-parity=native:lane_order",
                  "--dtype=float32")
