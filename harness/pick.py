@@ -23,10 +23,10 @@ from .records import Collector
 
 VERDICT_ORDER = ("PASS", "XFAIL", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then FAIL, "
-              "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partners; then rows "
-              "with speed measured on their own device type, then measured elsewhere (†), then unmeasured; then "
-              "more of a device copy's bandwidth (mean over the target shapes); then lower latency against "
-              "F.rms_norm; then the lower worst margin")
+              "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partner backends "
+              "(itself on another device not counted); then rows with speed measured on their own device type, "
+              "then measured elsewhere (†), then unmeasured; then more of a device copy's bandwidth (mean over "
+              "the target shapes); then lower latency against F.rms_norm; then the lower worst margin")
 # Reports show dtypes in the order readers pick them.
 DTYPE_ORDER = ("bfloat16", "float16", "float32")
 SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -179,11 +179,16 @@ class PickRow:
     speed: Speed | None = None
     speed_elsewhere: bool = False  # the benchmark ran on another device type than this row's
 
+    def partner_backends(self) -> int:
+        """Other backends this one is bitwise equal to: itself on another device (``name@cpu``) is no choice a
+        reader makes, so it does not lift a row above a kernel with as many real partners."""
+        return len({p.split("@", 1)[0] for p in self.partners} - {self.backend})
+
     def sort_key(self) -> tuple[Any, ...]:
         """The documented order (``SORT_ORDER``): best choice first."""
         fraction = self.speed.mean_fraction() if self.speed else None
         latency = self.speed.mean_latency() if self.speed else None
-        return (VERDICT_ORDER.index(self.verdict), len(self.interface_breached), -len(self.partners),
+        return (VERDICT_ORDER.index(self.verdict), len(self.interface_breached), -self.partner_backends(),
                 2 if fraction is None else int(self.speed_elsewhere), -fraction if fraction is not None else 1.0,
                 latency if latency is not None else float("inf"),
                 max(self.margins.values(), default=float("inf")), self.backend, self.device)

@@ -174,3 +174,13 @@ def test_a_test_ids_index_less_gpu_joins_its_models_row():
     two_models = {"device cuda:0": "NVIDIA H200", "device cuda:1": "NVIDIA A100"}
     assert device_label("cuda", two_models) == "cuda"  # which GPU ran it is unknown: no model is claimed
     assert device_label("cpu", env) == "cpu"
+
+
+def test_a_backend_at_parity_with_itself_elsewhere_is_not_lifted_above_a_faster_peer():
+    from rmsnorm_conformance.harness.pick import PickRow
+
+    reference = PickRow("native", "cuda", "PASS", 10, [], [], "product_fp32", ["cuda", "native@cpu", "triton"])
+    kernel = PickRow("cuda", "cuda", "PASS", 10, [], [], "product_fp32", ["native", "triton"])
+    assert reference.partner_backends() == kernel.partner_backends() == 2
+    fewer = PickRow("other", "cuda", "PASS", 10, [], [], "product_fp32", ["native"])
+    assert sorted([fewer, reference], key=PickRow.sort_key)[0] is reference
