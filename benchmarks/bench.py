@@ -77,7 +77,7 @@ def subjects(
 ) -> list[Subject]:
     """The backends that load and can run on ``device`` (the others are printed with their reason), then
     the peers."""
-    from rmsnorm_conformance.harness.registry import load_backend
+    from rmsnorm_conformance.harness.running.registry import load_backend
 
     found: list[Subject] = []
     for spec in backends:
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if not out.is_absolute():
         out = ROOT / out if args.out is None else Path.cwd() / out
 
-    from rmsnorm_conformance.harness.environment import fingerprint
+    from rmsnorm_conformance.harness.reporting.environment import fingerprint
 
     if args.triton_tuning:
         from rmsnorm_conformance.backends import triton_rmsnorm

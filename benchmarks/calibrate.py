@@ -16,8 +16,8 @@ from tabulate import tabulate
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
 from rmsnorm_conformance.contract import profile
 from rmsnorm_conformance.contract.reference import oracle_fp64, seed_formula_fp32
-from rmsnorm_conformance.harness.cases import VALUE_FAMILIES, make_values, make_weight
-from rmsnorm_conformance.harness.comparison import compare_within
+from rmsnorm_conformance.harness.checking.comparison import compare_within
+from rmsnorm_conformance.harness.drawing.cases import VALUE_FAMILIES, make_values, make_weight
 
 REF = NativeRMSNormOp()
 

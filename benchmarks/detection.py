@@ -56,9 +56,9 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
-import rmsnorm_conformance.harness.plugin
-from rmsnorm_conformance.harness.checks import Subject
-from rmsnorm_conformance.harness.sweeps import PREFIX
+import rmsnorm_conformance.harness.plugin.hooks
+from rmsnorm_conformance.harness.checking.checks import Subject
+from rmsnorm_conformance.harness.drawing.sweeps import PREFIX
 
 settings.register_profile(
     PREFIX + "{SEEDED_SWEEP}", parent=settings.get_profile(PREFIX + "ci"), derandomize=False, database=None,
@@ -108,7 +108,7 @@ def _defects() -> list[type]:
 
 
 def _rule_tests() -> dict[str, list[str]]:
-    """rule -> ``module.py::test`` of every suite test declaring it (harness/suite_index.py)."""
+    """rule -> ``module.py::test`` of every suite test declaring it (harness/checking/rule_index.py)."""
     from tests.test_detection import RULE_TESTS
 
     return RULE_TESTS

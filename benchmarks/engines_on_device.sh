@@ -64,7 +64,7 @@ nvidia-smi -L
 python3 - "${2:-$ENGINES}" <<'EOF' | tee "$OUT/engines-preflight.txt"
 import importlib, sys, time
 import torch
-from rmsnorm_conformance.harness.registry import load_backend
+from rmsnorm_conformance.harness.running.registry import load_backend
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
 modules = {"vllm": "vllm._custom_ops", "vllm_batch_invariant": "vllm._custom_ops", "flashinfer": "flashinfer.norm",
            "sgl_kernel": "sgl_kernel", "quack": "quack", "xformers": "xformers.ops.rmsnorm",

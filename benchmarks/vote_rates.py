@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from rmsnorm_conformance.harness import rounding
-from rmsnorm_conformance.harness.cases import Batch
+from rmsnorm_conformance.harness.checking import rounding
+from rmsnorm_conformance.harness.drawing.cases import Batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.defects import _normalise, sum_of_squares_by_lanes

@@ -212,7 +212,7 @@ VARIANT_RULES: tuple[Rule, ...] = (
 # --- Thresholds: where real kernels switch strategy ---------------------------------------------------
 # Every sweep checks the batch-size, slice-offset and padding variants at each of these row counts in each of
 # THRESHOLD_DIMS, and QK-norm's [T, H, 128] at each head count, as explicit cases beside the random draws
-# (harness/thresholds.py), as far as the element budget reaches; the report lists what it could not reach.
+# (harness/drawing/thresholds.py), as far as the element budget reaches; the report lists what it could not reach.
 THRESHOLD_ROWS: tuple[int, ...] = (
     *range(1, 17),                 # decode batches: one-row paths, and rows split across lanes below 16
     255, 256, 257,                 # block sizes and autotuner buckets

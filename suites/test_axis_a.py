@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rmsnorm_conformance.harness import strategies, thresholds
-from rmsnorm_conformance.harness.cases import (
+from rmsnorm_conformance.harness import (
     WEIGHT_LAYOUTS,
     BatchSizeCase,
     FirstCallCase,
@@ -25,14 +24,21 @@ from rmsnorm_conformance.harness.cases import (
     RepeatCase,
     SliceCase,
     StridedCase,
+    assert_bitwise,
+    assert_holds,
+    call,
+    conformance,
+    entry_points,
+    explicit_cases,
+    first_call_plan,
     lay_out_weight,
     make_pad,
+    missing_reason,
+    run_fresh,
+    strategies,
     strided_layout,
+    thresholds,
 )
-from rmsnorm_conformance.harness.checks import assert_bitwise, assert_holds, conformance
-from rmsnorm_conformance.harness.entry_points import call, entry_points, missing_reason
-from rmsnorm_conformance.harness.explicit import explicit_cases
-from rmsnorm_conformance.harness.fresh_process import first_call_plan, run_fresh
 
 REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
 PAD_SALT = 7  # pad rows of each row input come from their own generator

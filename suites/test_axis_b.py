@@ -3,9 +3,15 @@ with the weight contiguous, a strided view or an offset slice of a larger tensor
 
 from __future__ import annotations
 
-from rmsnorm_conformance.harness import strategies
-from rmsnorm_conformance.harness.cases import AccuracyCase, lay_out_weight
-from rmsnorm_conformance.harness.checks import assert_within, conformance, correctly_rounded, reference_fp32
+from rmsnorm_conformance.harness import (
+    AccuracyCase,
+    assert_within,
+    conformance,
+    correctly_rounded,
+    lay_out_weight,
+    reference_fp32,
+    strategies,
+)
 
 
 def _draw(subject):

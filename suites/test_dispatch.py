@@ -6,7 +6,10 @@ import pytest
 import torch
 
 from rmsnorm_conformance.contract.reference import seed_formula_fp32
-from rmsnorm_conformance.harness.registry import OpBackend, kernel_registry
+from rmsnorm_conformance.harness import (
+    OpBackend,
+    kernel_registry,
+)
 
 
 def test_cpu_dispatch_is_native():

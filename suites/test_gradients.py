@@ -7,9 +7,13 @@ from __future__ import annotations
 import torch
 
 from rmsnorm_conformance.contract.reference import reference_fp32
-from rmsnorm_conformance.harness import strategies
-from rmsnorm_conformance.harness.cases import GradientCase
-from rmsnorm_conformance.harness.checks import assert_bitwise, assert_within, conformance
+from rmsnorm_conformance.harness import (
+    GradientCase,
+    assert_bitwise,
+    assert_within,
+    conformance,
+    strategies,
+)
 
 REPEATS = 3  # atomics' arrival order can agree with the first pass by chance
 

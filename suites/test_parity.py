@@ -10,8 +10,11 @@ import itertools
 import torch
 
 from rmsnorm_conformance.contract import Tolerance, profile
-from rmsnorm_conformance.harness.cases import Batch
-from rmsnorm_conformance.harness.comparison import compare_within, ulp_distance
+from rmsnorm_conformance.harness import (
+    Batch,
+    compare_within,
+    ulp_distance,
+)
 
 # Both target dims, an odd dim and a wide one; batch sizes from one row to many.
 SHAPES = ((1, 4096), (257, 4096), (8192, 128), (3, 1000), (64, 8192))

@@ -8,16 +8,17 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.harness import strategies
-from rmsnorm_conformance.harness.cases import (
+from rmsnorm_conformance.harness import (
     BatchSizeCase,
     LeadingDimsCase,
     PaddingCase,
     SliceCase,
     StridedCase,
+    assert_bitwise,
+    conformance,
     make_pad,
+    strategies,
 )
-from rmsnorm_conformance.harness.checks import assert_bitwise, conformance
 
 # Entry points compared when both sides offer them: (method, whether it takes the weight).
 ENTRY_POINTS = (("forward", True), ("forward_fp32", True))

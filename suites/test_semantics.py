@@ -11,10 +11,17 @@ from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import profile
 from rmsnorm_conformance.contract.reference import seed_formula_fp32
-from rmsnorm_conformance.harness import strategies
-from rmsnorm_conformance.harness.cases import AccuracyCase, NonfiniteCase
-from rmsnorm_conformance.harness.checks import assert_bitwise, assert_holds, assert_within, conformance, reference_fp32
-from rmsnorm_conformance.harness.comparison import compare_bitwise
+from rmsnorm_conformance.harness import (
+    AccuracyCase,
+    NonfiniteCase,
+    assert_bitwise,
+    assert_holds,
+    assert_within,
+    compare_bitwise,
+    conformance,
+    reference_fp32,
+    strategies,
+)
 
 SMALL = 1 << 14  # elements: these checks are about behaviour, not scale
 

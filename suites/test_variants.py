@@ -23,9 +23,8 @@ from rmsnorm_conformance.contract.reference import (
     reference_unweighted,
     rounding_class_outputs,
 )
-from rmsnorm_conformance.harness import rounding, strategies
-from rmsnorm_conformance.harness.backend import ROUNDED_ENTRY_POINTS
-from rmsnorm_conformance.harness.cases import (
+from rmsnorm_conformance.harness import (
+    ROUNDED_ENTRY_POINTS,
     AccuracyCase,
     Batch,
     BatchSizeCase,
@@ -35,15 +34,15 @@ from rmsnorm_conformance.harness.cases import (
     RepeatCase,
     SliceCase,
     StridedCase,
-    make_pad,
-    strided_layout,
-)
-from rmsnorm_conformance.harness.checks import (
     assert_bitwise,
     assert_holds,
     assert_within,
     conformance,
+    make_pad,
     reference_fp32,
+    rounding,
+    strategies,
+    strided_layout,
 )
 
 REPEATS = 4  # as in Axis-A: a reduction order that varies per call agrees on one row about half the time

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from rmsnorm_conformance.harness.devices import worker_cpu_threads
+from rmsnorm_conformance.harness.running.devices import worker_cpu_threads
 
 pytest_plugins = ("pytester",)
 

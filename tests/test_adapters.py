@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmsnorm_conformance.harness.registry import known_backend_names, load_backend
+from rmsnorm_conformance.harness.running.registry import known_backend_names, load_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"

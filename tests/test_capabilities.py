@@ -21,12 +21,12 @@ from rmsnorm_conformance.contract.reference import (
     reference_unweighted,
     rounding_class_outputs,
 )
-from rmsnorm_conformance.harness import rounding
-from rmsnorm_conformance.harness.backend import Backend, same_layout_copy
-from rmsnorm_conformance.harness.cases import Batch
-from rmsnorm_conformance.harness.records import Collector
-from rmsnorm_conformance.harness.render import render_markdown
-from rmsnorm_conformance.harness.replay import parse_case
+from rmsnorm_conformance.harness.checking import rounding
+from rmsnorm_conformance.harness.drawing.cases import Batch
+from rmsnorm_conformance.harness.drawing.replay import parse_case
+from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.reporting.render import render_markdown
+from rmsnorm_conformance.harness.running.backend import Backend, same_layout_copy
 from tests.defects import EngineStyleRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rmsnorm_conformance.contract import Tolerance, UlpBound
-from rmsnorm_conformance.harness.comparison import bits, compare_bitwise, compare_within, ulp_distance
+from rmsnorm_conformance.harness.checking.comparison import bits, compare_bitwise, compare_within, ulp_distance
 
 
 def test_bitwise_equal_tensors():

@@ -83,7 +83,7 @@ def test_unavailable_without_gpu_says_why():
 
 
 def test_registry_resolves_without_failing():
-    from rmsnorm_conformance.harness.registry import load_backend
+    from rmsnorm_conformance.harness.running.registry import load_backend
 
     backend = load_backend("cuda")
     assert backend.name == "cuda"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from rmsnorm_conformance.contract import ALL_RULES, rule
-from rmsnorm_conformance.harness.replay import parse_case
-from rmsnorm_conformance.harness.suite_index import rule_tests
+from rmsnorm_conformance.harness.checking.rule_index import rule_tests
+from rmsnorm_conformance.harness.drawing.replay import parse_case
 from tests.defects import DEFECTS, LaneOrderRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]

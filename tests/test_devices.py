@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rmsnorm_conformance.harness.devices import (
+from rmsnorm_conformance.harness.running.devices import (
     device_unavailable_reason,
     parse_device_option,
     worker_device,
@@ -52,7 +52,7 @@ def test_unavailable_devices_say_why():
 
 
 def test_xdist_workers_share_the_cores_unless_the_user_chose():
-    from rmsnorm_conformance.harness.devices import worker_cpu_threads
+    from rmsnorm_conformance.harness.running.devices import worker_cpu_threads
 
     assert worker_cpu_threads({}, cores=8) is None  # not under xdist: torch's own default
     assert worker_cpu_threads({"PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}, cores=8) == 4

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rmsnorm_conformance.backends._engine_support import rows
-from rmsnorm_conformance.harness.registry import known_backend_names, load_backend
+from rmsnorm_conformance.harness.running.registry import known_backend_names, load_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ["vllm", "vllm_batch_invariant", "flashinfer", "sgl_kernel", "quack", "xformers", "transformer_engine",

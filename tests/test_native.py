@@ -10,7 +10,7 @@ import torch
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
 from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
 from rmsnorm_conformance.contract.reference import oracle_fp64, sum_fixed_order, sum_of_squares_fixed_order
-from rmsnorm_conformance.harness.comparison import compare_bitwise, ulp_distance
+from rmsnorm_conformance.harness.checking.comparison import compare_bitwise, ulp_distance
 
 OP = NativeRMSNormOp()
 TINY = 2.0**-24  # half an ulp of 1.0 in fp32: 1 + TINY rounds back to 1, 1 + 2 * TINY does not

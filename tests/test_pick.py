@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from rmsnorm_conformance.contract import Tolerance
-from rmsnorm_conformance.harness import plots, render
-from rmsnorm_conformance.harness.comparison import compare_within
-from rmsnorm_conformance.harness.matrix import merge
-from rmsnorm_conformance.harness.pick import SORT_ORDER, labelled, pick_rows
-from rmsnorm_conformance.harness.records import Check, Collector
-from rmsnorm_conformance.harness.render import render_markdown, render_report, write_report
-from rmsnorm_conformance.harness.session import _load_bench
+from rmsnorm_conformance.harness.checking.comparison import compare_within
+from rmsnorm_conformance.harness.plugin.session import _load_bench
+from rmsnorm_conformance.harness.reporting import plots, render
+from rmsnorm_conformance.harness.reporting.merge import merge
+from rmsnorm_conformance.harness.reporting.pick_a_kernel import SORT_ORDER, labelled, pick_rows
+from rmsnorm_conformance.harness.reporting.records import Check, Collector
+from rmsnorm_conformance.harness.reporting.render import render_markdown, render_report, write_report
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -167,7 +167,7 @@ def test_the_report_is_written_when_drawing_raises(tmp_path, monkeypatch):
 
 
 def test_a_test_ids_index_less_gpu_joins_its_models_row():
-    from rmsnorm_conformance.harness.pick import device_label
+    from rmsnorm_conformance.harness.reporting.pick_a_kernel import device_label
 
     env = {"device cuda:0": "NVIDIA H200"}
     assert device_label("cuda", env) == device_label("cuda:0", env) == "cuda (NVIDIA H200)"
@@ -177,7 +177,7 @@ def test_a_test_ids_index_less_gpu_joins_its_models_row():
 
 
 def test_a_backend_at_parity_with_itself_elsewhere_is_not_lifted_above_a_faster_peer():
-    from rmsnorm_conformance.harness.pick import PickRow
+    from rmsnorm_conformance.harness.reporting.pick_a_kernel import PickRow
 
     reference = PickRow("native", "cuda", "PASS", 10, [], [], "product_fp32", ["cuda", "native@cpu", "triton"])
     kernel = PickRow("cuda", "cuda", "PASS", 10, [], [], "product_fp32", ["native", "triton"])

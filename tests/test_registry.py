@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rmsnorm_conformance.harness.backend import Backend
-from rmsnorm_conformance.harness.registry import (
+from rmsnorm_conformance.harness.running.backend import Backend
+from rmsnorm_conformance.harness.running.registry import (
     KernelRegistry,
     OpBackend,
     instantiate,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rmsnorm_conformance.harness.records import Check, Collector, dim_bucket
-from rmsnorm_conformance.harness.render import render_markdown, render_terminal, write_report
+from rmsnorm_conformance.harness.reporting.records import Check, Collector, dim_bucket
+from rmsnorm_conformance.harness.reporting.render import render_markdown, render_terminal, write_report
 
 
 def _check(**over):

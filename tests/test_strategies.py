@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.harness import strategies
-from rmsnorm_conformance.harness.cases import (
+from rmsnorm_conformance.harness.drawing import strategies
+from rmsnorm_conformance.harness.drawing.cases import (
     PAD_CONTENTS,
     VALUE_FAMILIES,
     WEIGHT_FAMILIES,
@@ -19,7 +19,7 @@ from rmsnorm_conformance.harness.cases import (
     make_pad,
     make_values,
 )
-from rmsnorm_conformance.harness.replay import parse_case
+from rmsnorm_conformance.harness.drawing.replay import parse_case
 
 ALL = [strategies.batch_size_cases, strategies.slice_cases, strategies.padding_cases,
        strategies.position_cases, strategies.permutation_cases, strategies.leading_dims_cases,

@@ -17,12 +17,12 @@ from rmsnorm_conformance.contract.rmsnorm import (
     THRESHOLD_DIMS,
     THRESHOLD_ROWS,
 )
-from rmsnorm_conformance.harness import budget, thresholds
-from rmsnorm_conformance.harness.backend import Backend
-from rmsnorm_conformance.harness.cases import Batch, lay_out_weight
-from rmsnorm_conformance.harness.entry_points import entry_points, missing_reason
-from rmsnorm_conformance.harness.fresh_process import FIRST_CALL_DIMS, first_call_plan
-from rmsnorm_conformance.harness.replay import parse_case
+from rmsnorm_conformance.harness.drawing import budget, thresholds
+from rmsnorm_conformance.harness.drawing.cases import Batch, lay_out_weight
+from rmsnorm_conformance.harness.drawing.replay import parse_case
+from rmsnorm_conformance.harness.running.backend import Backend
+from rmsnorm_conformance.harness.running.entry_points import entry_points, missing_reason
+from rmsnorm_conformance.harness.running.fresh_process import FIRST_CALL_DIMS, first_call_plan
 from tests.defects import LaneOrderRMSNorm
 
 CPU = torch.device("cpu")

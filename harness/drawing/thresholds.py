@@ -23,8 +23,15 @@ from rmsnorm_conformance.contract.rmsnorm import (
     THRESHOLD_ROWS,
     THRESHOLD_SM_MULTIPLES,
 )
-
-from .cases import PAD_CONTENTS, Batch, BatchSizeCase, LeadingDimsCase, PaddingCase, SliceCase, StridedCase
+from rmsnorm_conformance.harness.drawing.cases import (
+    PAD_CONTENTS,
+    Batch,
+    BatchSizeCase,
+    LeadingDimsCase,
+    PaddingCase,
+    SliceCase,
+    StridedCase,
+)
 
 # A changed reduction order changes a given row's bits about half the time (reports/cpu/detection.md), so a
 # threshold of fewer rows is checked on several runs of that many rows: 8 rows miss a switch 1 time in 256.

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .backend import Backend
+from rmsnorm_conformance.harness.running.backend import Backend
 
 ENTRY_POINT_GROUP = "rmsnorm_conformance.backends"
 

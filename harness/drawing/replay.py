@@ -16,9 +16,15 @@ import typing
 from typing import Any
 
 from rmsnorm_conformance.contract import DTYPES
-
-from .cases import CASE_TYPES, PAD_CONTENTS, VALUE_FAMILIES, WEIGHT_FAMILIES, WEIGHT_LAYOUTS, Batch
-from .entry_points import AXIS_A_ENTRY_POINTS
+from rmsnorm_conformance.harness.drawing.cases import (
+    CASE_TYPES,
+    PAD_CONTENTS,
+    VALUE_FAMILIES,
+    WEIGHT_FAMILIES,
+    WEIGHT_LAYOUTS,
+    Batch,
+)
+from rmsnorm_conformance.harness.running.entry_points import AXIS_A_ENTRY_POINTS
 
 _NAMES = {"inf": math.inf, "nan": math.nan}
 # Field values restricted to a vocabulary, wherever the field appears.

@@ -20,14 +20,18 @@ from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
 from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
-
-from . import isolation
-from .backend import Backend, BackendError
-from .cases import Batch, torch_dtype
-from .comparison import BitwiseResult, ToleranceResult, compare_bitwise, compare_within
-from .manifest import Manifest
-from .records import Check, Collector
-from .session import active_settings
+from rmsnorm_conformance.harness.checking.comparison import (
+    BitwiseResult,
+    ToleranceResult,
+    compare_bitwise,
+    compare_within,
+)
+from rmsnorm_conformance.harness.checking.known_failures import Manifest
+from rmsnorm_conformance.harness.drawing.cases import Batch, torch_dtype
+from rmsnorm_conformance.harness.plugin.session import active_settings
+from rmsnorm_conformance.harness.reporting.records import Check, Collector
+from rmsnorm_conformance.harness.running import isolation
+from rmsnorm_conformance.harness.running.backend import Backend, BackendError
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
 # Rules every backend call is held to, whichever test makes the call.

@@ -207,7 +207,7 @@ class Backend:
             return self._backward
         key = (str(device), str(dtype))
         if key not in self._probed:
-            from .isolation import global_state, restore
+            from rmsnorm_conformance.harness.running.isolation import global_state, restore
 
             state = global_state()  # a probe must leave no trace, whatever the backend does to torch's state
             try:

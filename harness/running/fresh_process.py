@@ -2,7 +2,7 @@
 where the long-running test process, whose caches are long warm, can no longer see them.
 
 The test process writes a request (the backend's spec, the device and the cases), runs
-``python -m rmsnorm_conformance.harness.fresh_process REQUEST RESULT``, and compares what came back. One fresh
+``python -m rmsnorm_conformance.harness.running.fresh_process REQUEST RESULT``, and compares what came back. One fresh
 process per (backend, device, dtype) makes every case's first call, then every case's second call. Which
 entry point calls a dim first rotates from dim to dim, so each entry point meets a cold cache shared by all
 of them on some dims, and its own cold cache on every dim.
@@ -23,10 +23,9 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
-
-from .cases import Batch, FirstCallCase, lay_out_weight
-from .entry_points import call
-from .thresholds import Plan
+from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase, lay_out_weight
+from rmsnorm_conformance.harness.drawing.thresholds import Plan
+from rmsnorm_conformance.harness.running.entry_points import call
 
 # Every threshold dim and an odd one (tail masking), each once: each call below is the first for its dim.
 FIRST_CALL_DIMS: tuple[int, ...] = (*THRESHOLD_DIMS, 1000)
@@ -88,8 +87,8 @@ def main(argv: list[str]) -> int:
     request_path, result_path = argv
     request = json.loads(Path(request_path).read_text())
     sys.path[:0] = [p for p in request["sys_path"] if p not in sys.path]
-    from .registry import load_backend
-    from .replay import parse_case
+    from rmsnorm_conformance.harness.drawing.replay import parse_case
+    from rmsnorm_conformance.harness.running.registry import load_backend
 
     device = torch.device(request["device"])
     caller = _Caller(load_backend(request["spec"]))

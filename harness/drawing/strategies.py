@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import DEFAULT_EPS, TARGET_DIMS
 from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS
-
-from .budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
-from .cases import (
+from rmsnorm_conformance.harness.drawing.budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
+from rmsnorm_conformance.harness.drawing.cases import (
     PAD_CONTENTS,
     VALUE_FAMILIES,
     WEIGHT_FAMILIES,
@@ -37,7 +36,7 @@ from .cases import (
     torch_dtype,
 )
 
-# Elements (rows * dim) per batch where no budget is given: the CPU's (harness/budget.py says why).
+# Elements (rows * dim) per batch where no budget is given: the CPU's (harness/drawing/budget.py says why).
 DEFAULT_MAX_ELEMENTS = CPU_SWEEP_ELEMENTS
 INTERPRETED_MAX_ELEMENTS = INTERPRETED_SWEEP_ELEMENTS
 MAX_DIM = 8192
@@ -120,7 +119,7 @@ def batches(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEM
     )
 
 
-# Every Axis-A strategy takes ``entries``, the entry points the backend offers (harness/entry_points.py), and
+# Every Axis-A strategy takes ``entries``, the entry points the backend offers (harness/running/entry_points.py), and
 # draws one per case; batches draw any weight layout, since Axis-A holds for every layout of the weight.
 
 
@@ -132,7 +131,7 @@ def batch_size_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT
     A kernel whose plan changes at some row count T fails only when length < T <= rows, and T is unknown
     (16 for torch's CUDA reduction, 256 for an autotuner's key, ...). So half the time the whole batch
     takes half to all of the element budget: one small sub-batch then straddles nearly every T at once.
-    (The contract's thresholds are also checked explicitly: harness/thresholds.py.)
+    (The contract's thresholds are also checked explicitly: harness/drawing/thresholds.py.)
     """
     b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, any_weight_layout=True))
     b = _widened(draw, b, max_elements)

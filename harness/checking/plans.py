@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from rmsnorm_conformance.contract import rule
-
-from .budget import describe, threshold_elements
-from .checks import run_check
-from .entry_points import entry_points
-from .thresholds import Plan
+from rmsnorm_conformance.harness.checking.checks import run_check
+from rmsnorm_conformance.harness.drawing.budget import describe, threshold_elements
+from rmsnorm_conformance.harness.drawing.thresholds import Plan
+from rmsnorm_conformance.harness.running.entry_points import entry_points
 
 PlanMaker = Callable[..., Plan]
 
@@ -29,7 +28,7 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
     sweep's example runs (its own deadline; a backend's exception fails the rule with that case's replay).
 
     ``plan(dtype, device, budget, source, entries)`` makes the cases for the subject's dtype and device, the
-    threshold budget (harness/budget.py) and the entry points the backend offers. ``memo`` is one dict for the
+    threshold budget (harness/drawing/budget.py) and the entry points the backend offers. ``memo`` is one dict for the
     whole plan, so consecutive cases of one batch compute the whole batch once (``memo["plan"]`` lists every
     case, for checks that run several at once). Under ``--replay`` the
     replayed case runs here if ``replayed_here``, else in the sweep test of the same rule and case type,

@@ -16,7 +16,7 @@ AXIS_A_ENTRY_POINTS: tuple[str, ...] = ("forward", "forward_fp32")
 
 
 def entry_points(backend: Any) -> tuple[str, ...]:
-    """The entry points ``backend`` offers, ``forward`` first (``harness/backend.py`` says which)."""
+    """The entry points ``backend`` offers, ``forward`` first (``harness/running/backend.py`` says which)."""
     return ("forward", "forward_fp32") if getattr(backend, "has_forward_fp32", False) else ("forward",)
 
 

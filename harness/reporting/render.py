@@ -19,12 +19,11 @@ from urllib.parse import quote
 from tabulate import tabulate
 
 from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
-
-from .manifest import entry_status
-from .pick import labelled, pick_json, pick_markdown
-from .plots import Pictures
-from .plots import draw as draw_pictures
-from .records import Collector, Summary, finite_tree
+from rmsnorm_conformance.harness.checking.known_failures import entry_status
+from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
+from rmsnorm_conformance.harness.reporting.plots import Pictures
+from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
+from rmsnorm_conformance.harness.reporting.records import Collector, Summary, finite_tree
 
 REPORT_SUFFIXES = (".md", ".markdown", ".json")
 

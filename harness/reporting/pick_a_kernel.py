@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsnorm_conformance.contract import rule
-
-from .records import Collector
+from rmsnorm_conformance.harness.reporting.records import Collector
 
 VERDICT_ORDER = ("PASS", "XFAIL", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then FAIL, "

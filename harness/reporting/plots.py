@@ -16,9 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .comparison import ULP_BINS, ulp_bin_label
-from .pick import BENCH_ALIASES, DTYPE_ORDER, SHORT_DTYPE, TARGET_BENCH_DIMS, _machine, bench_device, bench_dtype
-from .records import Collector
+from rmsnorm_conformance.harness.checking.comparison import ULP_BINS, ulp_bin_label
+from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
+    BENCH_ALIASES,
+    DTYPE_ORDER,
+    SHORT_DTYPE,
+    TARGET_BENCH_DIMS,
+    _machine,
+    bench_device,
+    bench_dtype,
+)
+from rmsnorm_conformance.harness.reporting.records import Collector
 
 INSTALL_HINT = "pip install 'rmsnorm-conformance[plots]'"
 KINDS = ("ulp-histogram", "margin-vs-dim", "bandwidth-vs-rows", "parity")

@@ -23,18 +23,22 @@ import torch
 from hypothesis import settings
 
 from rmsnorm_conformance.contract import DTYPES, VERSION
-
-from . import isolation
-from .backend import Backend, BackendError, DeclarationError
-from .devices import device_unavailable_reason, parse_device_option, worker_cpu_threads
-from .environment import fingerprint
-from .manifest import Manifest, entry_status, load_manifest, manifest_rows
-from .parity import ModeBackend, ParitySpec, parse_modes, parse_parity
-from .records import Collector
-from .registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
-from .render import REPORT_SUFFIXES, render_terminal, write_report
-from .replay import ReplayError, parse_case
-from .sweeps import default_sweep, sweep_settings
+from rmsnorm_conformance.harness.checking.known_failures import Manifest, entry_status, load_manifest, manifest_rows
+from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
+from rmsnorm_conformance.harness.drawing.sweeps import default_sweep, sweep_settings
+from rmsnorm_conformance.harness.plugin.parity_gate import ParitySpec, parse_modes, parse_parity
+from rmsnorm_conformance.harness.reporting.environment import fingerprint
+from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES, render_terminal, write_report
+from rmsnorm_conformance.harness.running import isolation
+from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
+from rmsnorm_conformance.harness.running.devices import (
+    device_unavailable_reason,
+    parse_device_option,
+    worker_cpu_threads,
+)
+from rmsnorm_conformance.harness.running.modes import ModeBackend
+from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
 
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
 # Options whose presence on the command line makes a run a conformance run from the start.
@@ -433,7 +437,7 @@ class ConformanceRun:
         if backend is None:
             return {}
         subject = {"backend": backend, "device": where[len(backend) + 1:].split("-", 1)[0]}
-        from .suite_index import rule_tests
+        from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 
         test = nodeid.rsplit("/", 1)[-1].split("[", 1)[0]
         rules = [rule for rule, tests in rule_tests().items() if test in tests]

@@ -19,17 +19,27 @@ from rmsnorm_conformance.contract import (
     WEIGHTLESS_RULES,
     profile,
 )
-
-from .backend import BackendError, dtype_name
-from .budget import CPU_SWEEP_ELEMENTS, GPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS, sweep_elements
-from .checks import Subject
-from .devices import device_unavailable_reason, worker_device
-from .isolation import CaseTimedOut
-from .manifest import manifest_rows
-from .records import Collector
-from .registry import known_backend_names
-from .session import DEFAULT_CASE_TIMEOUT, FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY, ConformanceRun
-from .sweeps import SWEEPS
+from rmsnorm_conformance.harness.checking.checks import Subject
+from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
+from rmsnorm_conformance.harness.drawing.budget import (
+    CPU_SWEEP_ELEMENTS,
+    GPU_SWEEP_ELEMENTS,
+    INTERPRETED_SWEEP_ELEMENTS,
+    sweep_elements,
+)
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
+from rmsnorm_conformance.harness.plugin.session import (
+    DEFAULT_CASE_TIMEOUT,
+    FAILURE_PROPERTY,
+    RECORDS_PROPERTY,
+    SUBJECT_PROPERTY,
+    ConformanceRun,
+)
+from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
+from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
+from rmsnorm_conformance.harness.running.isolation import CaseTimedOut
+from rmsnorm_conformance.harness.running.registry import known_backend_names
 
 RUN = pytest.StashKey[ConformanceRun]()
 RECORDS = pytest.StashKey[Collector]()
@@ -129,7 +139,7 @@ def _check_hypothesis_profile(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from . import session
+    from rmsnorm_conformance.harness.plugin import session
 
     if RUN in config.stash and config.stash[RUN].resolved and session._ACTIVE_SETTINGS:
         session._ACTIVE_SETTINGS.pop()

@@ -12,8 +12,7 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.contract import VERSION
-
-from .devices import accelerators, device_name
+from rmsnorm_conformance.harness.running.devices import accelerators, device_name
 
 
 def package_version(name: str) -> str:
