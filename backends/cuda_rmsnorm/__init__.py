@@ -9,12 +9,12 @@ reason it cannot run there (no GPU, no toolkit, a failed build) is reported by `
 
 from __future__ import annotations
 
-import math
-import numbers
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs
+from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs, check_residual, check_unweighted_inputs
 
 from . import _ops
 from ._build import BUILD_DIR_ENV, LIBRARY_ENV
@@ -22,35 +22,18 @@ from ._build import BUILD_DIR_ENV, LIBRARY_ENV
 __all__ = ["BUILD_DIR_ENV", "LIBRARY_ENV", "CudaRMSNormOp"]
 
 
-def _check_residual(x: torch.Tensor, residual: torch.Tensor) -> None:
-    if not isinstance(residual, torch.Tensor):
-        raise TypeError(f"fused_add expects a tensor residual, got {type(residual).__name__}")
-    if residual.dtype != x.dtype:
-        raise TypeError(
-            f"fused_add needs residual in the dtype of x, got x.dtype={x.dtype} and residual.dtype={residual.dtype}"
-        )
-    if residual.shape != x.shape:
-        raise ValueError(
-            f"fused_add needs residual of x's shape, got x.shape={tuple(x.shape)} and "
-            f"residual.shape={tuple(residual.shape)}"
-        )
-    if residual.device != x.device:
-        raise ValueError(
-            f"fused_add needs x and residual on one device, got x.device={x.device} and "
-            f"residual.device={residual.device}"
-        )
+def _fast(call: Callable[..., Any] | None, eps: object, *args: Any) -> Any:
+    """The operator's C++ entry for an eager call with a plain float eps, or ``_SLOW`` where the call must take
+    the checked path: no entry loaded, under ``torch.compile``, or an error the contract's checks re-raise."""
+    if call is None or type(eps) is not float or torch.compiler.is_compiling():
+        return _SLOW
+    try:
+        return call(*args)
+    except Exception:  # raised again on the slow path, through the contract's checks
+        return _SLOW
 
 
-def _check_unweighted(x: torch.Tensor, eps: float) -> None:
-    """The contract's input rules that do not involve a weight."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"rms_norm expects a tensor, got x of type {type(x).__name__}")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"rms_norm supports x of dtype float32, bfloat16 or float16, got x.dtype={x.dtype}")
-    if x.dim() < 1 or x.shape[-1] == 0:
-        raise ValueError(f"rms_norm needs a last dim of at least 1, got x.shape={tuple(x.shape)}")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"rms_norm needs eps to be a finite number > 0, got eps={eps!r}")
+_SLOW = object()
 
 
 class CudaRMSNormOp:
@@ -79,58 +62,43 @@ class CudaRMSNormOp:
         return _ops.load(torch.device(device))
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        call = _ops.rms_norm
-        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
-            try:
-                return call(x, weight, eps, False)
-            except Exception:  # raised again below, through the contract's checks
-                pass
+        out = _fast(_ops.rms_norm, eps, x, weight, eps, False)
+        if out is not _SLOW:
+            return out
         return self._checked("rms_norm", x, weight, eps, False)
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        call = _ops.rms_norm
-        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
-            try:
-                return call(x, weight, eps, True)
-            except Exception:  # as in forward
-                pass
+        out = _fast(_ops.rms_norm, eps, x, weight, eps, True)
+        if out is not _SLOW:
+            return out
         return self._checked("rms_norm", x, weight, eps, True)
 
     __call__ = forward
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """y = (x / rms) * (1 + w), with 1 + w formed in fp32, rounded once to x.dtype."""
-        call = _ops.rms_norm_offset
-        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
-            try:
-                return call(x, weight, eps)
-            except Exception:  # as in forward
-                pass
+        out = _fast(_ops.rms_norm_offset, eps, x, weight, eps)
+        if out is not _SLOW:
+            return out
         return self._checked("rms_norm_offset", x, weight, eps)
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """y = x / rms rounded once to x.dtype."""
-        call = _ops.rms_norm_unweighted
-        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
-            try:
-                return call(x, eps)
-            except Exception:  # as in forward
-                pass
-        _check_unweighted(x, eps)
+        out = _fast(_ops.rms_norm_unweighted, eps, x, eps)
+        if out is not _SLOW:
+            return out
+        check_unweighted_inputs(x, eps)
         self._require(x.device)
         return _ops.op("rms_norm_unweighted")(x, float(eps))
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
         """(y, residual_out): residual_out = x + residual (fp32 add, rounded once), y its RMSNorm as stored."""
-        call = _ops.fused_add_rms_norm
-        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
-            try:
-                return call(x, residual, weight, eps)
-            except Exception:  # as in forward
-                pass
+        out = _fast(_ops.fused_add_rms_norm, eps, x, residual, weight, eps)
+        if out is not _SLOW:
+            return out
         check_inputs(x, weight, eps)
-        _check_residual(x, residual)
+        check_residual(x, residual)
         self._require(x.device)
         return _ops.op("fused_add_rms_norm")(x, residual, weight, float(eps))
 
@@ -138,7 +106,7 @@ class CudaRMSNormOp:
                    eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
         """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual."""
         check_inputs(x, weight, eps)
-        _check_residual(x, residual)
+        check_residual(x, residual)
         self._require(x.device)
         _ops.op("fused_add_rms_norm_")(x, residual, weight, float(eps))
         return x, residual
