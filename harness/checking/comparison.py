@@ -35,7 +35,7 @@ def ulp_histogram(ulps: torch.Tensor, keep: torch.Tensor | None = None) -> list[
     """Elements per ULP-error bin (``ULP_BINS`` power-of-two bins): a few integers a report can sum across
     cases and draw, where the max ULP alone hides whether one element or all of them were off."""
     flat = ulps.flatten() if keep is None else ulps[keep]
-    index = torch.bucketize(flat, _ULP_EDGES, right=True)
+    index = torch.bucketize(flat, _ULP_EDGES.to(flat.device), right=True)
     return torch.bincount(index, minlength=ULP_BINS).tolist()
 
 
@@ -60,7 +60,7 @@ def ordered_bits(t: torch.Tensor) -> torch.Tensor:
     width = _BITS[t.dtype]
     if width == 64:
         raise TypeError("ULP distances are taken in the output dtype, not float64")
-    raw = t.detach().cpu().contiguous().view(_INT_VIEW[t.dtype])
+    raw = t.detach().contiguous().view(_INT_VIEW[t.dtype])
     # 16-bit patterns fit int32 with room for differences; 32-bit ones need int64 for the difference.
     b = raw.to(torch.int32 if width == 16 else torch.int64)
     magnitude = b & ((1 << (width - 1)) - 1)
@@ -196,7 +196,28 @@ def _nonfinite_class(t: torch.Tensor) -> torch.Tensor:
 
 def _safe_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     """num / den with 0 where num is 0 (even if den is 0) and inf where only den is 0."""
-    return torch.where(num == 0, torch.zeros((), dtype=num.dtype), num / den)
+    return torch.where(num == 0, torch.zeros((), dtype=num.dtype, device=num.device), num / den)
+
+
+def _nonfinite_placement(a: torch.Tensor, r_out: torch.Tensor,
+                         shape: torch.Size) -> tuple[torch.Tensor | None, int, tuple[int, ...] | None]:
+    """(mask of elements finite in both or None when all are, misplaced NaN/Inf count, the first's index)."""
+    if bool(torch.isfinite(a).all()) and bool(torch.isfinite(r_out).all()):
+        return None, 0, None
+    a_cls, r_cls = _nonfinite_class(a), _nonfinite_class(r_out)
+    misplaced = a_cls != r_cls
+    count = int(misplaced.sum())
+    first = _unravel(int(misplaced.flatten().nonzero()[0]), shape) if count else None
+    return (a_cls == 0) & (r_cls == 0), count, first
+
+
+def _bound_ratio(bound: Bound, err: torch.Tensor, ref_abs: torch.Tensor, ulps: torch.Tensor) -> torch.Tensor:
+    """Each element's error over what ``bound`` allows there: above 1 is a breach."""
+    if isinstance(bound, Tolerance):
+        return _safe_ratio(err, ref_abs.mul(bound.rtol).add_(bound.atol))
+    if isinstance(bound, UlpBound):
+        return _safe_ratio(ulps.to(err.dtype), torch.tensor(float(bound.max_ulp), dtype=err.dtype))
+    raise TypeError(f"unknown bound {bound!r}")
 
 
 def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
@@ -206,7 +227,7 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
     ``Tolerance`` bounds compare values; ``UlpBound`` bounds compare ULPs in ``actual.dtype`` against
     ``correctly_rounded`` (the fp64 oracle) rounded to that dtype, falling back to ``reference``.
     Errors are taken in float32 (float64 for a float64 reference): the rounding of a difference is far
-    below any bound the contract sets.
+    below any bound the contract sets. The work stays on the tensors' device; only statistics come back.
     """
     total = reference.numel()
     if tuple(actual.shape) != tuple(reference.shape):
@@ -217,59 +238,38 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
     if total == 0:
         return ToleranceResult(True, 0, bound.describe())
     work = torch.float64 if reference.dtype == torch.float64 else torch.float32
-    a = actual.detach().cpu().to(work)
-    r = reference.detach().cpu().to(work)
+    a = actual.detach().to(work)
+    r = reference.detach().to(device=a.device, dtype=work)
     # Where the reference lies beyond the output dtype's range, the correctly rounded output is +-Inf:
     # placement is judged against the reference rounded to the output dtype.
-    r_out = reference.detach().cpu().to(actual.dtype)
-    finite: torch.Tensor | None = None
-    nonfinite_mismatches, first_nonfinite = 0, None
-    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(r_out).all())):
-        a_cls, r_cls = _nonfinite_class(a), _nonfinite_class(r_out)
-        misplaced = a_cls != r_cls
-        nonfinite_mismatches = int(misplaced.sum())
-        if nonfinite_mismatches:
-            first_nonfinite = _unravel(int(misplaced.flatten().nonzero()[0]), reference.shape)
-        finite = (a_cls == 0) & (r_cls == 0)
+    r_out = reference.detach().to(device=a.device, dtype=actual.dtype)
+    finite, nonfinite_mismatches, first_nonfinite = _nonfinite_placement(a, r_out, reference.shape)
 
     err = (a - r).abs_()
     ref_abs = r.abs()
-    if finite is not None:
-        err.masked_fill_(~finite, 0)
-        ref_abs.masked_fill_(~finite, 0)
-    rel = _safe_ratio(err, ref_abs)
-
     target = correctly_rounded if correctly_rounded is not None else reference
-    ulps = ulp_distance(actual.detach().cpu(), target.detach().cpu().to(actual.dtype))
+    ulps = ulp_distance(actual.detach(), target.detach().to(device=a.device, dtype=actual.dtype))
     if finite is not None:
-        ulps.masked_fill_(~finite, 0)
-
-    if isinstance(bound, Tolerance):
-        ratio = _safe_ratio(err, ref_abs.mul(bound.rtol).add_(bound.atol))
-    elif isinstance(bound, UlpBound):
-        ratio = _safe_ratio(ulps.to(work), torch.tensor(float(bound.max_ulp), dtype=work))
-    else:
-        raise TypeError(f"unknown bound {bound!r}")
+        for t in (err, ref_abs, ulps):
+            t.masked_fill_(~finite, 0)
+    rel = _safe_ratio(err, ref_abs)
+    ratio = _bound_ratio(bound, err, ref_abs, ulps)
     if finite is not None:
         ratio.masked_fill_(~finite, -1.0)
     flat = ratio.flatten()
     worst = int(flat.argmax())
     margin = float(flat[worst])
-    if margin < 0:  # nothing finite to compare
-        margin, worst_index = 0.0, None
-    else:
-        worst_index = _unravel(worst, reference.shape)
-    mismatches = int((flat > 1.0).sum())
+    worst_index = None if margin < 0 else _unravel(worst, reference.shape)  # below 0: nothing finite to compare
     return ToleranceResult(
-        passed=mismatches == 0 and nonfinite_mismatches == 0,
+        passed=bool((flat > 1.0).sum() == 0) and nonfinite_mismatches == 0,
         total=total,
         bound=bound.describe(),
-        mismatches=mismatches,
+        mismatches=int((flat > 1.0).sum()),
         nonfinite_mismatches=nonfinite_mismatches,
         max_abs=float(err.max()),
         max_rel=float(rel.max()),
         max_ulp=int(ulps.max()),
-        margin=margin,
+        margin=max(margin, 0.0),
         worst_index=worst_index,
         worst_actual=float(a.flatten()[worst]) if worst_index is not None else None,
         worst_expected=float(r.flatten()[worst]) if worst_index is not None else None,

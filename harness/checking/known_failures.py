@@ -67,28 +67,28 @@ def parse_manifest(data: Any, source: str = "manifest") -> Manifest:
     raw = data.get("expected")
     if not isinstance(raw, list):
         raise ValueError(f"{source}: expected a list of [[expected]] entries")
-    entries = []
-    for i, item in enumerate(raw, 1):
-        if not isinstance(item, dict):
-            raise ValueError(f"{source}: entry {i} must be a table of backend, device, rule, reason (and dtype), "
-                             f"not {item!r}")
-        wrong = [k for k, v in item.items() if not isinstance(v, str)]
-        if wrong:
-            raise ValueError(f"{source}: entry {i} fields must be strings: {', '.join(map(str, wrong))}")
-        missing = [k for k in ("backend", "device", "rule", "reason") if not item.get(k)]
-        if missing:
-            raise ValueError(f"{source}: entry {i} lacks {', '.join(missing)}")
-        unknown = set(item) - {"backend", "device", "rule", "reason", "dtype"}
-        if unknown:
-            raise ValueError(f"{source}: entry {i} has unknown fields {', '.join(sorted(unknown))}")
-        if not any(fnmatchcase(r, item["rule"]) for r in _KNOWN_RULES):
-            raise ValueError(f"{source}: entry {i} rule {item['rule']!r} matches no contract rule")
-        dtype = item.get("dtype", "*")
-        if not any(fnmatchcase(d, dtype) for d in DTYPES):
-            raise ValueError(f"{source}: entry {i} dtype {dtype!r} matches no contract dtype; known: "
-                             f"{', '.join(DTYPES)}")
-        entries.append(ExpectedBreach(**{k: str(v) for k, v in item.items()}))
-    return Manifest(entries)
+    return Manifest([_parse_entry(item, f"{source}: entry {i}") for i, item in enumerate(raw, 1)])
+
+
+def _parse_entry(item: Any, where: str) -> ExpectedBreach:
+    """One [[expected]] entry; ``where`` names the file and the entry in every error."""
+    if not isinstance(item, dict):
+        raise ValueError(f"{where} must be a table of backend, device, rule, reason (and dtype), not {item!r}")
+    wrong = [k for k, v in item.items() if not isinstance(v, str)]
+    if wrong:
+        raise ValueError(f"{where} fields must be strings: {', '.join(map(str, wrong))}")
+    missing = [k for k in ("backend", "device", "rule", "reason") if not item.get(k)]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    unknown = set(item) - {"backend", "device", "rule", "reason", "dtype"}
+    if unknown:
+        raise ValueError(f"{where} has unknown fields {', '.join(sorted(unknown))}")
+    if not any(fnmatchcase(r, item["rule"]) for r in _KNOWN_RULES):
+        raise ValueError(f"{where} rule {item['rule']!r} matches no contract rule")
+    dtype = item.get("dtype", "*")
+    if not any(fnmatchcase(d, dtype) for d in DTYPES):
+        raise ValueError(f"{where} dtype {dtype!r} matches no contract dtype; known: {', '.join(DTYPES)}")
+    return ExpectedBreach(**{k: str(v) for k, v in item.items()})
 
 
 def load_manifest(path: str | Path) -> Manifest:

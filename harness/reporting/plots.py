@@ -260,23 +260,7 @@ def _bandwidth_vs_rows(plt: Any, c: Collector, bench: dict[str, Any] | None) -> 
 def _parity(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     """Backend x backend, one panel per device: the share of plain random rows with identical bits
     (cross-backend parity); a pair the parity gate checked also shows how many of its checks were equal."""
-    rows: dict[tuple[str, str, str], list[int]] = {}
-    gate: dict[tuple[str, str, str], list[int]] = {}
-    for p in c.parity:
-        a, b = sorted(p["pair"].split(" / ", 1))
-        acc = rows.setdefault((p["device"], a, b), [0, 0])
-        if "rows" in p:  # rows whose every element has identical bits
-            acc[0] += p["equal_rows"]
-            acc[1] += p["rows"]
-        else:  # a report from before rows were recorded: the share of equal elements
-            acc[0] += p["equal"]
-            acc[1] += p["total"]
-    for s in c.summaries.values():
-        if s.rule == "parity.bitwise" and "=" in s.backend and s.checks and "/" not in s.device:
-            a, b = sorted(s.backend.split("=", 1))
-            acc = gate.setdefault((s.device, a, b), [0, 0])
-            acc[0] += s.checks - s.failures - s.expected_failures
-            acc[1] += s.checks
+    rows, gate = _parity_counts(c)
     if not rows and not gate:
         return None, "no parity was recorded (it needs two backends on one device, or --require-parity)"
     devices = sorted({k[0] for k in (*rows, *gate)})
@@ -289,22 +273,7 @@ def _parity(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     image = None
     for ax, device in zip(axes[0], devices, strict=True):
         names = names_of[device]
-        grid = [[math.nan] * len(names) for _ in names]
-        text = [["" for _ in names] for _ in names]
-        for i in range(len(names)):
-            text[i][i] = "self"
-        for (d, a, b), (n_equal, total) in rows.items():
-            if d == device and total:
-                i, j = names.index(a), names.index(b)
-                grid[i][j] = grid[j][i] = n_equal / total
-                text[i][j] = text[j][i] = f"{n_equal / total:.0%} rows"
-        for (d, a, b), (n_equal, total) in gate.items():
-            if d == device and total:
-                i, j = names.index(a), names.index(b)
-                if math.isnan(grid[i][j]):
-                    grid[i][j] = grid[j][i] = n_equal / total
-                line = f"gate {n_equal}/{total}"
-                text[i][j] = text[j][i] = f"{text[i][j]}\n{line}".strip()
+        grid, text = _parity_grid(device, names, rows, gate)
         image = ax.imshow(grid, vmin=0, vmax=1, cmap=cmap)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
         ax.set_yticks(range(len(names)), names)
@@ -320,6 +289,53 @@ def _parity(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     fig.suptitle("Parity: rows with identical bits on the same inputs\n(gate: --require-parity checks equal / run)",
                  fontsize=10)
     return fig, ""
+
+
+ParityCounts = dict[tuple[str, str, str], list[int]]  # (device, backend, backend) -> [equal, compared]
+
+
+def _parity_counts(c: Collector) -> tuple[ParityCounts, ParityCounts]:
+    """Rows with identical bits per backend pair and device, and the parity gate's equal checks per pair."""
+    rows: ParityCounts = {}
+    gate: ParityCounts = {}
+    for p in c.parity:
+        a, b = sorted(p["pair"].split(" / ", 1))
+        acc = rows.setdefault((p["device"], a, b), [0, 0])
+        if "rows" in p:  # rows whose every element has identical bits
+            acc[0] += p["equal_rows"]
+            acc[1] += p["rows"]
+        else:  # a report from before rows were recorded: the share of equal elements
+            acc[0] += p["equal"]
+            acc[1] += p["total"]
+    for s in c.summaries.values():
+        if s.rule == "parity.bitwise" and "=" in s.backend and s.checks and "/" not in s.device:
+            a, b = sorted(s.backend.split("=", 1))
+            acc = gate.setdefault((s.device, a, b), [0, 0])
+            acc[0] += s.checks - s.failures - s.expected_failures
+            acc[1] += s.checks
+    return rows, gate
+
+
+def _parity_grid(device: str, names: list[str], rows: ParityCounts,
+                 gate: ParityCounts) -> tuple[list[list[float]], list[list[str]]]:
+    """One device's panel: the share equal per pair (NaN where never compared) and each cell's text."""
+    grid = [[math.nan] * len(names) for _ in names]
+    text = [["" for _ in names] for _ in names]
+    for i in range(len(names)):
+        text[i][i] = "self"
+    for (d, a, b), (n_equal, total) in rows.items():
+        if d == device and total:
+            i, j = names.index(a), names.index(b)
+            grid[i][j] = grid[j][i] = n_equal / total
+            text[i][j] = text[j][i] = f"{n_equal / total:.0%} rows"
+    for (d, a, b), (n_equal, total) in gate.items():
+        if d == device and total:
+            i, j = names.index(a), names.index(b)
+            if math.isnan(grid[i][j]):
+                grid[i][j] = grid[j][i] = n_equal / total
+            line = f"gate {n_equal}/{total}"
+            text[i][j] = text[j][i] = f"{text[i][j]}\n{line}".strip()
+    return grid, text
 
 
 def matplotlib_ticker() -> Any:
