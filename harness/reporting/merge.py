@@ -96,19 +96,7 @@ class Matrix:
         for row in sorted(self.cells):
             cells = self.cells[row]
             line = [row[0], row[1]]
-            for r in rules:
-                cell = cells.get(r.id)
-                if cell is None:
-                    line.append("–")
-                elif cell["failures"] or cell["expected"]:
-                    notes.append(f"{md_cell(row[0])} on {row[1]}, `{r.id}`: {cell['failures'] + cell['expected']} of "
-                                 f"{cell['checks']} checks failed"
-                                 + (" (expected by the manifest)" if not cell["failures"] else "")
-                                 + f"; minimal configuration {md_code(cell['case'])}; replay {md_code(cell['replay'])}")
-                    mark = "xfail" if not cell["failures"] else "FAIL"
-                    line.append(f"{mark} [{len(notes)}]")
-                else:
-                    line.append(f"ok {cell['checks']}")
+            line += [_cell_text(row, r.id, cells.get(r.id), notes) for r in rules]
             st = self.stats.get(row, {})
             line.append("–" if st.get("max_ulp") is None else st["max_ulp"])
             line.append("–" if st.get("margin") is None else f"{st['margin']:.3g}")
@@ -134,6 +122,18 @@ class Matrix:
         out += ["## Sources", "", *(f"- {s}" for s in self.sources), ""]
         out += pictures or []
         return "\n".join(out)
+
+def _cell_text(row: tuple[str, str], rule_id: str, cell: dict[str, Any] | None, notes: list[str]) -> str:
+    """A matrix cell: ``ok N``, ``–`` when not checked, or ``FAIL [k]`` / ``xfail [k]`` with note k appended."""
+    if cell is None:
+        return "–"
+    if not (cell["failures"] or cell["expected"]):
+        return f"ok {cell['checks']}"
+    notes.append(f"{md_cell(row[0])} on {row[1]}, `{rule_id}`: {cell['failures'] + cell['expected']} of "
+                 f"{cell['checks']} checks failed"
+                 + (" (expected by the manifest)" if not cell["failures"] else "")
+                 + f"; minimal configuration {md_code(cell['case'])}; replay {md_code(cell['replay'])}")
+    return f"{'xfail' if not cell['failures'] else 'FAIL'} [{len(notes)}]"
 
 
 def _bandwidth(bench: dict[str, Any], backend: str, device: str) -> str:
