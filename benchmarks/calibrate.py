@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,23 @@ def independent(name: str, x: torch.Tensor, w: torch.Tensor, eps: float) -> torc
     raise ValueError(name)
 
 
+def measure(dev: torch.device, rows: int, dtype: str, dim: int, family: str, eps: float,
+            bound: Any) -> tuple[int, list[list[Any]]]:
+    """The reference's max ULP against the fp64 oracle for one configuration, and (in fp32) a row per
+    independent implementation against the reference."""
+    gen = torch.Generator().manual_seed(dim * 7 + len(family))
+    x = make_values(family, rows, dim, dtype, eps, gen).to(dev)
+    w = make_weight("normal", dim, dtype, gen).to(dev)
+    oracle = oracle_fp64(x.float(), w.float(), eps)
+    r = compare_within(REF.forward(x, w, eps), oracle, bound, correctly_rounded=oracle)
+    out = []
+    if dtype == "float32":
+        for name in ("torch formula (rsqrt, mean)", "F.rms_norm fp32"):
+            t = compare_within(independent(name, x, w, eps), REF.forward_fp32(x, w, eps), bound)
+            out.append([name, dim, family, eps, t.max_abs, t.max_rel, t.max_ulp, t.margin])
+    return r.max_ulp, out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cpu")
@@ -44,19 +62,10 @@ def main() -> None:
             worst_ulp, worst_name = 0, ""
             for family in VALUE_FAMILIES:
                 for eps in (1e-6, 1e-5, 1e-2):
-                    gen = torch.Generator().manual_seed(dim * 7 + len(family))
-                    x = make_values(family, args.rows, dim, dtype, eps, gen).to(dev)
-                    w = make_weight("normal", dim, dtype, gen).to(dev)
-                    oracle = oracle_fp64(x.float(), w.float(), eps)
-                    out = REF.forward(x, w, eps)
-                    r = compare_within(out, oracle, seed_fp32, correctly_rounded=oracle)
-                    if r.max_ulp >= worst_ulp:
-                        worst_ulp, worst_name = r.max_ulp, f"{family}, eps {eps:g}"
-                    if dtype == "float32":
-                        for name in ("torch formula (rsqrt, mean)", "F.rms_norm fp32"):
-                            ind = independent(name, x, w, eps)
-                            t = compare_within(ind, REF.forward_fp32(x, w, eps), seed_fp32)
-                            tol_rows.append([name, dim, family, eps, t.max_abs, t.max_rel, t.max_ulp, t.margin])
+                    max_ulp, rows = measure(dev, args.rows, dtype, dim, family, eps, seed_fp32)
+                    if max_ulp >= worst_ulp:
+                        worst_ulp, worst_name = max_ulp, f"{family}, eps {eps:g}"
+                    tol_rows += rows
             ulp_rows.append([dtype, dim, worst_ulp, worst_name])
     worst = {}
     for name, dim, family, eps, mabs, mrel, mulp, margin in tol_rows:
