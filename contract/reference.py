@@ -11,6 +11,8 @@ The harness judges every backend against this module; the native backend is a th
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -84,7 +86,7 @@ class _FixedOrderRMSNorm(torch.autograd.Function):
         return (x32 * inv) * w32
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # Any: FunctionCtx's stub lacks saved_tensors
         x32, w32, rms, inv = ctx.saved_tensors
         grad = grad.float()
         gw = grad * w32

@@ -208,7 +208,7 @@ def leading_dims_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAU
     inner_choices = st.sampled_from(HEAD_COUNTS) if d == TARGET_DIMS["head_dim"] else row_counts(max_rows=64)
     inner = min(draw(inner_choices), cap)
     outer = draw(row_counts(max_rows=max(1, cap // inner)))
-    shape = (outer, inner)
+    shape: tuple[int, ...] = (outer, inner)
     if draw(st.booleans()) and outer % 2 == 0:
         shape = (2, outer // 2, inner)
     b = draw(batches(dtype=dtype, max_elements=max_elements, dim=d, min_rows=outer * inner,

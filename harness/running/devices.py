@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 
 import torch
 
@@ -89,13 +90,13 @@ def device_id(device: torch.device) -> str:
     return str(device)
 
 
-def worker_cpu_threads(environ: dict[str, str] | None = None, cores: int | None = None) -> int | None:
+def worker_cpu_threads(environ: Mapping[str, str] | None = None, cores: int | None = None) -> int | None:
     """The intra-op threads one pytest-xdist worker should give torch on the CPU: its share of the cores, so N
     workers do not each start a thread per core (on 2 cores, `-n 2` with 2 threads a worker ran the threshold
     checks twice as slowly, with three times the CPU time). None outside xdist, or where the user chose
     (``OMP_NUM_THREADS``)."""
-    environ = os.environ if environ is None else environ
-    if "PYTEST_XDIST_WORKER" not in environ or environ.get("OMP_NUM_THREADS"):
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    if "PYTEST_XDIST_WORKER" not in env or env.get("OMP_NUM_THREADS"):
         return None
-    workers = max(1, int(environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    workers = max(1, int(env.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
     return max(1, (cores if cores is not None else (os.cpu_count() or 1)) // workers)
