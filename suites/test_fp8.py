@@ -46,8 +46,9 @@ from rmsnorm_conformance.harness import (
 )
 
 REPEATS = 4  # as in Axis-A: a reduction order that varies per call agrees on one row about half the time
-# As the other variants: an eighth of forward's element budget (several calls and references per check).
-BUDGET_SHARE = 8
+# A 32nd of forward's element budget (128K elements on the CPU: 32 rows of 4096, 1024 of 128): several calls and
+# references per check, four entry points, and forward's own Axis-A tests already reach the largest batches.
+BUDGET_SHARE = 32
 # A static scale is 2^shift times the scale that maps the batch's largest |y| to 448, shift from the case's seed:
 # -3 saturates the top of the batch, 9 puts most of a normal row among the fp8 subnormals.
 SCALE_SHIFTS = tuple(range(-3, 10))
