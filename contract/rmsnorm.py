@@ -225,7 +225,8 @@ FP8_VARIANTS: dict[str, str] = {
 VARIANTS.update(FP8_VARIANTS)  # every variant is an optional backend method the harness knows by name
 
 # Where an fp8 kernel rounds before it quantizes. Two kernels of different classes give different fp8 bits on
-# the elements where the x-dtype rounding lands the value on an fp8 rounding tie (about 3% of bf16 outputs).
+# the elements where the x-dtype rounding lands the value on an fp8 rounding tie (1.2% of bf16 outputs, 0.14% of
+# fp16 ones, at 64 x 4096 normal rows with dynamic scales).
 FP8_ROUNDING_CLASSES: dict[str, str] = {
     "fp32_once": "the fp32 normalized row times the weight, divided by the scale and quantized once (the "
                  "contract; FlashInfer's rmsnorm_quant)",

@@ -129,8 +129,9 @@ class _ThroughXDtype(NativeRMSNormOp):
 class DoubleRounding(_ThroughXDtype):
     """Breaks variants.fp8_rounding_class: rounds y to x's dtype, then quantizes it to fp8, while declaring that it
     quantizes the fp32 row once; a bf16 value that lands on an fp8 rounding tie goes to even where the fp32 value
-    went the other way, so about 3% of its fp8 outputs differ from a single rounding's, as an unfused norm followed
-    by a quantize kernel (or vLLM's fused kernels) give, each within 1 fp8 ULP and so invisible to the bound."""
+    went the other way, so about 1% of its fp8 outputs in bf16 differ from a single rounding's, as an unfused norm
+    followed by a quantize kernel (or vLLM's fused kernels) give, each within 1 fp8 ULP and so invisible to the
+    bound."""
 
     name = "double_rounding"
     breaks = "variants.fp8_rounding_class"
