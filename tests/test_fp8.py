@@ -66,6 +66,9 @@ def test_torch_cast_saturates_on_the_cpu_but_an_unsaturated_cast_gives_nan():
     assert torch.tensor([1e6, math.inf]).to(FP8_DTYPE).float().tolist() == [448.0, 448.0]
     assert unsaturated_cast(values).float().isnan().tolist() == [False, False, True, True, True]
     assert quantize(values, torch.tensor(1.0)).float().tolist() == [448.0, 448.0, 448.0, 448.0, -448.0]
+    # The one rounding is to nearest, ties to even, subnormals included: the contract's "correctly rounded".
+    ties = torch.tensor([1.0625, 1.1875, 2.0**-10, 3 * 2.0**-11, -(2.0**-10)])
+    assert quantize(ties, torch.tensor(1.0)).float().tolist() == [1.0, 1.25, 0.0, 2.0**-9, -0.0]
 
 
 def test_the_static_reference_quantizes_the_fp32_row_once_and_saturates():
