@@ -13,11 +13,19 @@ fp32 (``w + 1.0`` in registers), multiply the fp32 normalized row by it and roun
 float32, float16 and bfloat16, the CUDA ones float16 and bfloat16 only. ``rmsnorm`` takes 2-D input and 3-D
 ``[tokens, heads, head_dim]`` input (a per-head kernel); other ranks are passed as their 2-D rows. No backward,
 no no-weight form.
+
+fp8 output: ``rmsnorm_quant(out, input, weight, scale, eps)`` and ``fused_add_rmsnorm_quant(out, input, residual,
+weight, scale, eps)`` (``residual += input`` in place) quantize to ``out``'s dtype with a static scale of shape
+``(1,)``: the fp32 normalized row times the weight, times ``1 / scale``, clamped to +-448 and cast once (the
+fp32_once class); they take 2-D input. FlashInfer ships no dynamic per-token fp8 form. Its fused kernel
+normalizes the fp32 sum ``x + residual`` rather than the residual it stores, so no fp8 rounding class is declared
+for it.
 """
 
 from __future__ import annotations
 
 import os
+from types import MappingProxyType
 
 import torch
 
@@ -41,6 +49,7 @@ class FlashInferRMSNorm:
     fused_add_in_place = True
     offset_dtype = "float32"
     rounding_class = "product_fp32"
+    fp8_rounding_class = MappingProxyType({"forward_fp8_static": "fp32_once"})
 
     def __init__(self) -> None:
         # Read once at load: the harness checks the declaration, and FlashInfer picks its path per process.
@@ -67,6 +76,27 @@ class FlashInferRMSNorm:
         from flashinfer.norm import gemma_fused_add_rmsnorm
 
         in_place_on_rows(gemma_fused_add_rmsnorm, x, residual, weight, eps)
+
+    def forward_fp8_static(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                           scale: torch.Tensor) -> torch.Tensor:
+        from flashinfer.norm import rmsnorm_quant
+
+        def quantized(rows: torch.Tensor) -> torch.Tensor:
+            out = torch.empty(rows.shape, dtype=torch.float8_e4m3fn, device=rows.device)
+            rmsnorm_quant(out, rows, weight, scale.reshape(1), eps)
+            return out
+
+        return on_rows(quantized, x)
+
+    def fused_add_fp8_static(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                             scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from flashinfer.norm import fused_add_rmsnorm_quant
+
+        x2 = x.reshape(-1, x.shape[-1])
+        residual_out = residual.reshape(-1, residual.shape[-1]).clone()  # the kernel adds x into it
+        out = torch.empty(x2.shape, dtype=torch.float8_e4m3fn, device=x.device)
+        fused_add_rmsnorm_quant(out, x2, residual_out, weight, scale.reshape(1), eps)
+        return out.view(x.shape), residual_out.view(residual.shape)
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         return package_missing("flashinfer", "flashinfer-python") or cuda_missing(device, "FlashInfer")

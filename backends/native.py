@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import torch
 
+from rmsnorm_conformance.contract.fp8 import (
+    reference_fp8_dynamic,
+    reference_fp8_fused_add_dynamic,
+    reference_fp8_fused_add_static,
+    reference_fp8_static,
+)
 from rmsnorm_conformance.contract.inputs import CONTRACT_DTYPE_PAIRS, SUPPORTED_DTYPES
 from rmsnorm_conformance.contract.reference import (
     reference_fp32,
@@ -33,6 +39,7 @@ class NativeRMSNormOp:
     fused_add_fp32_residual = True
     offset_dtype = "float32"
     rounding_class = "product_fp32"
+    fp8_rounding_class = "fp32_once"
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return self.forward(x, weight, eps)
@@ -53,6 +60,22 @@ class NativeRMSNormOp:
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return reference_unweighted(x, eps).to(x.dtype)
+
+    def forward_fp8_static(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                           scale: torch.Tensor) -> torch.Tensor:
+        return reference_fp8_static(x, weight, eps, scale)
+
+    def forward_fp8_dynamic(self, x: torch.Tensor, weight: torch.Tensor,
+                            eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        return reference_fp8_dynamic(x, weight, eps)
+
+    def fused_add_fp8_static(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                             scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return reference_fp8_fused_add_static(x, residual, weight, eps, scale)
+
+    def fused_add_fp8_dynamic(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                              eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return reference_fp8_fused_add_dynamic(x, residual, weight, eps)
 
     def __repr__(self) -> str:
         return "NativeRMSNormOp()"

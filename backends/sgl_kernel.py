@@ -8,7 +8,9 @@ the weight offset (``* (weight + 1)``) and ``sgl_kernel.gemma_fused_add_rmsnorm`
 These are FlashInfer's CUDA norm kernels compiled into sgl-kernel's ``torch.ops.sgl_kernel`` library: one dtype
 for input, residual and weight, float16 and bfloat16 only, 2-D ``(batch, hidden)`` input; the offset is added to
 the weight in fp32. Importing ``sgl_kernel`` loads its CUDA library for the GPU's architecture, so it needs a
-GPU and a torch of the ABI it was built against. No backward, no no-weight form.
+GPU and a torch of the ABI it was built against. No backward, no no-weight form, and no fp8 output: sgl-kernel
+exposes no RMSNorm fused with fp8 quantization (SGLang takes FlashInfer's ``rmsnorm_quant`` for that, behind
+``SGLANG_USE_FLASHINFER_RMSNORM_QUANT_OPS``: the ``flashinfer`` backend holds it).
 """
 
 from __future__ import annotations

@@ -12,6 +12,16 @@ the residual too. ``weight=None`` (vLLM's ``RMSNorm(has_weight=False)``) is the 
 kernel that multiplies the fp32 normalized row by the weight in fp32 and rounds once; with a residual it calls
 the same in-place ``fused_add_rms_norm`` as above, which vLLM documents as batch invariant.
 
+``vllm`` also offers RMSNorm fused with fp8 quantization, as vLLM's quantized models call it (the ops of
+``torch.ops._C``, registered when ``vllm._custom_ops`` loads the library): ``rms_norm_static_fp8_quant(out, input,
+weight, scale, epsilon)``, ``fused_add_rms_norm_static_fp8_quant(out, input, residual, weight, scale, epsilon)``
+(``residual += input`` in place) and, through ``vllm._custom_ops.rms_norm_dynamic_per_token_quant(input, weight,
+epsilon, quant_dtype, scale_ub=None, residual=None)``, the dynamic per-token scale (``scales`` of shape
+``[tokens, 1]``), with the fused add where a residual is given. The in-place fused adds get a copy of the
+residual. The kernels round ``x * rms`` to x's dtype and multiply by the weight there before quantizing (the
+through_x_dtype class); the dynamic fused add also normalizes the fp32 sum ``x + residual`` rather than the residual
+it stores, so no fp8 rounding class is declared for it.
+
 Neither has a backward (inference kernels) or a weight-offset form.
 """
 
@@ -33,6 +43,17 @@ def _custom_ops() -> Any:
     return _custom_ops
 
 
+def _c_ops() -> Any:
+    """``torch.ops._C``, after ``vllm._custom_ops`` has loaded the library that registers vLLM's ops there."""
+    _custom_ops()
+    return torch.ops._C
+
+
+def _dynamic_scales(scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """vLLM's ``[tokens, 1]`` scales in the protocol's shape, ``x.shape[:-1] + (1,)``."""
+    return scales.view(*x.shape[:-1], 1)
+
+
 def batch_invariant_rms_norm() -> Any:
     """vLLM's batch-invariant RMSNorm entry point, where this vLLM keeps it."""
     try:
@@ -48,11 +69,39 @@ class VllmRMSNorm:
     dtype_pairs = SAME_DTYPE_PAIRS  # one scalar_t for input and weight
     supports_backward = False
     fused_add_in_place = True
+    fp8_rounding_class = MappingProxyType({"forward_fp8_static": "through_x_dtype",
+                                           "forward_fp8_dynamic": "through_x_dtype",
+                                           "fused_add_fp8_static": "through_x_dtype"})
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # the op checks that out is contiguous
         _custom_ops().rms_norm(out, x, weight, eps)
         return out
+
+    def forward_fp8_static(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                           scale: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+        _c_ops().rms_norm_static_fp8_quant(out, x, weight, scale, eps)
+        return out
+
+    def forward_fp8_dynamic(self, x: torch.Tensor, weight: torch.Tensor,
+                            eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        q, scales = _custom_ops().rms_norm_dynamic_per_token_quant(x, weight, eps, torch.float8_e4m3fn)
+        return q, _dynamic_scales(scales, x)
+
+    def fused_add_fp8_static(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                             scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+        residual_out = residual.clone()  # the op adds x into the residual it is given
+        _c_ops().fused_add_rms_norm_static_fp8_quant(out, x, residual_out, weight, scale, eps)
+        return out, residual_out
+
+    def fused_add_fp8_dynamic(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                              eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        residual_out = residual.clone()
+        q, scales = _custom_ops().rms_norm_dynamic_per_token_quant(x, weight, eps, torch.float8_e4m3fn,
+                                                                   residual=residual_out)
+        return q, _dynamic_scales(scales, x), residual_out
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
         _custom_ops().fused_add_rms_norm(x, residual, weight, eps)

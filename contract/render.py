@@ -6,6 +6,7 @@ differ from the module (CI and tests/test_contract_sync.py run that).
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from . import rmsnorm as c
 from .canonical_order import render_markdown as _canonical_order
 from .rules import Tolerance, UlpBound
 
-BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z0-9_]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 
 
 def _rules_table(rules: tuple) -> str:
@@ -57,6 +58,23 @@ def _thresholds() -> str:
     ])
 
 
+def _fp8_facts() -> str:
+    from . import fp8
+
+    return "\n".join([
+        f"- **Format:** torch's `float8_e4m3fn`: largest finite {fp8.E4M3_MAX:g}, smallest normal "
+        f"2^{round(math.log2(fp8.MIN_NORMAL))}, subnormal spacing "
+        f"2^{round(math.log2(fp8.SUBNORMAL_SPACING))}, no infinities; an unsaturated conversion of a "
+        f"value past {fp8.E4M3_OVERFLOW:g} gives NaN, so the reference clamps to +-{fp8.E4M3_MAX:g} before its one "
+        "rounding.",
+        f"- **Dynamic scale floor:** {fp8.MIN_SCALE:.6g} = 1 / (448 * 512), vLLM's `min_scaling_factor`: an all-zero "
+        "row gets this scale, never a division by zero.",
+        f"- **Output bound:** {c.FP8_OUTPUT_BOUND.describe()} in fp8, by ordered-bit distance. Why: "
+        f"{c.FP8_OUTPUT_BOUND.why}",
+        f"- **Scale bound:** {c.FP8_SCALE_BOUND.describe()} of the row's own scale. Why: {c.FP8_SCALE_BOUND.why}",
+    ])
+
+
 def render_blocks() -> dict[str, str]:
     header = "\n".join([
         f"- **Version:** {c.VERSION}",
@@ -93,6 +111,10 @@ def render_blocks() -> dict[str, str]:
             [[f"`{name}`", "every weighted entry point", what] for name, what in c.ROUNDING_CLASSES.items()]
             + [[f"`{name}`", "fused_add's input", what] for name, what in c.FUSED_ADD_INPUTS.items()],
             ["class", "applies to", "where it rounds"], tablefmt="github"),
+        "fp8_facts": _fp8_facts(),
+        "fp8": _rules_table(c.FP8_RULES),
+        "fp8_rounding_classes": tabulate([[f"`{name}`", what] for name, what in c.FP8_ROUNDING_CLASSES.items()],
+                                         ["class", "where it rounds"], tablefmt="github"),
     }
 
 

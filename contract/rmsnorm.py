@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.1.0"
+VERSION = "2.2.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6
@@ -209,6 +209,63 @@ VARIANT_RULES: tuple[Rule, ...] = (
          "(a breach needs two)."),
 )
 
+# --- fp8 output: RMSNorm fused with fp8 (E4M3FN) quantization, as rollout engines ship it ---------------------
+# The format's facts and the references are in contract/fp8.py. Kept in a block of its own.
+
+FP8_VARIANTS: dict[str, str] = {
+    "forward_fp8_static": "forward_fp8_static(x, weight, eps, scale) -> q: clamp(y32 / scale, -448, 448) rounded "
+                          "once to float8_e4m3fn, scale one fp32 value (shape () or (1,)), y32 the fp32 reference.",
+    "forward_fp8_dynamic": "forward_fp8_dynamic(x, weight, eps) -> (q, scale): scale per row, fp32 of shape "
+                           "x.shape[:-1] + (1,), max(max |y32_row| / 448, 1 / (448 * 512)); q quantized with it once.",
+    "fused_add_fp8_static": "fused_add_fp8_static(x, residual, weight, eps, scale) -> (q, residual_out): the fused "
+                            "add's residual_out, and its y quantized with the static scale.",
+    "fused_add_fp8_dynamic": "fused_add_fp8_dynamic(x, residual, weight, eps) -> (q, scale, residual_out): the fused "
+                             "add's residual_out, and its y quantized with per-row dynamic scales.",
+}
+VARIANTS.update(FP8_VARIANTS)  # every variant is an optional backend method the harness knows by name
+
+# Where an fp8 kernel rounds before it quantizes. Two kernels of different classes give different fp8 bits on
+# the elements where the x-dtype rounding lands the value on an fp8 rounding tie (1.2% of bf16 outputs, 0.14% of
+# fp16 ones, at 64 x 4096 normal rows with dynamic scales).
+FP8_ROUNDING_CLASSES: dict[str, str] = {
+    "fp32_once": "the fp32 normalized row times the weight, divided by the scale and quantized once (the "
+                 "contract; FlashInfer's rmsnorm_quant)",
+    "through_x_dtype": "the normalized row rounded to x's dtype first (under either rounding class of forward), "
+                       "then quantized: vLLM's fused quant kernels, which round x * rms to x's dtype",
+}
+
+FP8_OUTPUT_BOUND = UlpBound(
+    1, "E4M3FN has 3 mantissa bits (a relative step of 2^-3 to 2^-4): a kernel that rounds the normalized row to "
+       "bf16 or fp16 before quantizing (unit roundoff 2^-8 or 2^-11 per rounding, vLLM's order), multiplies by "
+       "1 / scale or reduces in another order moves the value across at most one fp8 rounding boundary. "
+       "Calibrated: native 0 ULP, through x's dtype 1 ULP, static and dynamic, bf16 and fp16, every value family "
+       "(python benchmarks/calibrate_fp8.py).")
+FP8_SCALE_BOUND = Tolerance(
+    0.0, 2.0**-6, "a scale taken from the row's max after rounding the row to bf16 must pass: vLLM's order rounds "
+                  "twice (unit roundoff 2^-8 each), just under 2^-7, and reaches 2^-7.4 in calibration (fp16: "
+                  "2^-10.3; native 0; python benchmarks/calibrate_fp8.py); 2^-6 leaves a factor of two, while a "
+                  "scale from other rows' max (a block of rows, the batch) is off by tens of percent.")
+
+FP8_RULES: tuple[Rule, ...] = (
+    Rule("axis_a.fp8", "fp8 batch invariance",
+         "The fp8 entry points' outputs (the fp8 bits, the per-row dynamic scales, a fused add's residual_out) "
+         "hold every Axis-A variant above (batch size, slice offset, padding, position, leading dims, repeat), "
+         "bitwise, with one static scale for the whole case."),
+    Rule("variants.fp8_output", "fp8 output accuracy",
+         "q is float8_e4m3fn of x's shape and lies within 1 fp8 ULP (ordered-bit distance) of the correctly "
+         "rounded fp8 value of y32 / scale, or of y rounded to x's dtype first and then divided (the "
+         "through_x_dtype class: in fp16's subnormal range that rounding alone can exceed an fp8 step), with the "
+         "kernel's own scale for a dynamic quantization (so a scale difference does not compound); values past "
+         "+-448 saturate to +-448, and q is NaN exactly where the reference is."),
+    Rule("variants.fp8_scale", "fp8 dynamic scale",
+         "A dynamic scale is fp32 of shape x.shape[:-1] + (1,), and each row's is that row's own "
+         "max(max |y32| / 448, 1 / (448 * 512)) within the fp8 scale bound."),
+    Rule("variants.fp8_rounding_class", "declared fp8 rounding class",
+         "A backend that declares its fp8 rounding class follows it: on the elements where the two classes give "
+         "different fp8 bits, its output has the other class's bits on no more of them than the declared one's "
+         "(a breach needs two)."),
+)
+
 # --- Thresholds: where real kernels switch strategy ---------------------------------------------------
 # Every sweep checks the batch-size, slice-offset and padding variants at each of these row counts in each of
 # THRESHOLD_DIMS, and QK-norm's [T, H, 128] at each head count, as explicit cases beside the random draws
@@ -231,7 +288,7 @@ QK_NORM_HEADS: tuple[int, ...] = (8, 32, 40, 64)
 QK_NORM_TOKENS: tuple[int, ...] = (1, 2, 3, 16, 17, 257, 2048)
 
 ALL_RULES: tuple[Rule, ...] = (AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES
-                               + PARITY_RULES + VARIANT_RULES)
+                               + PARITY_RULES + VARIANT_RULES + FP8_RULES)
 
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 

@@ -371,3 +371,110 @@ def test_a_run_naming_only_missing_engines_is_not_run(pytester, monkeypatch):
     for name in missing:  # each skip says which package is missing
         pip_name = load_backend(name).unavailable_reason("cpu").split(" is not installed")[0]
         assert any(reason.startswith(f"{pip_name} is not installed") for reason in skips), (name, skips)
+
+
+# --- fp8 output: RMSNorm fused with fp8 quantization -------------------------------------------------------
+
+FP8 = torch.float8_e4m3fn
+
+
+def quantized(x, weight, eps, scale):
+    """What every fake fp8 kernel computes: the fake's fp32 normalized row divided by the scale, saturated, cast."""
+    return (norm(x, weight, eps, out_dtype=F32) / scale.float()).clamp(-448, 448).to(FP8)
+
+
+def per_token(x, weight, eps):
+    """A fake dynamic per-token quantization of rows x: (q, scales of shape [tokens, 1])."""
+    y = norm(x, weight, eps, out_dtype=F32).reshape(-1, x.shape[-1])
+    scales = (y.abs().amax(dim=-1, keepdim=True) / 448).clamp_min(1 / (448 * 512))
+    return (y / scales).clamp(-448, 448).to(FP8).view(x.shape), scales
+
+
+def test_vllm_fp8_entry_points_call_its_quant_ops(monkeypatch, fake_vllm):
+    from rmsnorm_conformance.backends import vllm as adapter
+
+    def static(out, input, weight, scale, epsilon):
+        fake_vllm.append(("rms_norm_static_fp8_quant", (out, input, weight, scale, epsilon), {}))
+        out.copy_(quantized(input, weight, epsilon, scale))
+
+    def fused_static(out, input, residual, weight, scale, epsilon):
+        fake_vllm.append(("fused_add_rms_norm_static_fp8_quant", (out, input, residual, weight, scale, epsilon), {}))
+        residual.copy_((input.float() + residual.float()).to(residual.dtype))
+        out.copy_(quantized(residual, weight, epsilon, scale))
+
+    def dynamic(input, weight, epsilon, quant_dtype, scale_ub=None, residual=None):
+        fake_vllm.append(("rms_norm_dynamic_per_token_quant", (input, weight, epsilon, quant_dtype),
+                          {"residual": residual}))
+        if residual is not None:
+            residual.copy_((input.float() + residual.float()).to(residual.dtype))
+        return per_token(input if residual is None else residual, weight, epsilon)
+
+    monkeypatch.setattr(sys.modules["vllm._custom_ops"], "rms_norm_dynamic_per_token_quant", dynamic, raising=False)
+    monkeypatch.setattr(adapter, "_c_ops", lambda: types.SimpleNamespace(
+        rms_norm_static_fp8_quant=static, fused_add_rms_norm_static_fp8_quant=fused_static))
+    backend = load_backend("vllm")
+    assert all(backend.offers(m) for m in ("forward_fp8_static", "forward_fp8_dynamic", "fused_add_fp8_static",
+                                           "fused_add_fp8_dynamic"))
+    assert backend.fp8_rounding_classes == {"forward_fp8_static": "through_x_dtype",
+                                            "forward_fp8_dynamic": "through_x_dtype",
+                                            "fused_add_fp8_static": "through_x_dtype"}
+    x, residual, weight = data((2, 3, 64))
+    scale = torch.tensor([0.01])
+    before = x.clone(), residual.clone()
+
+    q = backend.forward_fp8_static(x, weight, EPS, scale)
+    name, (out, inp, w, s, eps), _ = fake_vllm[-1]
+    assert name == "rms_norm_static_fp8_quant" and out is q and q.dtype == FP8 and inp is x and s is scale
+    assert w is weight and eps == EPS
+    assert torch.equal(q.view(torch.uint8), quantized(x, weight, EPS, scale).view(torch.uint8))
+
+    q, scales = backend.forward_fp8_dynamic(x, weight, EPS)
+    assert fake_vllm[-1][1][3] == FP8 and fake_vllm[-1][2] == {"residual": None}
+    assert scales.shape == (2, 3, 1) and q.shape == x.shape  # vLLM's [tokens, 1] in the protocol's shape
+
+    q, residual_out = backend.fused_add_fp8_static(x, residual, weight, EPS, scale)
+    name, (out, inp, res, *_), _ = fake_vllm[-1]
+    assert name == "fused_add_rms_norm_static_fp8_quant" and out is q and inp is x and res is residual_out
+    assert torch.equal(residual_out, (x.float() + residual.float()).to(BF16))
+
+    q, scales, residual_out = backend.fused_add_fp8_dynamic(x, residual, weight, EPS)
+    assert fake_vllm[-1][2]["residual"] is residual_out and scales.shape == (2, 3, 1)
+    assert torch.equal(x, before[0]) and torch.equal(residual, before[1])  # the ops were given copies
+
+
+def test_flashinfer_fp8_entry_points_quantize_rows_with_a_static_scale(monkeypatch):
+    calls = Calls()
+
+    def rmsnorm_quant(out, input, weight, scale, eps=1e-6, enable_pdl=None):
+        calls.append(("rmsnorm_quant", (out, input, weight, scale, eps), {}))
+        out.copy_(quantized(input, weight, eps, scale))
+
+    def fused_add_rmsnorm_quant(out, input, residual, weight, scale, eps=1e-6, enable_pdl=None):
+        calls.append(("fused_add_rmsnorm_quant", (out, input, residual, weight, scale, eps), {}))
+        residual.copy_((input.float() + residual.float()).to(residual.dtype))
+        out.copy_(quantized(residual, weight, eps, scale))
+
+    install(monkeypatch, "flashinfer.norm", **norm_entry_points(calls), rmsnorm_quant=rmsnorm_quant,
+            fused_add_rmsnorm_quant=fused_add_rmsnorm_quant)
+    backend = load_backend("flashinfer")
+    assert backend.offers("forward_fp8_static") and backend.offers("fused_add_fp8_static")
+    assert not backend.offers("forward_fp8_dynamic")  # FlashInfer ships no dynamic per-token form
+    assert backend.fp8_rounding_classes == {"forward_fp8_static": "fp32_once"}
+    x, residual, weight = data((2, 3, 64))
+    scale = torch.tensor(0.02)
+    q = backend.forward_fp8_static(x, weight, EPS, scale)
+    name, (out, inp, w, s, eps), _ = calls[-1]
+    assert name == "rmsnorm_quant" and inp.shape == (6, 64) and s.shape == (1,) and q.shape == x.shape
+    assert out.shape == (6, 64) and w is weight and eps == EPS
+    assert torch.equal(q.view(torch.uint8), quantized(x, weight, EPS, scale).view(torch.uint8))
+    before = residual.clone()
+    q, residual_out = backend.fused_add_fp8_static(x, residual, weight, EPS, scale)
+    assert calls[-1][0] == "fused_add_rmsnorm_quant" and q.shape == x.shape and q.dtype == FP8
+    assert torch.equal(residual_out, (x.float() + residual.float()).to(BF16)) and torch.equal(residual, before)
+
+
+def test_sgl_kernel_offers_no_fp8_output(monkeypatch):
+    install(monkeypatch, "sgl_kernel", **norm_entry_points(Calls()))
+    backend = load_backend("sgl_kernel")
+    assert not any(backend.offers(m) for m in ("forward_fp8_static", "forward_fp8_dynamic", "fused_add_fp8_static",
+                                               "fused_add_fp8_dynamic"))

@@ -14,8 +14,8 @@ import torch
 from rmsnorm_conformance.contract import Bound, Tolerance, UlpBound
 
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
-             torch.float64: torch.int64}
-_BITS = {torch.float32: 32, torch.bfloat16: 16, torch.float16: 16, torch.float64: 64}
+             torch.float64: torch.int64, torch.float8_e4m3fn: torch.int8}
+_BITS = {torch.float32: 32, torch.bfloat16: 16, torch.float16: 16, torch.float64: 64, torch.float8_e4m3fn: 8}
 # ULP-error histogram bins: 0, 1, 2-3, 4-7, ... (bin k >= 1 holds 2**(k-1) to 2**k - 1 ULP); the last bin is open.
 ULP_BINS = 16
 _ULP_EDGES = torch.tensor([1 << k for k in range(ULP_BINS - 1)], dtype=torch.int64)
@@ -61,8 +61,8 @@ def ordered_bits(t: torch.Tensor) -> torch.Tensor:
     if width == 64:
         raise TypeError("ULP distances are taken in the output dtype, not float64")
     raw = t.detach().contiguous().view(_INT_VIEW[t.dtype])
-    # 16-bit patterns fit int32 with room for differences; 32-bit ones need int64 for the difference.
-    b = raw.to(torch.int32 if width == 16 else torch.int64)
+    # 8- and 16-bit patterns fit int32 with room for differences; 32-bit ones need int64 for the difference.
+    b = raw.to(torch.int32 if width <= 16 else torch.int64)
     magnitude = b & ((1 << (width - 1)) - 1)
     return torch.where(b < 0, -magnitude, magnitude)
 
@@ -242,7 +242,8 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
     r = reference.detach().to(device=a.device, dtype=work)
     # Where the reference lies beyond the output dtype's range, the correctly rounded output is +-Inf:
     # placement is judged against the reference rounded to the output dtype.
-    r_out = reference.detach().to(device=a.device, dtype=actual.dtype)
+    # (widened again: torch has no isfinite for float8 dtypes; the round trip keeps NaN and Inf where they are)
+    r_out = reference.detach().to(device=a.device, dtype=actual.dtype).to(work)
     finite, nonfinite_mismatches, first_nonfinite = _nonfinite_placement(a, r_out, reference.shape)
 
     err = (a - r).abs_()

@@ -13,7 +13,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from rmsnorm_conformance.contract import DTYPE_PAIRS, DTYPES, OFFSET_DTYPES, ROUNDING_CLASSES, VARIANTS
+from rmsnorm_conformance.contract import (
+    DTYPE_PAIRS,
+    DTYPES,
+    FP8_ROUNDING_CLASSES,
+    FP8_VARIANTS,
+    OFFSET_DTYPES,
+    ROUNDING_CLASSES,
+    VARIANTS,
+)
 
 ALL_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in DTYPES)
 CONTRACT_PAIRS: tuple[tuple[torch.dtype, torch.dtype], ...] = tuple(
@@ -44,7 +52,13 @@ class RMSNormBackend(Protocol):
     - ``offset_dtype``: ``"float32"`` (default) or ``"weight"``: where forward_offset forms 1 + weight;
     - ``rounding_class``: a class of the contract's ``ROUNDING_CLASSES``, or a mapping from entry point
       (forward, fused_add, forward_offset) to one (default: none declared; the report still says which class
-      the bits match).
+      the bits match);
+    - ``forward_fp8_static(x, weight, eps, scale) -> q``, ``forward_fp8_dynamic(x, weight, eps) -> (q, scale)``,
+      ``fused_add_fp8_static(x, residual, weight, eps, scale) -> (q, residual_out)``,
+      ``fused_add_fp8_dynamic(x, residual, weight, eps) -> (q, scale, residual_out)``: RMSNorm fused with fp8
+      (float8_e4m3fn) quantization (default: absent, their rules are skipped); the fused adds are out of place;
+    - ``fp8_rounding_class``: a class of the contract's ``FP8_ROUNDING_CLASSES``, or a mapping from fp8 entry point
+      to one (default: none declared).
     """
 
     name: str
@@ -71,6 +85,7 @@ class Backend:
         self.fused_add_fp32_residual = self._declared_flag("fused_add_fp32_residual")
         self.offset_dtype: str = self._declared_offset_dtype()
         self.rounding_classes: dict[str, str] = self._declared_rounding_classes()
+        self.fp8_rounding_classes: dict[str, str] = self._declared_fp8_rounding_classes()
 
     def __repr__(self) -> str:
         return f"Backend({self.name!r})"
@@ -154,6 +169,17 @@ class Backend:
             raise self._bad("rounding_class", value, want)
         return claims
 
+    def _declared_fp8_rounding_classes(self) -> dict[str, str]:
+        value = getattr(self.impl, "fp8_rounding_class", None)
+        if value is None:
+            return {}
+        want = (f"one of {', '.join(FP8_ROUNDING_CLASSES)}, or a mapping from fp8 entry points "
+                f"({', '.join(FP8_VARIANTS)}) to one")
+        claims = dict(value) if isinstance(value, Mapping) else dict.fromkeys(FP8_VARIANTS, value)
+        if not claims or any(k not in FP8_VARIANTS or v not in FP8_ROUNDING_CLASSES for k, v in claims.items()):
+            raise self._bad("fp8_rounding_class", value, want)
+        return claims
+
     # --- the variants -------------------------------------------------------------------------------
 
     def offers(self, variant: str) -> bool:
@@ -181,6 +207,30 @@ class Backend:
 
     def forward_unweighted(self, x: torch.Tensor, eps: float) -> torch.Tensor:
         return self.impl.forward_unweighted(x, eps)
+
+    def forward_fp8_static(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                           scale: torch.Tensor) -> torch.Tensor:
+        return self.impl.forward_fp8_static(x, weight, eps, scale)
+
+    def forward_fp8_dynamic(self, x: torch.Tensor, weight: torch.Tensor,
+                            eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._outputs("forward_fp8_dynamic", ("q", "scale"), self.impl.forward_fp8_dynamic(x, weight, eps))
+
+    def fused_add_fp8_static(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                             scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._outputs("fused_add_fp8_static", ("q", "residual_out"),
+                             self.impl.fused_add_fp8_static(x, residual, weight, eps, scale))
+
+    def fused_add_fp8_dynamic(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                              eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._outputs("fused_add_fp8_dynamic", ("q", "scale", "residual_out"),
+                             self.impl.fused_add_fp8_dynamic(x, residual, weight, eps))
+
+    def _outputs(self, method: str, names: tuple[str, ...], out: Any) -> tuple:
+        """``out`` as the tuple of ``names`` the method promises, or a BackendError saying what came instead."""
+        if not (isinstance(out, tuple | list) and len(out) == len(names)):
+            raise BackendError(f"{self.name}.{method} returned {type(out).__name__}, not ({', '.join(names)})")
+        return tuple(out)
 
     def unavailable_reason(self, device: torch.device | str) -> str | None:
         """None if the backend can run on ``device``, else a sentence saying why not."""

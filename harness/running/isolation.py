@@ -87,7 +87,7 @@ def fingerprint(t: torch.Tensor) -> torch.Tensor:
     step = max(1, flat.numel() // _FINGERPRINT_POINTS)
     sample = flat[::step].clone()
     if sample.dtype.is_floating_point:
-        sample = sample.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[sample.element_size()])
+        sample = sample.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[sample.element_size()])
     return sample
 
 
