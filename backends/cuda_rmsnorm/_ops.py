@@ -26,12 +26,18 @@ OP_NAMES: tuple[str, ...] = (
 )
 # The library's Python module and the operators it has direct entries for.
 FAST_MODULE = "rmsnorm_cuda_fast"
-FAST_NAMES: tuple[str, ...] = ("rms_norm", "rms_norm_offset", "rms_norm_unweighted", "fused_add_rms_norm")
+FAST_NAMES: tuple[str, ...] = ("rms_norm", "rms_norm_offset", "rms_norm_unweighted", "fused_add_rms_norm",
+                               "fused_add_rms_norm_")
 
 # The loaded library's path once loaded; the failure reason once loading failed (not retried in this process).
 _library: str | None = None
 _error: str | None = None
 _lock = threading.Lock()
+# Devices the loaded library was found able to run on. Every slow-path call (the in-place fused add takes no
+# other) asks load() first, and environment_reason() runs `ninja --version` in a subprocess through
+# torch.utils.cpp_extension.is_ninja_available(): about a millisecond a call, which made the in-place fused add
+# host-bound at every size (0.025 of a copy at 4096 x 4096). A device found ready stays ready in the process.
+_ready: set[tuple[str, int | None]] = set()
 
 # The eager entries the backend calls, set once the library is loaded (None before): the library's own
 # Python module (rmsnorm_cuda_fast, straight into the operators' typed dispatcher handles) where its check
@@ -80,6 +86,9 @@ def _device_arch(device: torch.device) -> str | None:
 def load(device: torch.device) -> str | None:
     """None once the operators are registered (building them on first use), else why they cannot run."""
     global _library, _error
+    key = (device.type, device.index)
+    if key in _ready:
+        return None
     reason = environment_reason(device)
     if reason is not None:
         return reason
@@ -93,7 +102,10 @@ def load(device: torch.device) -> str | None:
                 _bind_handles(_library)
             except RuntimeError as exc:
                 _error = str(exc)
-        return None if _library is not None else str(_error)
+        if _library is None:
+            return str(_error)
+        _ready.add(key)
+        return None
 
 
 def require(device: torch.device) -> None:

@@ -422,6 +422,21 @@ PyObject* py_fused_add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nar
   });
 }
 
+PyObject* py_fused_add_rms_norm_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  static const auto op =
+      typed<void(at::Tensor&, at::Tensor&, const Tensor&, double)>("rmsnorm_cuda::fused_add_rms_norm_");
+  const at::Tensor* t[3];
+  double eps;
+  if (!parse(args, nargs, 3, 4, t, &eps, nullptr)) return nullptr;
+  if (!fast_inputs_ok(*t[0], t[2], t[1], eps) && !fast_refused()) return nullptr;
+  return guarded([&]() -> PyObject* {
+    at::Tensor x = *t[0];
+    at::Tensor residual = *t[1];
+    op.call(x, residual, *t[2], eps);
+    Py_RETURN_NONE;
+  });
+}
+
 // True when `tensor`'s Python object holds its at::Tensor where unpack reads it: the TensorImpl there is the
 // one whose address torch reports as tensor._cdata.
 PyObject* py_layout_matches(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -442,6 +457,8 @@ PyMethodDef fast_methods[] = {
      METH_FASTCALL, "rms_norm_unweighted(x, eps)"},
     {"fused_add_rms_norm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_fused_add_rms_norm)),
      METH_FASTCALL, "fused_add_rms_norm(x, residual, weight, eps)"},
+    {"fused_add_rms_norm_", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_fused_add_rms_norm_)),
+     METH_FASTCALL, "fused_add_rms_norm_(x, residual, weight, eps)"},
     {"layout_matches", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_layout_matches)),
      METH_FASTCALL, "layout_matches(tensor, tensor._cdata)"},
     {nullptr, nullptr, 0, nullptr}};
