@@ -48,6 +48,8 @@ rms_norm_offset: Callable[..., Any] | None = None
 rms_norm_unweighted: Callable[..., Any] | None = None
 fused_add_rms_norm: Callable[..., Any] | None = None
 fused_add_rms_norm_: Callable[..., Any] | None = None
+# The library's Python module once loaded, where it imports (its set_tuning is for sweeps).
+_fast: Any | None = None
 
 
 def environment_reason(device: torch.device) -> str | None:
@@ -135,9 +137,9 @@ def fast_module(path: str) -> Any | None:
 
 
 def _bind_handles(path: str) -> None:
-    global rms_norm, rms_norm_offset, rms_norm_unweighted, fused_add_rms_norm, fused_add_rms_norm_
+    global rms_norm, rms_norm_offset, rms_norm_unweighted, fused_add_rms_norm, fused_add_rms_norm_, _fast
     handles = {name: getattr(op(name), "_op", op(name)) for name in OP_NAMES}
-    fast = fast_module(path)
+    fast = _fast = fast_module(path)
     if fast is not None:
         handles.update({name: getattr(fast, name) for name in FAST_NAMES})
     rms_norm = handles["rms_norm"]
@@ -145,6 +147,17 @@ def _bind_handles(path: str) -> None:
     rms_norm_unweighted = handles["rms_norm_unweighted"]
     fused_add_rms_norm = handles["fused_add_rms_norm"]
     fused_add_rms_norm_ = handles["fused_add_rms_norm_"]
+
+
+TUNING_KINDS = ("forward", "fused_add", "backward")
+
+
+def set_tuning(kind: str, k: int = 0, threads: int = 0, stages: int = 0, rows_per_block: int = 0) -> None:
+    """A sweep's launch configuration for ``kind`` (0 keeps a default); the library must be loaded. No value
+    changes a bit: every configuration computes the canonical order."""
+    if _fast is None:
+        raise RuntimeError("the cuda rms_norm library is not loaded, or has no Python module")
+    _fast.set_tuning(TUNING_KINDS.index(kind), k, threads, stages, rows_per_block)
 
 
 def _register_fakes() -> None:
