@@ -599,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
                    else "perf_counter medians") + "; latency: back-to-back calls, host overhead included",
         "subjects": [s.name for s in found],
     })
+    tuning_env = {k: v for k, v in os.environ.items() if k.startswith("RMSNORM_CUDA_") and k.endswith("_CONFIG")}
+    if tuning_env:
+        env["cuda tuning (environment)"] = tuning_env
     if any(s.name == "triton" for s in found):
         from rmsnorm_conformance.backends import triton_rmsnorm
 

@@ -26,9 +26,9 @@ EPS = 1e-6
 FORWARD_SHAPES = ((65536, 4096), (2097152, 128), (16384, 8192), (4096, 4096))
 FUSED_SHAPES = ((65536, 4096), (2097152, 128), (4096, 4096))
 BACKWARD_SHAPES = ((65536, 4096), (2097152, 128))
-FORWARD_TRIES = [(0, 0, 0)] + [(k, t, s) for k, t, s in itertools.product((1, 2, 4), (128, 256, 512), (2, 3, 4, 6))]
-BACKWARD_TRIES = [(0, 0, 0, 0)] + [(k, t, s, r) for k, t, s, r in itertools.product(
-    (1, 2), (256, 512, 1024), (2, 3, 4), (0, 256))]
+FORWARD_TRIES = [(0, 0, 0)] + [(k, t, s) for k, t, s in itertools.product((2, 4, 8), (128, 256, 512), (2, 3, 4))]
+BACKWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 32), (0, 0, 0, 128), (0, 0, 0, 512)] + [
+    (k, t, s, 0) for k, t, s in itertools.product((1, 2, 4), (128, 256, 512), (2, 3))]
 
 
 def _median_us(fn: Any, quick: bool) -> float:
@@ -191,9 +191,20 @@ def best(records: list[dict[str, Any]], kind: str) -> tuple[list[int] | None, fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="JSON output: the records and the picks")
+    parser.add_argument("--out", help="JSON output: the records and the picks")
     parser.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
+    parser.add_argument("--picks", metavar="JSON", help="print a sweep's picks as shell exports of "
+                        "RMSNORM_CUDA_{FORWARD,FUSED_ADD,BACKWARD}_CONFIG, and exit")
     args = parser.parse_args(argv)
+    if args.picks:
+        best_ = json.loads(Path(args.picks).read_text())["best"]
+        for kind, var in (("forward", "FORWARD"), ("fused_add", "FUSED_ADD"), ("backward", "BACKWARD")):
+            config = (best_.get(kind) or {}).get("config")
+            if config:
+                print(f"export RMSNORM_CUDA_{var}_CONFIG={','.join(str(v) for v in config)}")
+        return 0
+    if args.out is None:
+        parser.error("--out is needed")
     if not torch.cuda.is_available():
         print("kernel_sweep.py: no CUDA GPU is visible")
         return 0

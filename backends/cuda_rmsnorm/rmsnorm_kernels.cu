@@ -44,8 +44,11 @@ namespace {
 
 // The canonical group: 8 consecutive elements of a row.
 constexpr int kGroup = 8;
-// Most threads a block of the staged kernels has (a row may take all of them).
-constexpr int kMaxThreads = 1024;
+// Most threads a block of the staged kernels has (a row may take all of them): at most 128 registers a
+// thread, which eight groups a thread in the forward and three levels of dw's tree in the backward's registers
+// need.
+constexpr int kMaxThreads = 512;
+constexpr int kMaxBackwardThreads = kMaxThreads;
 // Threads per row (and per block) of the streaming kernels for rows too long for the staged ones.
 constexpr int kLoopThreads = 512;
 // Widest padded row the staged kernels take; wider rows stream.
@@ -284,15 +287,20 @@ __device__ __forceinline__ void row_tree(float (&v)[N], int tpr_shift, float* sc
       case 8:
         warps_tree<N, 8>(v, buf, base);
         break;
-      default:
+      case 16:
         warps_tree<N, 16>(v, buf, base);
+        break;
+      default:
+        warps_tree<N, 32>(v, buf, base);
         break;
     }
   }
-  const int width = tpr < 32 ? tpr : 32;
-  for (int offset = width >> 1; offset > 0; offset >>= 1)
+  // Offsets width/2, ..., 1 with width = min(T, 32), unrolled.
 #pragma unroll
-    for (int n = 0; n < N; ++n) v[n] = __fadd_rn(v[n], __shfl_xor_sync(0xffffffffu, v[n], offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    if (offset < tpr)
+#pragma unroll
+      for (int n = 0; n < N; ++n) v[n] = __fadd_rn(v[n], __shfl_xor_sync(0xffffffffu, v[n], offset));
 }
 
 // A streamed thread's group sums. Visiting its groups m in bit-reversed order mp (m = bitrev(mp)) turns
@@ -505,10 +513,74 @@ __device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& 
   store_group<O, Cache::kStream>(out, yr, base, limit, aligned16(yr));
 }
 
-// Staged kernel: blockDim.x / T rows per set, thread t of a row holds groups t + m T, m < K. Block b
-// handles sets b, b + gridDim.x, ... (the grid is at most what is resident at once); each thread copies
-// its vectors of the set `stages - 1` ahead into shared memory, then reduces and writes the current one.
-// The weight is read once per thread and held.
+// The weight's groups in shared memory, one 16-byte word (two for fp32) a group, +0.0 past dim: read once a
+// block, then by every row of it.
+template <typename T>
+__device__ __forceinline__ void stage_weight(uint4* wsm, const T* w, int width, int dim) {
+  constexpr int kW = kWordsOf<T>;
+  const bool vec = aligned16(w);
+  for (int gi = threadIdx.x; gi < width / kGroup; gi += blockDim.x) {
+    Group<T> g;
+    load_group<T, Cache::kReadOnly>(g, w, gi * kGroup, dim, vec);
+#pragma unroll
+    for (int i = 0; i < kW; ++i) wsm[gi * kW + i] = make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]);
+  }
+}
+
+// Element pairs (2i, 2i+1) rounded from fp32 into one 32-bit word: one conversion instruction a pair.
+template <typename O>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same<O, __nv_bfloat16>::value) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// Group<O> from 8 fp32 values, each rounded once.
+template <typename O>
+__device__ __forceinline__ void pack_group(Group<O>& out, const float (&v)[kGroup]) {
+  if constexpr (sizeof(O) == 4) {
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) out.u[j] = __float_as_uint(v[j]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kGroup / 2; ++i) out.u[i] = pack_pair<O>(v[2 * i], v[2 * i + 1]);
+  }
+}
+
+// The thread's copies of one row into the stage at shared address `dst` (word (m, i) at dst + (m kW + i)
+// `step` bytes). The fast path: the thread's groups lie wholly inside the row and the row is 16-byte aligned,
+// so every copy is a plain 16-byte cp.async at a constant offset.
+template <typename T, int K>
+__device__ __forceinline__ void stage_row(uint32_t dst, uint32_t step, uint4* dst_ptr, const T* row, int col0,
+                                          int col_step, int dim, bool fast) {
+  constexpr int kW = kWordsOf<T>;
+  constexpr int kPer = 16 / int(sizeof(T));
+  if (fast) {
+#pragma unroll
+    for (int m = 0; m < K; ++m)
+#pragma unroll
+      for (int i = 0; i < kW; ++i)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + uint32_t(m * kW + i) * step),
+                     "l"(row + col0 + m * col_step + i * kPer)
+                     : "memory");
+  } else {
+    const bool async = aligned16(row);
+    const int stride = int(step / 16);
+#pragma unroll
+    for (int m = 0; m < K; ++m)
+      stage_group<T>(dst_ptr + m * kW * stride, stride, row, col0 + m * col_step, dim, async);
+  }
+}
+
+// Staged kernel: blockDim.x / T rows per set, thread t of a row holds groups t + m T, m < K. Block b handles
+// sets b, b + gridDim.x, ... (the grid is at most what is resident at once); each thread copies its vectors of
+// the set `stages - 1` ahead into shared memory, then reduces and writes the current one, reading its vectors
+// back from shared memory for each pass. Shared memory: [stages][streams][K][words][threads] 16-byte words,
+// the weight's groups, the row tree's scratch.
 template <typename T, typename O, Mode M, int K>
 __global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs a) {
   extern __shared__ uint4 smem[];
@@ -522,79 +594,111 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs 
   const int stages = a.stages;
   const int ahead = stages - 1;
   const int stage_words = K * kW * kStreams * threads;
-  float* scratch = reinterpret_cast<float*>(smem + stages * stage_words);
+  const int width = K * tpr * kGroup;
+  uint4* wsm = smem + stages * stage_words;
+  float* scratch = reinterpret_cast<float*>(wsm + width / kGroup * kW);
   const int64_t sets = (a.rows + slots - 1) / slots;
   const int64_t my_sets = int64_t(blockIdx.x) < sets ? (sets - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int64_t row_step = int64_t(gridDim.x) * slots;
+  const int col0 = t * kGroup;
+  const int col_step = tpr * kGroup;
+  const uint32_t step = uint32_t(threads) * 16;
+  const uint32_t stage_bytes = uint32_t(stage_words) * 16;
+  const uint32_t sbase = shared_address(smem + threadIdx.x);
+  const T* x = static_cast<const T*>(a.x);
+  const T* res = static_cast<const T*>(a.residual);
+  // Every row 16-byte aligned and every group of this thread inside the row: the copies' fast path.
+  bool fast = aligned16(x) && ((a.x_stride * int64_t(sizeof(T))) & 15) == 0 &&
+              col0 + (K - 1) * col_step + kGroup <= a.dim;
+  if constexpr (M == Mode::kFusedAdd) fast = fast && aligned16(res) && ((a.residual_stride * int64_t(sizeof(T))) & 15) == 0;
 
-  Group<T> wg[K];
-#pragma unroll
-  for (int m = 0; m < K; ++m) load_weight<T, M>(wg[m], a, (t + m * tpr) * kGroup, a.dim);
+  if constexpr (M != Mode::kUnweighted) stage_weight<T>(wsm, static_cast<const T*>(a.w), width, a.dim);
+  __syncthreads();
 
-  // Copies the thread's vectors of its row of set i (if any) into stage `st`; one copy group per call.
-  auto issue = [&](int64_t i, int st) {
-    if (i < my_sets) {
-      const int64_t row = (int64_t(blockIdx.x) + i * gridDim.x) * slots + slot;
-      if (row < a.rows) {
-        uint4* base = smem + st * stage_words + threadIdx.x;
-        const T* xr = static_cast<const T*>(a.x) + row * a.x_stride;
-        const bool xa = aligned16(xr);
-#pragma unroll
-        for (int m = 0; m < K; ++m)
-          stage_group<T>(base + m * kW * threads, threads, xr, (t + m * tpr) * kGroup, a.dim, xa);
-        if constexpr (M == Mode::kFusedAdd) {
-          const T* rr = static_cast<const T*>(a.residual) + row * a.residual_stride;
-          const bool ra = aligned16(rr);
-#pragma unroll
-          for (int m = 0; m < K; ++m)
-            stage_group<T>(base + (K + m) * kW * threads, threads, rr, (t + m * tpr) * kGroup, a.dim, ra);
-        }
-      }
+  int64_t issue_row = int64_t(blockIdx.x) * slots + slot;
+  int64_t issued = 0;
+  auto issue = [&](int st) {
+    if (issued < my_sets && issue_row < a.rows) {
+      const uint32_t dst = sbase + uint32_t(st) * stage_bytes;
+      uint4* dst_ptr = smem + st * stage_words + threadIdx.x;
+      stage_row<T, K>(dst, step, dst_ptr, x + issue_row * a.x_stride, col0, col_step, a.dim, fast);
+      if constexpr (M == Mode::kFusedAdd)
+        stage_row<T, K>(dst + uint32_t(K * kW) * step, step, dst_ptr + K * kW * threads,
+                        res + issue_row * a.residual_stride, col0, col_step, a.dim, fast);
     }
     commit_async();
+    ++issued;
+    issue_row += row_step;
   };
 
   int issue_stage = 0;
   for (int s = 0; s < ahead; ++s) {
-    issue(s, issue_stage);
+    issue(issue_stage);
     issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
   }
   int read_stage = 0;
+  int64_t row = int64_t(blockIdx.x) * slots + slot;
 #pragma unroll 1
-  for (int64_t i = 0; i < my_sets; ++i) {
-    issue(i + ahead, issue_stage);
+  for (int64_t i = 0; i < my_sets; ++i, row += row_step) {
+    issue(issue_stage);
     issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
     wait_async_pending(ahead);
-    const int64_t row_raw = (int64_t(blockIdx.x) + i * gridDim.x) * slots + slot;
     // Threads past the last row take part in the row tree's shuffles and barrier with whatever their stage
     // holds, and write nothing.
-    const bool valid = row_raw < a.rows;
-    const int64_t row = valid ? row_raw : 0;
-    const int limit = valid ? a.dim : 0;
-    const uint4* base = smem + read_stage * stage_words + threadIdx.x;
+    const bool valid = row < a.rows;
+    uint4* xs = smem + read_stage * stage_words + threadIdx.x;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    Group<T> g[K];
     float part[K];
 #pragma unroll
     for (int m = 0; m < K; ++m) {
+      Group<T> g;
+      read_staged(g, xs + m * kW * threads, threads);
       if constexpr (M == Mode::kFusedAdd) {
-        Group<T> xs;
-        Group<T> rs;
-        read_staged(xs, base + m * kW * threads, threads);
-        read_staged(rs, base + (K + m) * kW * threads, threads);
+        Group<T> r;
+        read_staged(r, xs + (K + m) * kW * threads, threads);
+        float v[kGroup];
 #pragma unroll
-        for (int j = 0; j < kGroup; ++j) g[m].set(j, __fadd_rn(xs.get(j), rs.get(j)));
-        T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
-        store_group<T, Cache::kStream>(g[m], out, (t + m * tpr) * kGroup, limit, aligned16(out));
-      } else {
-        read_staged(g[m], base + m * kW * threads, threads);
+        for (int j = 0; j < kGroup; ++j) v[j] = __fadd_rn(g.get(j), r.get(j));
+        pack_group<T>(g, v);
+        if (valid) {
+          T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
+          store_group<T, Cache::kStream>(g, out, col0 + m * col_step, a.dim, aligned16(out));
+        }
+        // The rounded sum replaces x in the stage: the second pass normalizes it as stored.
+#pragma unroll
+        for (int i = 0; i < kW; ++i)
+          xs[(m * kW + i) * threads] = make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]);
       }
-      part[m] = group_sum_of_squares(g[m]);
+      part[m] = group_sum_of_squares(g);
     }
     float total[1] = {thread_tree<K>(part)};
     row_tree<1>(total, a.tpr_shift, scratch, int(i & 1));
     const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
+    if (!valid) continue;
+    O* yr = static_cast<O*>(a.y) + row * a.y_stride;
+    const bool y_vec = aligned16(yr);
 #pragma unroll
-    for (int m = 0; m < K; ++m) store_output<T, O, M>(g[m], wg[m], a, row, (t + m * tpr) * kGroup, limit, inv);
+    for (int m = 0; m < K; ++m) {
+      Group<T> g;
+      read_staged(g, xs + m * kW * threads, threads);
+      Group<T> wg;
+      if constexpr (M != Mode::kUnweighted) read_staged(wg, wsm + (t + m * tpr) * kW, 1);
+      float v[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const float n = __fmul_rn(g.get(j), inv);
+        if constexpr (M == Mode::kOffset) {
+          v[j] = __fmul_rn(n, __fadd_rn(1.0f, wg.get(j)));
+        } else if constexpr (M == Mode::kUnweighted) {
+          v[j] = n;
+        } else {
+          v[j] = __fmul_rn(n, wg.get(j));
+        }
+      }
+      Group<O> out;
+      pack_group<O>(out, v);
+      store_group<O, Cache::kStream>(out, yr, col0 + m * col_step, a.dim, y_vec);
+    }
   }
   wait_async<0>();
 }
@@ -729,9 +833,11 @@ __device__ __forceinline__ void add_left(float (&c)[kGroup], const float (&s)[kG
   for (int j = 0; j < kGroup; ++j) c[j] = __fadd_rn(s[j], c[j]);
 }
 
-// Staged kernel. Slot s of the block (T threads a row) takes leaves s L, ..., s L + L - 1 in turn.
+// Staged kernel. Slot s of the block (T threads a row) takes leaves s L, ..., s L + L - 1 in turn. Shared
+// memory: [stages][K][x words, dy words][threads] 16-byte words, the weight's groups, the dw stack
+// [run_shift][K][2][threads] float4, the row tree's scratch.
 template <typename T, typename G, int K>
-__global__ void __launch_bounds__(kMaxThreads) backward_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const BackwardArgs a) {
   extern __shared__ uint4 smem[];
   constexpr int kWx = kWordsOf<T>;
   constexpr int kWg = kWordsOf<G>;
@@ -743,33 +849,38 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(const BackwardArg
   const int stages = a.stages;
   const int ahead = stages - 1;
   const int stage_words = K * (kWx + kWg) * threads;
+  const int width = K * tpr * kGroup;
   const int runs = 1 << a.run_shift;  // row groups per slot
   const int leaves = runs * 8;
-  float4* stack = reinterpret_cast<float4*>(smem + stages * stage_words);  // [run_shift][K][2][threads]
+  uint4* wsm = smem + stages * stage_words;
+  float4* stack = reinterpret_cast<float4*>(wsm + width / kGroup * kWx);  // [run_shift][K][2][threads]
   float* scratch = reinterpret_cast<float*>(stack + a.run_shift * K * 2 * threads);  // 2 x 2 x threads
   const int64_t p = blockIdx.x;
   const int64_t q = gridDim.x;
   const bool want_dw = a.workspace != nullptr;
-  const T* w = static_cast<const T*>(a.w);
+  const int col0 = t * kGroup;
+  const int col_step = tpr * kGroup;
+  const uint32_t step = uint32_t(threads) * 16;
+  const uint32_t stage_bytes = uint32_t(stage_words) * 16;
+  const uint32_t sbase = shared_address(smem + threadIdx.x);
+  const T* x = static_cast<const T*>(a.x);
+  const G* dy = static_cast<const G*>(a.dy);
+  const bool inside = col0 + (K - 1) * col_step + kGroup <= a.dim;
+  const bool x_fast = inside && aligned16(x) && ((a.x_stride * int64_t(sizeof(T))) & 15) == 0;
+  const bool g_fast = inside && aligned16(dy) && ((a.dy_stride * int64_t(sizeof(G))) & 15) == 0;
 
-  Group<T> wg[K];
-#pragma unroll
-  for (int m = 0; m < K; ++m) load_group<T, Cache::kReadOnly>(wg[m], w, (t + m * tpr) * kGroup, a.dim, aligned16(w));
+  stage_weight<T>(wsm, static_cast<const T*>(a.w), width, a.dim);
+  __syncthreads();
 
   auto issue = [&](int i, int st) {
     if (i < leaves) {
       const int64_t row = leaf_row(p, q, slot * leaves + i, a.mbits);
       if (row < a.rows) {
-        uint4* base = smem + st * stage_words + threadIdx.x;
-        const T* xr = static_cast<const T*>(a.x) + row * a.x_stride;
-        const G* gr = static_cast<const G*>(a.dy) + row * a.dy_stride;
-        const bool xa = aligned16(xr);
-        const bool ga = aligned16(gr);
-#pragma unroll
-        for (int m = 0; m < K; ++m) {
-          stage_group<T>(base + m * kWx * threads, threads, xr, (t + m * tpr) * kGroup, a.dim, xa);
-          stage_group<G>(base + (K * kWx + m * kWg) * threads, threads, gr, (t + m * tpr) * kGroup, a.dim, ga);
-        }
+        const uint32_t dst = sbase + uint32_t(st) * stage_bytes;
+        uint4* dst_ptr = smem + st * stage_words + threadIdx.x;
+        stage_row<T, K>(dst, step, dst_ptr, x + row * a.x_stride, col0, col_step, a.dim, x_fast);
+        stage_row<G, K>(dst + uint32_t(K * kWx) * step, step, dst_ptr + K * kWx * threads, dy + row * a.dy_stride,
+                        col0, col_step, a.dim, g_fast);
       }
     }
     commit_async();
@@ -790,22 +901,23 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(const BackwardArg
     issue(i + ahead, issue_stage);
     issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
     wait_async_pending(ahead);
-    const int64_t row_raw = leaf_row(p, q, slot * leaves + i, a.mbits);
-    const bool valid = row_raw < a.rows;
-    const int64_t row = valid ? row_raw : 0;
-    const int limit = valid ? a.dim : 0;
-    const uint4* base = smem + read_stage * stage_words + threadIdx.x;
+    const int64_t row = leaf_row(p, q, slot * leaves + i, a.mbits);
+    const bool valid = row < a.rows;
+    const uint4* xs = smem + read_stage * stage_words + threadIdx.x;
+    const uint4* gs = xs + K * kWx * threads;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    Group<T> xg[K];
-    Group<G> gg[K];
     float sq[K];
     float gwx[K];
 #pragma unroll
     for (int m = 0; m < K; ++m) {
-      read_staged(xg[m], base + m * kWx * threads, threads);
-      read_staged(gg[m], base + (K * kWx + m * kWg) * threads, threads);
+      Group<T> xg;
+      Group<G> gg;
+      Group<T> wg;
+      read_staged(xg, xs + m * kWx * threads, threads);
+      read_staged(gg, gs + m * kWg * threads, threads);
+      read_staged(wg, wsm + (t + m * tpr) * kWx, 1);
       float both[2];
-      group_sums(xg[m], gg[m], wg[m], both);
+      group_sums(xg, gg, wg, both);
       sq[m] = both[0];
       gwx[m] = both[1];
     }
@@ -813,16 +925,29 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(const BackwardArg
     row_tree<2>(sums, a.tpr_shift, scratch, i & 1);
     const RowFactors f = row_factors(sums, a.dim, a.eps);
 
-    T* dxr = static_cast<T*>(a.dx) + row * a.dx_stride;
+    T* dxr = static_cast<T*>(a.dx) + (valid ? row : 0) * a.dx_stride;
     const bool dx_vec = aligned16(dxr);
 #pragma unroll
     for (int m = 0; m < K; ++m) {
-      Group<T> out;
-      float terms[kGroup];
-      group_grads(xg[m], gg[m], wg[m], f, out, terms, want_dw);
-      store_group<T, Cache::kStream>(out, dxr, (t + m * tpr) * kGroup, limit, dx_vec);
+      Group<T> xg;
+      Group<G> gg;
+      Group<T> wg;
+      read_staged(xg, xs + m * kWx * threads, threads);
+      read_staged(gg, gs + m * kWg * threads, threads);
+      read_staged(wg, wsm + (t + m * tpr) * kWx, 1);
+      float d[kGroup];
 #pragma unroll
-      for (int j = 0; j < kGroup; ++j) c[m][j] = valid ? terms[j] : 0.0f;  // a zero row's term is +0.0
+      for (int j = 0; j < kGroup; ++j) {
+        const float xf = xg.get(j);
+        const float gf = gg.get(j);
+        d[j] = __fmul_rn(__fsub_rn(__fmul_rn(gf, wg.get(j)), __fmul_rn(xf, f.coef)), f.inv);
+        c[m][j] = valid ? __fmul_rn(gf, __fmul_rn(xf, f.inv)) : 0.0f;  // a zero row's term is +0.0
+      }
+      if (valid) {
+        Group<T> out;
+        pack_group<T>(out, d);
+        store_group<T, Cache::kStream>(out, dxr, col0 + m * col_step, a.dim, dx_vec);
+      }
     }
     if (!want_dw) continue;
     // The leaf into the tree: registers for the levels inside a row group, the stack for those above.
@@ -884,16 +1009,15 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(const BackwardArg
       Group<float> gsum;
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) gsum.u[j] = __float_as_uint(c[m][j]);
-      store_group<float>(gsum, out_row, (t + m * tpr) * kGroup, a.dim, aligned16(out_row));
+      store_group<float>(gsum, out_row, col0 + m * col_step, a.dim, aligned16(out_row));
     }
     return;
   }
-  const int width = K * tpr * kGroup;  // the padded row
   float* comb = reinterpret_cast<float*>(smem);
   __syncthreads();
 #pragma unroll
   for (int m = 0; m < K; ++m) {
-    float4* dst = reinterpret_cast<float4*>(comb + slot * width + (t + m * tpr) * kGroup);
+    float4* dst = reinterpret_cast<float4*>(comb + slot * width + col0 + m * col_step);
     dst[0] = make_float4(c[m][0], c[m][1], c[m][2], c[m][3]);
     dst[1] = make_float4(c[m][4], c[m][5], c[m][6], c[m][7]);
   }
@@ -1094,9 +1218,12 @@ struct ForwardPlan {
   int groups_shift;  // streaming: log2(groups a thread)
 };
 
-// Forward defaults: one group a thread up to 32 groups a row (a row in one warp or less, no barrier), two
-// from there; 256 threads a block; four rows staged. RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the
-// weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override them as "k,threads,stages".
+// Forward defaults: eight groups a thread (64 elements of 16 bits, four groups of fp32), so that the per-row
+// work (index arithmetic, the row tree, the correctly rounded divisions and square root, which every thread
+// of a row computes) is spread over many elements: the kernels are bound by instruction issue before memory
+// otherwise (reports/h200/kernels/run1); 256 threads a block; three rows staged. RMSNORM_CUDA_FORWARD_CONFIG
+// (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override them
+// as "k,threads,stages".
 ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const Tuning tune = tuning(fused_add ? 1 : 0);
   ForwardPlan c{};
@@ -1109,7 +1236,7 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
     c.groups_shift = log2_floor(groups / kLoopThreads);
     return c;
   }
-  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 4) : (groups <= 32 ? 1 : 2);
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8) : (element_size(d) == 4 ? 4 : 8);
   while (k > groups) k >>= 1;
   while (groups / k > kMaxThreads) k <<= 1;
   const int tpr = int(groups / k);
@@ -1118,8 +1245,8 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 256, 32, kMaxThreads);
   if (c.threads < tpr) c.threads = tpr;
   const int stage_bytes = k * (fused_add ? 2 : 1) * (element_size(d) / 2) * c.threads * 16;
-  const int scratch = 2 * c.threads * int(sizeof(float));
-  int stages = tune.v[2] ? tune.v[2] : 4;
+  const int scratch = 2 * c.threads * int(sizeof(float)) + int(padded) * element_size(d);
+  int stages = tune.v[2] ? tune.v[2] : 3;
   stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
   while (stages > 2 && stages * stage_bytes + scratch > kSharedBudget) --stages;
   c.stages = stages;
@@ -1139,13 +1266,15 @@ struct BackwardPlan {
   int64_t workspace_rows;
 };
 
-// Shared memory the staged backward uses besides its staging: the dw stack and the row tree's scratch.
-int backward_fixed_bytes(const BackwardPlan& c) {
-  return c.run_shift * c.k * 2 * c.threads * 16 + 2 * 2 * c.threads * int(sizeof(float));
+// Shared memory the staged backward uses besides its staging: the weight, the dw stack and the row tree's
+// scratch.
+int backward_fixed_bytes(const BackwardPlan& c, int element_bytes) {
+  const int width = c.k * (1 << c.tpr_shift) * kGroup;
+  return width * element_bytes + c.run_shift * c.k * 2 * c.threads * 16 + 2 * 2 * c.threads * int(sizeof(float));
 }
 
-// Backward defaults: one group a thread (the row's width is at most kMaxThreads groups here), at least 256
-// threads a block, rows of dw per block aiming at kRowBytesPerProgram of x but at least kMinPrograms blocks.
+// Backward defaults: two groups a thread for 16-bit rows, one for fp32 (at most kMaxBackwardThreads threads a
+// row: the registers hold three levels of dw's tree, 24 floats a group), at least 256 threads a block, rows of dw per block aiming at kRowBytesPerProgram of x but at least kMinPrograms blocks.
 // RMSNORM_CUDA_BACKWARD_CONFIG overrides them as "k,threads,stages,rows per block" (the stages are chosen in
 // backward(), where dy's dtype is known). A function of (dtype, rows, dim): the workspace's shape.
 BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
@@ -1168,13 +1297,13 @@ BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
     c.workspace_rows = (int64_t(1) << c.q_shift) * (1 + c.run_shift + 3);
     return c;
   }
-  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 4) : 1;
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 4) : (element_size(d) == 4 ? 1 : 2);
   while (k > groups) k >>= 1;
-  while (groups / k > kMaxThreads) k <<= 1;
+  while (groups / k > kMaxBackwardThreads) k <<= 1;
   const int tpr = int(groups / k);
   c.k = k;
   c.tpr_shift = log2_floor(tpr);
-  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 256, 32, kMaxThreads);
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 256, 32, kMaxBackwardThreads);
   if (c.threads < tpr) c.threads = tpr;
   // No more row slots than row groups: a slot's run is at least a row group, and runs of zero rows cost time.
   while (c.threads > tpr && int64_t(c.threads / tpr) * 8 > padded_rows) c.threads >>= 1;
@@ -1189,7 +1318,7 @@ BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
   c.run_shift = log2_floor(per_block / least);
   // Two stages of the widest staging (dy in fp32) must fit beside the stack.
   const int widest_stage = k * (element_size(d) / 2 + 2) * c.threads * 16;
-  while (c.run_shift > 0 && backward_fixed_bytes(c) + 2 * widest_stage > 200 * 1024) --c.run_shift;
+  while (c.run_shift > 0 && backward_fixed_bytes(c, element_size(d)) + 2 * widest_stage > 200 * 1024) --c.run_shift;
   per_block = least << c.run_shift;
   const int64_t total = padded_rows > per_block ? padded_rows : per_block;
   c.mbits = log2_floor(per_block / 8);
@@ -1287,15 +1416,18 @@ const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t str
   }
   const int slots = c.threads >> c.tpr_shift;
   const int64_t sets = (a.rows + slots - 1) / slots;
+  const size_t width = size_t(c.k) << c.tpr_shift << 3;
   const size_t smem = size_t(c.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 +
-                      2 * c.threads * sizeof(float);
+                      width * sizeof(T) + 2 * c.threads * sizeof(float);
   switch (c.k) {
     case 1:
       return launch_staged(forward_kernel<T, O, M, 1>, sets, true, c.threads, smem, a, stream);
     case 2:
       return launch_staged(forward_kernel<T, O, M, 2>, sets, true, c.threads, smem, a, stream);
-    default:
+    case 4:
       return launch_staged(forward_kernel<T, O, M, 4>, sets, true, c.threads, smem, a, stream);
+    default:
+      return launch_staged(forward_kernel<T, O, M, 8>, sets, true, c.threads, smem, a, stream);
   }
 }
 
@@ -1314,7 +1446,7 @@ const char* launch_backward(const BackwardPlan& c, BackwardArgs a, T* dw, cudaSt
   } else {
     const Tuning tune = tuning(2);
     const int stage_bytes = c.k * (kWordsOf<T> + kWordsOf<G>) * c.threads * 16;
-    const int fixed = backward_fixed_bytes(c);
+    const int fixed = backward_fixed_bytes(c, int(sizeof(T)));
     int stages = tune.v[2] ? tune.v[2] : 3;
     stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
     while (stages > 2 && stages * stage_bytes + fixed > kSharedBudget) --stages;
