@@ -5,7 +5,8 @@ bitwise spot check of every configuration against the native reference.
     python benchmarks/kernel_sweep.py --out cuda-sweep.json [--quick]
 
 Configurations are set through the library's ``set_tuning`` (forward / fused add: groups a thread, threads a
-block, rows staged; backward: also dw's rows per block); 0 keeps a default. No configuration changes a bit (the
+block, rows staged, sets of rows a block at most; backward: groups a thread, threads a block, rows staged, dw's
+rows per block); 0 keeps a default. No configuration changes a bit (the
 canonical order does not depend on the launch), so the pick is speed alone: the configuration whose worst ratio
 to the copy over the measured shapes is highest. Bytes as in bench.py.
 """
@@ -26,9 +27,12 @@ EPS = 1e-6
 FORWARD_SHAPES = ((65536, 4096), (2097152, 128), (16384, 8192), (4096, 4096))
 FUSED_SHAPES = ((65536, 4096), (2097152, 128), (4096, 4096))
 BACKWARD_SHAPES = ((65536, 4096), (2097152, 128))
-FORWARD_TRIES = [(0, 0, 0)] + [(k, t, s) for k, t, s in itertools.product((2, 4, 8), (128, 256, 512), (2, 3, 4))]
-BACKWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 32), (0, 0, 0, 128), (0, 0, 0, 512)] + [
-    (k, t, s, 0) for k, t, s in itertools.product((1, 2, 4), (128, 256, 512), (2, 3))]
+# (groups a thread, threads a block, rows staged, sets a block at most); backward: (groups a thread, threads a
+# block, rows staged, dw's rows per block). 0 keeps the default.
+FORWARD_TRIES = [(0, 0, 0, 0)] + [(k, t, s, b) for k, t, s, b in itertools.product(
+    (2, 4), (256, 512), (2, 3), (0, 8, 32))]
+BACKWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 32), (0, 0, 0, 128), (0, 0, 2, 0), (0, 512, 0, 0), (1, 256, 0, 0),
+                  (1, 512, 0, 0), (2, 128, 0, 0)]
 
 
 def _median_us(fn: Any, quick: bool) -> float:
@@ -155,6 +159,7 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
             lambda i: (_median_us(lambda: op.fused_add(i.x, i.r, i.w, EPS), quick), 4 * i.x.nbytes))
     # In place: x and residual evolve call to call, as in a model's layers; the bytes are the same.
     _ops.set_tuning("fused_add")
+    _ops.set_tuning("forward")
     for (rows, dim), i in fused_shapes:
         xi, ri = i.x.clone(), i.r.clone()
         us = _median_us(lambda xi=xi, ri=ri, i=i: op.fused_add_(xi, ri, i.w, EPS), quick)

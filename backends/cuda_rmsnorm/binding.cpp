@@ -437,10 +437,10 @@ PyObject* py_fused_add_rms_norm_(PyObject*, PyObject* const* args, Py_ssize_t na
   });
 }
 
-// set_tuning(which, k, threads, stages, rows_per_block): rmsnorm::set_tuning, for sweeps in one process.
+// set_tuning(which, k, threads, stages, extra): rmsnorm::set_tuning, for sweeps in one process.
 PyObject* py_set_tuning(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "set_tuning(which, k, threads, stages, rows_per_block)");
+    PyErr_SetString(PyExc_TypeError, "set_tuning(which, k, threads, stages, extra)");
     return nullptr;
   }
   long v[5];
@@ -478,7 +478,7 @@ PyMethodDef fast_methods[] = {
     {"fused_add_rms_norm_", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_fused_add_rms_norm_)),
      METH_FASTCALL, "fused_add_rms_norm_(x, residual, weight, eps)"},
     {"set_tuning", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_set_tuning)), METH_FASTCALL,
-     "set_tuning(which, k, threads, stages, rows_per_block): a sweep's launch configuration (0: default)"},
+     "set_tuning(which, k, threads, stages, extra): a sweep's launch configuration (0: default)"},
     {"layout_matches", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_layout_matches)),
      METH_FASTCALL, "layout_matches(tensor, tensor._cdata)"},
     {nullptr, nullptr, 0, nullptr}};

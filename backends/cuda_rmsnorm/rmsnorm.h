@@ -43,8 +43,9 @@ const char* backward(DType dtype, bool dy_fp32, const void* dy, int64_t dy_strid
                      int64_t rows, int64_t dim, float eps, void* stream);
 
 // A tuning sweep's launch configuration for the forward (which = 0: groups a thread, threads a block, rows
-// staged), the fused add (1) or the backward (2: also dw's rows per block); 0 keeps a default. No value
-// changes a bit. Not thread-safe: for sweeps, between launches.
-const char* set_tuning(int which, int k, int threads, int stages, int rows_per_block);
+// staged, sets of rows a block at most), the fused add (1, the same) or the backward (2: the first three, then
+// dw's rows per block); 0 keeps a default. No value changes a bit. Not thread-safe: for sweeps, between
+// launches.
+const char* set_tuning(int which, int k, int threads, int stages, int extra);
 
 }  // namespace rmsnorm

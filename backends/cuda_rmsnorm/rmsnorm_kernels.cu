@@ -1215,15 +1215,20 @@ struct ForwardPlan {
   int tpr_shift;     // log2(threads a row)
   int threads;       // threads a block
   int stages;        // rows staged a thread
+  int sets;          // most sets of rows a block takes (0: as many as a grid of resident blocks leaves it)
   int groups_shift;  // streaming: log2(groups a thread)
 };
 
-// Forward defaults: eight groups a thread (64 elements of 16 bits, four groups of fp32), so that the per-row
-// work (index arithmetic, the row tree, the correctly rounded divisions and square root, which every thread
-// of a row computes) is spread over many elements: the kernels are bound by instruction issue before memory
-// otherwise (reports/h200/kernels/run1); 256 threads a block; three rows staged. RMSNORM_CUDA_FORWARD_CONFIG
-// (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override them
-// as "k,threads,stages".
+// Forward defaults, from the sweep of reports/h200/kernels/run2 (bf16, fraction of a copy): four groups a
+// thread for rows of more than 64 groups (0.911 at 65536 x 4096 against 0.905 with eight and 0.882 with two),
+// two for narrower ones (0.895 at 2097152 x 128 against 0.861 with four and 0.71 with eight); the fused add
+// two everywhere (0.916 / 0.921); 512 threads a block, two rows staged (three or four were no faster). Fewer
+// than four groups a thread leave the kernels bound by instruction issue (reports/h200/kernels/run1): the
+// per-row work (index arithmetic, the row tree, the correctly rounded divisions and square root, which every
+// thread of a row computes) is spread over too few elements. RMSNORM_CUDA_FORWARD_CONFIG (forward,
+// forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override them as
+// "k,threads,stages,sets": sets caps the sets of rows a block takes, for more blocks than are resident at once
+// (0: a grid of resident blocks).
 ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const Tuning tune = tuning(fused_add ? 1 : 0);
   ForwardPlan c{};
@@ -1236,20 +1241,23 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
     c.groups_shift = log2_floor(groups / kLoopThreads);
     return c;
   }
-  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8) : (element_size(d) == 4 ? 4 : 8);
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8) : (fused_add || groups <= 64 ? 2 : 4);
   while (k > groups) k >>= 1;
   while (groups / k > kMaxThreads) k <<= 1;
   const int tpr = int(groups / k);
   c.k = k;
   c.tpr_shift = log2_floor(tpr);
-  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 256, 32, kMaxThreads);
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 512, 32, kMaxThreads);
   if (c.threads < tpr) c.threads = tpr;
-  const int stage_bytes = k * (fused_add ? 2 : 1) * (element_size(d) / 2) * c.threads * 16;
-  const int scratch = 2 * c.threads * int(sizeof(float)) + int(padded) * element_size(d);
-  int stages = tune.v[2] ? tune.v[2] : 3;
+  const auto stage_bytes = [&] { return k * (fused_add ? 2 : 1) * (element_size(d) / 2) * c.threads * 16; };
+  const auto scratch = [&] { return 2 * c.threads * int(sizeof(float)) + int(padded) * element_size(d); };
+  // Two stages must fit a block's shared memory.
+  while (c.threads > tpr && 2 * stage_bytes() + scratch() > 200 * 1024) c.threads >>= 1;
+  int stages = tune.v[2] ? tune.v[2] : 2;
   stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
-  while (stages > 2 && stages * stage_bytes + scratch > kSharedBudget) --stages;
+  while (stages > 2 && stages * stage_bytes() + scratch() > kSharedBudget) --stages;
   c.stages = stages;
+  c.sets = tune.v[3];
   return c;
 }
 
@@ -1416,18 +1424,21 @@ const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t str
   }
   const int slots = c.threads >> c.tpr_shift;
   const int64_t sets = (a.rows + slots - 1) / slots;
+  // At most c.sets sets a block: more blocks than are resident, which the hardware hands to whichever
+  // multiprocessor is free (a grid of resident blocks leaves the slowest multiprocessor the tail).
+  const int64_t work_blocks = c.sets > 0 ? (sets + c.sets - 1) / c.sets : sets;
   const size_t width = size_t(c.k) << c.tpr_shift << 3;
   const size_t smem = size_t(c.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 +
                       width * sizeof(T) + 2 * c.threads * sizeof(float);
   switch (c.k) {
     case 1:
-      return launch_staged(forward_kernel<T, O, M, 1>, sets, true, c.threads, smem, a, stream);
+      return launch_staged(forward_kernel<T, O, M, 1>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
     case 2:
-      return launch_staged(forward_kernel<T, O, M, 2>, sets, true, c.threads, smem, a, stream);
+      return launch_staged(forward_kernel<T, O, M, 2>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
     case 4:
-      return launch_staged(forward_kernel<T, O, M, 4>, sets, true, c.threads, smem, a, stream);
+      return launch_staged(forward_kernel<T, O, M, 4>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
     default:
-      return launch_staged(forward_kernel<T, O, M, 8>, sets, true, c.threads, smem, a, stream);
+      return launch_staged(forward_kernel<T, O, M, 8>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
   }
 }
 
@@ -1537,9 +1548,9 @@ const char* fused_add(DType dtype, const void* x, int64_t x_stride, const void* 
   });
 }
 
-const char* set_tuning(int which, int k, int threads, int stages, int rows_per_block) {
+const char* set_tuning(int which, int k, int threads, int stages, int extra) {
   if (which < 0 || which > 2) return "rmsnorm: set_tuning takes 0 (forward), 1 (fused add) or 2 (backward)";
-  const int v[4] = {k, threads, stages, rows_per_block};
+  const int v[4] = {k, threads, stages, extra};
   for (int x : v)
     if (x < 0 || x > 1 << 20) return "rmsnorm: set_tuning takes values from 0 (the default) to 2^20";
   Tuning& t = tuning(which);
