@@ -1222,7 +1222,10 @@ struct ForwardPlan {
 // Forward defaults, from the sweep of reports/h200/kernels/run2 (bf16, fraction of a copy): four groups a
 // thread for rows of more than 64 groups (0.911 at 65536 x 4096 against 0.905 with eight and 0.882 with two),
 // two for narrower ones (0.895 at 2097152 x 128 against 0.861 with four and 0.71 with eight); the fused add
-// two everywhere (0.916 / 0.921); 512 threads a block, two rows staged (three or four were no faster). Fewer
+// two everywhere (0.916 / 0.921); 512 threads a block, two rows staged (three or four were no faster); and,
+// from run 3's sweep, at most 8 sets of rows a block for the fused add (0.930 / 0.930 against 0.914 / 0.920 on a
+// grid of resident blocks; the forward's grid stays resident-sized: 8 sets a block there lifts the large
+// shapes by 0.01-0.03 but leaves 4096 x 4096 fewer blocks than multiprocessors, 0.85 against 0.88). Fewer
 // than four groups a thread leave the kernels bound by instruction issue (reports/h200/kernels/run1): the
 // per-row work (index arithmetic, the row tree, the correctly rounded divisions and square root, which every
 // thread of a row computes) is spread over too few elements. RMSNORM_CUDA_FORWARD_CONFIG (forward,
@@ -1257,7 +1260,7 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
   while (stages > 2 && stages * stage_bytes() + scratch() > kSharedBudget) --stages;
   c.stages = stages;
-  c.sets = tune.v[3];
+  c.sets = tune.v[3] ? tune.v[3] : (fused_add ? 8 : 0);
   return c;
 }
 
