@@ -1,7 +1,7 @@
 """The CUDA C++ RMSNorm backend: kernels in the contract's canonical reduction order, as torch custom operators.
 
 Its outputs are bitwise equal to the native reference's on every input (forward, forward_fp32, the
-backward's dx and the variants), and batch-invariant. Importing this package never compiles and never
+backward's dx and dw, and the variants), and batch-invariant. Importing this package never compiles and never
 fails: the operator library is built (or taken from torch's extension cache, or from a prebuilt file named
 by ``RMSNORM_CUDA_LIBRARY``) the first time the backend is asked about, or used on, a CUDA device, and any
 reason it cannot run there (no GPU, no toolkit, a failed build) is reported by ``unavailable_reason``.
@@ -42,7 +42,8 @@ class CudaRMSNormOp:
     The launch configuration depends on (dim, dtype) only and every row is reduced in the one canonical
     order, so the bits equal the native reference's and cannot depend on the batch. ``forward`` returns
     ``x.dtype`` and ``forward_fp32`` float32, both differentiable (the backward recomputes each row's rms);
-    dx is batch-invariant and dw is reduced without atomics in an order fixed by (rows, dim, dtype).
+    dx is batch-invariant and dw, reduced without atomics, follows the canonical tree over rows: its bits are the
+    native reference's too.
     Variants: ``fused_add`` (and ``fused_add_`` in place), ``forward_offset`` (``1 + w`` in fp32) and
     ``forward_unweighted``.
 
@@ -105,6 +106,13 @@ class CudaRMSNormOp:
     def fused_add_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                    eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
         """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual."""
+        call = _ops.fused_add_rms_norm_
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                call(x, residual, weight, eps)
+                return x, residual
+            except Exception:  # as in forward
+                pass
         check_inputs(x, weight, eps)
         check_residual(x, residual)
         self._require(x.device)

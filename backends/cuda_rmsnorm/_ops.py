@@ -26,12 +26,18 @@ OP_NAMES: tuple[str, ...] = (
 )
 # The library's Python module and the operators it has direct entries for.
 FAST_MODULE = "rmsnorm_cuda_fast"
-FAST_NAMES: tuple[str, ...] = ("rms_norm", "rms_norm_offset", "rms_norm_unweighted", "fused_add_rms_norm")
+FAST_NAMES: tuple[str, ...] = ("rms_norm", "rms_norm_offset", "rms_norm_unweighted", "fused_add_rms_norm",
+                               "fused_add_rms_norm_")
 
 # The loaded library's path once loaded; the failure reason once loading failed (not retried in this process).
 _library: str | None = None
 _error: str | None = None
 _lock = threading.Lock()
+# Devices the loaded library was found able to run on. Every slow-path call (the in-place fused add takes no
+# other) asks load() first, and environment_reason() runs `ninja --version` in a subprocess through
+# torch.utils.cpp_extension.is_ninja_available(): about a millisecond a call, which made the in-place fused add
+# host-bound at every size (0.025 of a copy at 4096 x 4096). A device found ready stays ready in the process.
+_ready: set[tuple[str, int | None]] = set()
 
 # The eager entries the backend calls, set once the library is loaded (None before): the library's own
 # Python module (rmsnorm_cuda_fast, straight into the operators' typed dispatcher handles) where its check
@@ -42,6 +48,8 @@ rms_norm_offset: Callable[..., Any] | None = None
 rms_norm_unweighted: Callable[..., Any] | None = None
 fused_add_rms_norm: Callable[..., Any] | None = None
 fused_add_rms_norm_: Callable[..., Any] | None = None
+# The library's Python module once loaded, where it imports (its set_tuning is for sweeps).
+_fast: Any | None = None
 
 
 def environment_reason(device: torch.device) -> str | None:
@@ -80,6 +88,9 @@ def _device_arch(device: torch.device) -> str | None:
 def load(device: torch.device) -> str | None:
     """None once the operators are registered (building them on first use), else why they cannot run."""
     global _library, _error
+    key = (device.type, device.index)
+    if key in _ready:
+        return None
     reason = environment_reason(device)
     if reason is not None:
         return reason
@@ -93,7 +104,10 @@ def load(device: torch.device) -> str | None:
                 _bind_handles(_library)
             except RuntimeError as exc:
                 _error = str(exc)
-        return None if _library is not None else str(_error)
+        if _library is None:
+            return str(_error)
+        _ready.add(key)
+        return None
 
 
 def require(device: torch.device) -> None:
@@ -123,9 +137,9 @@ def fast_module(path: str) -> Any | None:
 
 
 def _bind_handles(path: str) -> None:
-    global rms_norm, rms_norm_offset, rms_norm_unweighted, fused_add_rms_norm, fused_add_rms_norm_
+    global rms_norm, rms_norm_offset, rms_norm_unweighted, fused_add_rms_norm, fused_add_rms_norm_, _fast
     handles = {name: getattr(op(name), "_op", op(name)) for name in OP_NAMES}
-    fast = fast_module(path)
+    fast = _fast = fast_module(path)
     if fast is not None:
         handles.update({name: getattr(fast, name) for name in FAST_NAMES})
     rms_norm = handles["rms_norm"]
@@ -133,6 +147,18 @@ def _bind_handles(path: str) -> None:
     rms_norm_unweighted = handles["rms_norm_unweighted"]
     fused_add_rms_norm = handles["fused_add_rms_norm"]
     fused_add_rms_norm_ = handles["fused_add_rms_norm_"]
+
+
+TUNING_KINDS = ("forward", "fused_add", "backward")
+
+
+def set_tuning(kind: str, k: int = 0, threads: int = 0, stages: int = 0, extra: int = 0) -> None:
+    """A sweep's launch configuration for ``kind``: groups a thread, threads a block, rows staged, and the sets
+    of rows a block takes at most (forward, fused add) or dw's rows per block (backward); 0 keeps a default.
+    The library must be loaded. No value changes a bit: every configuration computes the canonical order."""
+    if _fast is None:
+        raise RuntimeError("the cuda rms_norm library is not loaded, or has no Python module")
+    _fast.set_tuning(TUNING_KINDS.index(kind), k, threads, stages, extra)
 
 
 def _register_fakes() -> None:

@@ -147,24 +147,24 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, 
   const c10::DeviceGuard guard(x.device());
   const auto code = dtype_code(x);
   int64_t rows_per_block = 0;
-  int64_t steps = 0;
-  int64_t chunks = 0;
-  check(rmsnorm::backward_plan(code, rows, dim, &rows_per_block, &steps, &chunks), "backward plan");
+  int64_t programs = 0;
+  int64_t workspace_rows = 0;
+  check(rmsnorm::backward_plan(code, rows, dim, &rows_per_block, &programs, &workspace_rows), "backward plan");
   Tensor workspace;
-  if (need_dw) workspace = at::empty({chunks, dim}, x.options().dtype(at::kFloat));
+  if (need_dw) workspace = at::empty({workspace_rows, dim}, x.options().dtype(at::kFloat));
   const Tensor x2 = as_rows(x, dim);
   const Tensor dy2 = as_rows(dy, dim);
   const Tensor w = weight.contiguous();
   check(rmsnorm::backward(code, dy_fp32, dy2.data_ptr(), dy2.stride(0), x2.data_ptr(), x2.stride(0), w.data_ptr(),
-                          dx.data_ptr(), dim, need_dw ? workspace.data_ptr<float>() : nullptr, chunks,
+                          dx.data_ptr(), dim, need_dw ? workspace.data_ptr<float>() : nullptr, workspace_rows,
                           need_dw ? dw.data_ptr() : nullptr, rows, dim, static_cast<float>(eps),
                           current_stream(x.device())),
         "backward");
   return {dx, dw};
 }
 
-// [rows_per_block, steps, chunks]: how the backward sums dw for a batch of `rows` rows of `dim` (the
-// order rmsnorm_kernels.cu documents), so that tests can sum in that order independently.
+// [rows_per_block, programs, workspace_rows]: how the backward spreads dw's canonical tree over blocks for a
+// batch of `rows` rows of `dim` (rmsnorm_kernels.cu, "Backward"); no entry changes a bit of dw.
 std::vector<int64_t> backward_plan(int64_t rows, int64_t dim, at::ScalarType dtype) {
   int64_t plan[3] = {0, 0, 0};
   check(rmsnorm::backward_plan(dtype_code(dtype), rows, dim, &plan[0], &plan[1], &plan[2]), "backward plan");
@@ -422,6 +422,39 @@ PyObject* py_fused_add_rms_norm(PyObject*, PyObject* const* args, Py_ssize_t nar
   });
 }
 
+PyObject* py_fused_add_rms_norm_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  static const auto op =
+      typed<void(at::Tensor&, at::Tensor&, const Tensor&, double)>("rmsnorm_cuda::fused_add_rms_norm_");
+  const at::Tensor* t[3];
+  double eps;
+  if (!parse(args, nargs, 3, 4, t, &eps, nullptr)) return nullptr;
+  if (!fast_inputs_ok(*t[0], t[2], t[1], eps) && !fast_refused()) return nullptr;
+  return guarded([&]() -> PyObject* {
+    at::Tensor x = *t[0];
+    at::Tensor residual = *t[1];
+    op.call(x, residual, *t[2], eps);
+    Py_RETURN_NONE;
+  });
+}
+
+// set_tuning(which, k, threads, stages, extra): rmsnorm::set_tuning, for sweeps in one process.
+PyObject* py_set_tuning(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "set_tuning(which, k, threads, stages, extra)");
+    return nullptr;
+  }
+  long v[5];
+  for (Py_ssize_t i = 0; i < 5; ++i) {
+    v[i] = PyLong_AsLong(args[i]);
+    if (v[i] == -1 && PyErr_Occurred()) return nullptr;
+  }
+  if (const char* err = rmsnorm::set_tuning(int(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]))) {
+    PyErr_SetString(PyExc_ValueError, err);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
 // True when `tensor`'s Python object holds its at::Tensor where unpack reads it: the TensorImpl there is the
 // one whose address torch reports as tensor._cdata.
 PyObject* py_layout_matches(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -442,6 +475,10 @@ PyMethodDef fast_methods[] = {
      METH_FASTCALL, "rms_norm_unweighted(x, eps)"},
     {"fused_add_rms_norm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_fused_add_rms_norm)),
      METH_FASTCALL, "fused_add_rms_norm(x, residual, weight, eps)"},
+    {"fused_add_rms_norm_", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_fused_add_rms_norm_)),
+     METH_FASTCALL, "fused_add_rms_norm_(x, residual, weight, eps)"},
+    {"set_tuning", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_set_tuning)), METH_FASTCALL,
+     "set_tuning(which, k, threads, stages, extra): a sweep's launch configuration (0: default)"},
     {"layout_matches", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_layout_matches)),
      METH_FASTCALL, "layout_matches(tensor, tensor._cdata)"},
     {nullptr, nullptr, 0, nullptr}};

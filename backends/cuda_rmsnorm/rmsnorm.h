@@ -28,16 +28,24 @@ const char* fused_add(DType dtype, const void* x, int64_t x_stride, const void* 
                       const void* w, void* y, int64_t y_stride, void* residual_out, int64_t residual_out_stride,
                       int64_t rows, int64_t dim, float eps, void* stream);
 
-// How dw is summed: rows in chunks of rows_per_block * steps consecutive rows, `chunks` of them (the
-// backward's fp32 workspace is [chunks, dim]). A function of (dtype, rows, dim) only.
-const char* backward_plan(DType dtype, int64_t rows, int64_t dim, int64_t* rows_per_block, int64_t* steps,
-                          int64_t* chunks);
+// How dw is summed: the canonical tree over rows (padded with zero rows to a power of two), blocks of
+// rows_per_block rows (row groups p, p + programs, ...) each leaving one fp32 partial row, then the halving
+// tree over the `programs` partial rows. The backward's fp32 workspace is [workspace_rows, dim]. A function of
+// (dtype, rows, dim) only; no choice in it changes a bit of dw.
+const char* backward_plan(DType dtype, int64_t rows, int64_t dim, int64_t* rows_per_block, int64_t* programs,
+                          int64_t* workspace_rows);
 
 // dx (x's dtype) and, when dw is not null, dw (weight's dtype) from dy (x's dtype, or fp32 when dy_fp32),
 // x, w and eps; the row's rms is recomputed exactly as the forward formed it. `workspace` holds
-// [chunks, dim] fp32 (ignored when dw is null).
+// [workspace_rows, dim] fp32 (ignored when dw is null).
 const char* backward(DType dtype, bool dy_fp32, const void* dy, int64_t dy_stride, const void* x, int64_t x_stride,
-                     const void* w, void* dx, int64_t dx_stride, float* workspace, int64_t chunks, void* dw,
+                     const void* w, void* dx, int64_t dx_stride, float* workspace, int64_t workspace_rows, void* dw,
                      int64_t rows, int64_t dim, float eps, void* stream);
+
+// A tuning sweep's launch configuration for the forward (which = 0: groups a thread, threads a block, rows
+// staged, sets of rows a block at most), the fused add (1, the same) or the backward (2: the first three, then
+// dw's rows per block); 0 keeps a default. No value changes a bit. Not thread-safe: for sweeps, between
+// launches.
+const char* set_tuning(int which, int k, int threads, int stages, int extra);
 
 }  // namespace rmsnorm

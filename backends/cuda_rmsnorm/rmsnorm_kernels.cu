@@ -11,11 +11,20 @@
 // streamed, its groups visited in bit-reversed order, which turns the halving tree into a pairwise tree a
 // small stack can build (see `Stack`).
 //
+// dw follows the same tree with rows in place of elements (the canonical order's "backward dw" step): see
+// "Backward" below for how its levels are spread over registers, shared memory, blocks and a final kernel.
+//
+// Rows reach the arithmetic through shared memory: each thread copies its own 16-byte vectors of the rows
+// it will handle a few rows ahead with cp.async (zero-filled past the row's end), so that the bytes in
+// flight do not depend on registers or occupancy. A thread only ever reads back what it copied itself, so
+// the staging needs no barrier. How many rows ahead, how many threads a row and a block: a function of
+// (dim, dtype) and of the shared memory they fit in; none changes a bit.
+//
 // Every multiply and add is a correctly rounded intrinsic (__fmul_rn, __fadd_rn: never contracted into an
 // FMA, never reassociated), the square root and the divisions are correctly rounded (__fsqrt_rn, __fdiv_rn:
 // the mean, and inv = 1 / rms once per row, which every element then multiplies by, as the canonical
 // order's normalize step says), and the build adds -fmad=false besides. So a row has exactly one possible
-// result, whatever the launch, and the launch configuration is a function of (dim, dtype) alone.
+// result, whatever the launch.
 //
 // No torch headers here: this file compiles with nvcc alone.
 
@@ -35,30 +44,29 @@ namespace {
 
 // The canonical group: 8 consecutive elements of a row.
 constexpr int kGroup = 8;
-// Threads per block of the register kernels. Rows narrower than this share a block, so that small dims
-// (head_dim 128) still keep enough bytes in flight per block to stream at copy speed.
-constexpr int kBlockThreads = 256;
-// Threads per row of the backward's register kernel, which holds the row's x and dy: at most one block.
-constexpr int kBackwardMaxThreadsPerRow = kBlockThreads;
-// Threads per row (and per block) of the streaming kernels for rows too long for registers.
+// Most threads a block of the staged kernels has (a row may take all of them): at most 128 registers a
+// thread, which eight groups a thread in the forward and three levels of dw's tree in the backward's registers
+// need.
+constexpr int kMaxThreads = 512;
+constexpr int kMaxBackwardThreads = kMaxThreads;
+// Threads per row (and per block) of the streaming kernels for rows too long for the staged ones.
 constexpr int kLoopThreads = 512;
+// Widest padded row the staged kernels take; wider rows stream.
+constexpr int kMaxStagedWidth = 8192;
 // Deepest stack a streamed row needs: log2(groups per thread) + 1 <= 32.
 constexpr int kMaxStack = 32;
-// The dw reduction over chunks: a 32 x 32 block, 32 columns by 32 interleaved running sums.
+// Rows staged at most, the one being reduced included (cp.async.wait_group takes an immediate).
+constexpr int kMaxStages = 8;
+// Shared memory a staged block may use: two blocks of the backward at 4096 columns fit a multiprocessor.
+constexpr int kSharedBudget = 112 * 1024;
+// dw's final kernel: 32 columns by 32 threads that each reduce a share of the blocks' partial rows.
 constexpr int kFinalCols = 32;
 constexpr int kFinalSplits = 32;
-// dw: rows are cut into chunks of rows_per_block * steps rows; steps doubles (up to kMaxSteps) from the
-// fewest that make a chunk kMinChunkRows rows until at most kMaxChunks chunks cover the batch. More chunks
-// spread the batch over more blocks, fewer chunks write and re-read less workspace (chunks x dim fp32).
-constexpr int kMaxChunks = 1024;
-constexpr int kMaxSteps = 64;
-// Sets of rows each forward block handles in turn, reading one set ahead (see forward_kernel). Measured on
-// an H200 (bf16, two groups a thread, fraction of a copy), with the per-element division: 0.893 / 0.898 at
-// 65536 x 4096 / 2097152 x 128 with 4 sets, 0.678 / 0.790 with 1, 0.881 / 0.918 with 8; with the
-// reciprocal: 0.900 / 0.913 with 4 sets, 0.880 / 0.896 with 2, 0.873 / 0.898 with 8.
-constexpr int kForwardRowSets = 4;
-// A chunk's workspace row (dim fp32, written and read back) stays under a tenth of its rows' traffic.
-constexpr int kMinChunkRows = 16;
+// dw: blocks of the backward the plan aims at, at least (about two per multiprocessor of an H100/H200).
+constexpr int64_t kMinPrograms = 256;
+// dw: bytes of x (and as many of dy) per block the plan aims at: a block's partial row (dim fp32, written
+// and read back once) stays near 1 % of its rows' traffic.
+constexpr int64_t kRowBytesPerProgram = 1 << 19;
 
 // ---------------------------------------------------------------------------------------------------
 // Elements: exact widening to fp32 from a packed 32-bit word (`hi` picks the upper 16-bit element), and
@@ -279,15 +287,20 @@ __device__ __forceinline__ void row_tree(float (&v)[N], int tpr_shift, float* sc
       case 8:
         warps_tree<N, 8>(v, buf, base);
         break;
-      default:
+      case 16:
         warps_tree<N, 16>(v, buf, base);
+        break;
+      default:
+        warps_tree<N, 32>(v, buf, base);
         break;
     }
   }
-  const int width = tpr < 32 ? tpr : 32;
-  for (int offset = width >> 1; offset > 0; offset >>= 1)
+  // Offsets width/2, ..., 1 with width = min(T, 32), unrolled.
 #pragma unroll
-    for (int n = 0; n < N; ++n) v[n] = __fadd_rn(v[n], __shfl_xor_sync(0xffffffffu, v[n], offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    if (offset < tpr)
+#pragma unroll
+      for (int n = 0; n < N; ++n) v[n] = __fadd_rn(v[n], __shfl_xor_sync(0xffffffffu, v[n], offset));
 }
 
 // A streamed thread's group sums. Visiting its groups m in bit-reversed order mp (m = bitrev(mp)) turns
@@ -328,21 +341,101 @@ __device__ __forceinline__ float root_mean(float sum_of_squares, int dim, float 
 __device__ __forceinline__ float reciprocal(float rms) { return __fdiv_rn(1.0f, rms); }
 
 // ---------------------------------------------------------------------------------------------------
+// Staging rows through shared memory. A thread's 16-byte vectors of one row sit at slot[w * stride]
+// (stride = the block's thread count, so that a warp's accesses fall on consecutive 16-byte words); a row
+// whose start is 16-byte aligned is copied with cp.async, zero-filled past `limit`, any other one is loaded
+// element by element and stored there, so that what is read back is the same either way.
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void copy_async16(uint4* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Wait until at most `pending` of this thread's most recent copy groups are in flight.
+__device__ __forceinline__ void wait_async_pending(int pending) {
+  switch (pending) {
+    case 1:
+      wait_async<1>();
+      break;
+    case 2:
+      wait_async<2>();
+      break;
+    case 3:
+      wait_async<3>();
+      break;
+    case 4:
+      wait_async<4>();
+      break;
+    case 5:
+      wait_async<5>();
+      break;
+    case 6:
+      wait_async<6>();
+      break;
+    case 7:
+      wait_async<7>();
+      break;
+    default:
+      wait_async<0>();
+      break;
+  }
+}
+
+// 16-byte words a group of E takes.
+template <typename E>
+constexpr int kWordsOf = Group<E>::kWords / 4;
+
+template <typename E>
+__device__ __forceinline__ void stage_group(uint4* slot, int stride, const E* row, int base, int limit, bool async) {
+  constexpr int kPer = 16 / int(sizeof(E));
+  if (async) {
+#pragma unroll
+    for (int w = 0; w < kWordsOf<E>; ++w) {
+      const int start = base + w * kPer;
+      const int n = limit - start < 0 ? 0 : (limit - start > kPer ? kPer : limit - start);
+      copy_async16(slot + w * stride, n > 0 ? static_cast<const void*>(row + start) : static_cast<const void*>(row),
+                   n * int(sizeof(E)));
+    }
+  } else {
+    Group<E> g;
+    load_group<E>(g, row, base, limit, false);
+#pragma unroll
+    for (int w = 0; w < kWordsOf<E>; ++w)
+      slot[w * stride] = make_uint4(g.u[4 * w], g.u[4 * w + 1], g.u[4 * w + 2], g.u[4 * w + 3]);
+  }
+}
+
+template <typename E>
+__device__ __forceinline__ void read_staged(Group<E>& g, const uint4* slot, int stride) {
+#pragma unroll
+  for (int w = 0; w < kWordsOf<E>; ++w) {
+    const uint4 q = slot[w * stride];
+    g.u[4 * w] = q.x;
+    g.u[4 * w + 1] = q.y;
+    g.u[4 * w + 2] = q.z;
+    g.u[4 * w + 3] = q.w;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Forward. The output element is y = (x * inv) * w' rounded once to the output dtype, where w' is w
 // (kPlain), 1 + w formed in fp32 (kOffset), or absent (kUnweighted). kFusedAdd first forms
 // s = x + residual in fp32, rounds it to the residual's dtype (x's), stores it as residual_out, and
 // normalizes s as stored, as kPlain.
 
 enum class Mode : int { kPlain, kOffset, kUnweighted, kFusedAdd };
-
-// Register kernel blocks resident per multiprocessor the forward is compiled for. A thread holds its groups
-// of the current row, of the next one (read ahead) and of the weight: with up to 64 bytes of x a thread
-// (32 bytes for the fused add, which holds the residual's too) that fits 80 registers, three blocks; with
-// more, two blocks (128 registers), which those rows need to hold their data unspilled.
-template <typename T, int K, Mode M>
-constexpr int forward_blocks_per_sm() {
-  return K * int(sizeof(T)) > (M == Mode::kFusedAdd ? 4 : 8) ? 2 : 3;
-}
 
 struct ForwardArgs {
   const void* x;
@@ -356,44 +449,11 @@ struct ForwardArgs {
   int64_t residual_out_stride;  // elements before it writes them
   int64_t rows;
   int dim;
-  int tpr_shift;  // log2(threads per row)
+  int tpr_shift;     // log2(threads per row)
   int groups_shift;  // streaming kernel: log2(groups per thread)
-  int row_sets;      // register kernel: consecutive sets of rows_per_block rows each block handles
+  int stages;        // staged kernel: rows staged per thread, the one being reduced included
   float eps;
 };
-
-// The raw groups of this row the thread reads: x, and for kFusedAdd the residual too.
-template <typename T, Mode M>
-struct RawInput {
-  Group<T> x;
-  Group<T> r;  // kFusedAdd only
-};
-
-template <typename T, Mode M>
-__device__ __forceinline__ void load_raw(RawInput<T, M>& in, const ForwardArgs& a, int64_t row, int base,
-                                         int limit) {
-  const T* xr = static_cast<const T*>(a.x) + row * a.x_stride;
-  load_group<T, Cache::kStream>(in.x, xr, base, limit, aligned16(xr));
-  if constexpr (M == Mode::kFusedAdd) {
-    const T* rr = static_cast<const T*>(a.residual) + row * a.residual_stride;
-    load_group<T, Cache::kStream>(in.r, rr, base, limit, aligned16(rr));
-  }
-}
-
-// The input group the row is normalized from: x, or for kFusedAdd s = x + residual rounded, which it stores
-// as residual_out.
-template <typename T, Mode M>
-__device__ __forceinline__ void finish_input(Group<T>& g, const RawInput<T, M>& in, const ForwardArgs& a,
-                                             int64_t row, int base, int limit) {
-  if constexpr (M == Mode::kFusedAdd) {
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) g.set(j, __fadd_rn(in.x.get(j), in.r.get(j)));
-    T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
-    store_group<T, Cache::kStream>(g, out, base, limit, aligned16(out));
-  } else {
-    g = in.x;
-  }
-}
 
 // The group of this row the thread holds as its input: x, or for kFusedAdd s = x + residual rounded and
 // stored as residual_out.
@@ -453,61 +513,194 @@ __device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& 
   store_group<O, Cache::kStream>(out, yr, base, limit, aligned16(yr));
 }
 
-// Register kernel: blockDim.x / T rows per set, thread t of a row holds groups t + m T, m < K. A block
-// handles row_sets consecutive sets of rows, and reads the next set's rows while it reduces and writes the
-// current one, so that its loads stay in flight through the arithmetic (the canonical tree, with a barrier
-// per row where a row spans warps, makes a row's compute phase long enough to matter). The weight is read
-// once per block and held.
+// The weight's groups in shared memory, one 16-byte word (two for fp32) a group, +0.0 past dim: read once a
+// block, then by every row of it.
+template <typename T>
+__device__ __forceinline__ void stage_weight(uint4* wsm, const T* w, int width, int dim) {
+  constexpr int kW = kWordsOf<T>;
+  const bool vec = aligned16(w);
+  for (int gi = threadIdx.x; gi < width / kGroup; gi += blockDim.x) {
+    Group<T> g;
+    load_group<T, Cache::kReadOnly>(g, w, gi * kGroup, dim, vec);
+#pragma unroll
+    for (int i = 0; i < kW; ++i) wsm[gi * kW + i] = make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]);
+  }
+}
+
+// Element pairs (2i, 2i+1) rounded from fp32 into one 32-bit word: one conversion instruction a pair.
+template <typename O>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same<O, __nv_bfloat16>::value) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// Group<O> from 8 fp32 values, each rounded once.
+template <typename O>
+__device__ __forceinline__ void pack_group(Group<O>& out, const float (&v)[kGroup]) {
+  if constexpr (sizeof(O) == 4) {
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) out.u[j] = __float_as_uint(v[j]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kGroup / 2; ++i) out.u[i] = pack_pair<O>(v[2 * i], v[2 * i + 1]);
+  }
+}
+
+// The thread's copies of one row into the stage at shared address `dst` (word (m, i) at dst + (m kW + i)
+// `step` bytes). The fast path: the thread's groups lie wholly inside the row and the row is 16-byte aligned,
+// so every copy is a plain 16-byte cp.async at a constant offset.
+template <typename T, int K>
+__device__ __forceinline__ void stage_row(uint32_t dst, uint32_t step, uint4* dst_ptr, const T* row, int col0,
+                                          int col_step, int dim, bool fast) {
+  constexpr int kW = kWordsOf<T>;
+  constexpr int kPer = 16 / int(sizeof(T));
+  if (fast) {
+#pragma unroll
+    for (int m = 0; m < K; ++m)
+#pragma unroll
+      for (int i = 0; i < kW; ++i)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + uint32_t(m * kW + i) * step),
+                     "l"(row + col0 + m * col_step + i * kPer)
+                     : "memory");
+  } else {
+    const bool async = aligned16(row);
+    const int stride = int(step / 16);
+#pragma unroll
+    for (int m = 0; m < K; ++m)
+      stage_group<T>(dst_ptr + m * kW * stride, stride, row, col0 + m * col_step, dim, async);
+  }
+}
+
+// Staged kernel: blockDim.x / T rows per set, thread t of a row holds groups t + m T, m < K. Block b handles
+// sets b, b + gridDim.x, ... (the grid is at most what is resident at once); each thread copies its vectors of
+// the set `stages - 1` ahead into shared memory, then reduces and writes the current one, reading its vectors
+// back from shared memory for each pass. Shared memory: [stages][streams][K][words][threads] 16-byte words,
+// the weight's groups, the row tree's scratch.
 template <typename T, typename O, Mode M, int K>
-__global__ void __launch_bounds__(kBlockThreads, (forward_blocks_per_sm<T, K, M>())) forward_kernel(const ForwardArgs a) {
-  __shared__ float scratch[2 * kBlockThreads];
+__global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs a) {
+  extern __shared__ uint4 smem[];
+  constexpr int kStreams = M == Mode::kFusedAdd ? 2 : 1;
+  constexpr int kW = kWordsOf<T>;
+  const int threads = blockDim.x;
   const int tpr = 1 << a.tpr_shift;
   const int t = threadIdx.x & (tpr - 1);
-  const int rows_per_set = blockDim.x >> a.tpr_shift;
-  const int64_t first_set_row = int64_t(blockIdx.x) * a.row_sets * rows_per_set;
-  const int64_t my_row = first_set_row + (threadIdx.x >> a.tpr_shift);
+  const int slots = threads >> a.tpr_shift;
+  const int slot = threadIdx.x >> a.tpr_shift;
+  const int stages = a.stages;
+  const int ahead = stages - 1;
+  const int stage_words = K * kW * kStreams * threads;
+  const int width = K * tpr * kGroup;
+  uint4* wsm = smem + stages * stage_words;
+  float* scratch = reinterpret_cast<float*>(wsm + width / kGroup * kW);
+  const int64_t sets = (a.rows + slots - 1) / slots;
+  const int64_t my_sets = int64_t(blockIdx.x) < sets ? (sets - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int64_t row_step = int64_t(gridDim.x) * slots;
+  const int col0 = t * kGroup;
+  const int col_step = tpr * kGroup;
+  const uint32_t step = uint32_t(threads) * 16;
+  const uint32_t stage_bytes = uint32_t(stage_words) * 16;
+  const uint32_t sbase = shared_address(smem + threadIdx.x);
+  const T* x = static_cast<const T*>(a.x);
+  const T* res = static_cast<const T*>(a.residual);
+  // Every row 16-byte aligned and every group of this thread inside the row: the copies' fast path.
+  bool fast = aligned16(x) && ((a.x_stride * int64_t(sizeof(T))) & 15) == 0 &&
+              col0 + (K - 1) * col_step + kGroup <= a.dim;
+  if constexpr (M == Mode::kFusedAdd) fast = fast && aligned16(res) && ((a.residual_stride * int64_t(sizeof(T))) & 15) == 0;
 
-  Group<T> wg[K];
-#pragma unroll
-  for (int m = 0; m < K; ++m) load_weight<T, M>(wg[m], a, (t + m * tpr) * kGroup, a.dim);
+  if constexpr (M != Mode::kUnweighted) stage_weight<T>(wsm, static_cast<const T*>(a.w), width, a.dim);
+  __syncthreads();
 
-  RawInput<T, M> next[K];
-  {
-    const bool valid = my_row < a.rows;
-#pragma unroll
-    for (int m = 0; m < K; ++m) load_raw<T, M>(next[m], a, valid ? my_row : 0, (t + m * tpr) * kGroup, valid ? a.dim : 0);
-  }
-#pragma unroll 1
-  for (int set = 0; set < a.row_sets; ++set) {
-    // A block-uniform exit: every thread leaves together, so the barriers stay matched.
-    if (first_set_row + int64_t(set) * rows_per_set >= a.rows) break;
-    const int64_t row_raw = my_row + int64_t(set) * rows_per_set;
-    // Threads past the last row take part in the row tree's shuffles and barrier with an empty row.
-    const bool valid = row_raw < a.rows;
-    const int64_t row = valid ? row_raw : 0;
-    const int limit = valid ? a.dim : 0;
-    RawInput<T, M> cur[K];
-#pragma unroll
-    for (int m = 0; m < K; ++m) cur[m] = next[m];
-    const int64_t ahead = row_raw + rows_per_set;
-    if (set + 1 < a.row_sets) {
-      const bool ahead_valid = ahead < a.rows;
-#pragma unroll
-      for (int m = 0; m < K; ++m)
-        load_raw<T, M>(next[m], a, ahead_valid ? ahead : 0, (t + m * tpr) * kGroup, ahead_valid ? a.dim : 0);
+  int64_t issue_row = int64_t(blockIdx.x) * slots + slot;
+  int64_t issued = 0;
+  auto issue = [&](int st) {
+    if (issued < my_sets && issue_row < a.rows) {
+      const uint32_t dst = sbase + uint32_t(st) * stage_bytes;
+      uint4* dst_ptr = smem + st * stage_words + threadIdx.x;
+      stage_row<T, K>(dst, step, dst_ptr, x + issue_row * a.x_stride, col0, col_step, a.dim, fast);
+      if constexpr (M == Mode::kFusedAdd)
+        stage_row<T, K>(dst + uint32_t(K * kW) * step, step, dst_ptr + K * kW * threads,
+                        res + issue_row * a.residual_stride, col0, col_step, a.dim, fast);
     }
-    Group<T> g[K];
+    commit_async();
+    ++issued;
+    issue_row += row_step;
+  };
+
+  int issue_stage = 0;
+  for (int s = 0; s < ahead; ++s) {
+    issue(issue_stage);
+    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
+  }
+  int read_stage = 0;
+  int64_t row = int64_t(blockIdx.x) * slots + slot;
+#pragma unroll 1
+  for (int64_t i = 0; i < my_sets; ++i, row += row_step) {
+    issue(issue_stage);
+    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
+    wait_async_pending(ahead);
+    // Threads past the last row take part in the row tree's shuffles and barrier with whatever their stage
+    // holds, and write nothing.
+    const bool valid = row < a.rows;
+    uint4* xs = smem + read_stage * stage_words + threadIdx.x;
+    read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
     float part[K];
 #pragma unroll
-    for (int m = 0; m < K; ++m) finish_input<T, M>(g[m], cur[m], a, row, (t + m * tpr) * kGroup, limit);
+    for (int m = 0; m < K; ++m) {
+      Group<T> g;
+      read_staged(g, xs + m * kW * threads, threads);
+      if constexpr (M == Mode::kFusedAdd) {
+        Group<T> r;
+        read_staged(r, xs + (K + m) * kW * threads, threads);
+        float v[kGroup];
 #pragma unroll
-    for (int m = 0; m < K; ++m) part[m] = group_sum_of_squares(g[m]);
+        for (int j = 0; j < kGroup; ++j) v[j] = __fadd_rn(g.get(j), r.get(j));
+        pack_group<T>(g, v);
+        if (valid) {
+          T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
+          store_group<T, Cache::kStream>(g, out, col0 + m * col_step, a.dim, aligned16(out));
+        }
+        // The rounded sum replaces x in the stage: the second pass normalizes it as stored.
+#pragma unroll
+        for (int i = 0; i < kW; ++i)
+          xs[(m * kW + i) * threads] = make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]);
+      }
+      part[m] = group_sum_of_squares(g);
+    }
     float total[1] = {thread_tree<K>(part)};
-    row_tree<1>(total, a.tpr_shift, scratch, set & 1);
+    row_tree<1>(total, a.tpr_shift, scratch, int(i & 1));
     const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
+    if (!valid) continue;
+    O* yr = static_cast<O*>(a.y) + row * a.y_stride;
+    const bool y_vec = aligned16(yr);
 #pragma unroll
-    for (int m = 0; m < K; ++m) store_output<T, O, M>(g[m], wg[m], a, row, (t + m * tpr) * kGroup, limit, inv);
+    for (int m = 0; m < K; ++m) {
+      Group<T> g;
+      read_staged(g, xs + m * kW * threads, threads);
+      Group<T> wg;
+      if constexpr (M != Mode::kUnweighted) read_staged(wg, wsm + (t + m * tpr) * kW, 1);
+      float v[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const float n = __fmul_rn(g.get(j), inv);
+        if constexpr (M == Mode::kOffset) {
+          v[j] = __fmul_rn(n, __fadd_rn(1.0f, wg.get(j)));
+        } else if constexpr (M == Mode::kUnweighted) {
+          v[j] = n;
+        } else {
+          v[j] = __fmul_rn(n, wg.get(j));
+        }
+      }
+      Group<O> out;
+      pack_group<O>(out, v);
+      store_group<O, Cache::kStream>(out, yr, col0 + m * col_step, a.dim, y_vec);
+    }
   }
+  wait_async<0>();
 }
 
 // Streaming kernel: one row per block of kLoopThreads threads, 2^groups_shift groups per thread. The first
@@ -554,13 +747,21 @@ __global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const Forwar
 //   dx = ((g * w) - x * ((c / dim) / (rms * rms))) * inv;
 //   the row's dw term = g * (x * inv).
 // dx is per row with a thread mapping fixed by (dim, dtype): batch-invariant like the forward.
-// dw has no atomics, and its order depends on (rows, dim, dtype) only: the rows are cut into chunks of
-// rows_per_block * steps consecutive rows; in a chunk, row group j of the block sums rows
-// first + j, first + j + rows_per_block, ... in that order, from +0.0; the block adds its row groups' sums
-// in group order into the chunk's workspace row; dw_final_kernel adds the chunks (see there). No device
-// property enters, so dw is the same on every GPU. It is not the reference's canonical row tree: that
-// tree's subtrees are rows strided across the whole batch, which a copy-speed kernel cannot sum without
-// per-column state for every level; dx, which the batch-invariance rules judge, is bitwise the reference's.
+//
+// dw is the canonical tree over rows, bit for bit (contract/canonical_order.py, "backward dw"). The rows
+// are padded with zero rows to P' = a power of two >= max(8, rows) (the + 0.0 at the end makes any P' give
+// the same bits), cut into G' = P'/8 row groups of 8 consecutive rows, and the row-group sums are halved:
+// r[0:G'/2] + r[G'/2:G'], ... So block p of Q (both powers of two) takes the M = G'/Q row groups
+// p, p + Q, ..., p + (M-1)Q: the tree's first log2(M) levels over row groups are all inside it, and
+// what it leaves, one partial row, is the value of row group p in a halving tree over Q partial rows,
+// which dw_final_kernel finishes. Inside the block, leaf k in [0, 8M) is row 8(p + Q bitrev(k >> 3))
+// + bitrev(k & 7): in that order the block's subtree is the pairwise tree of adjacent leaves (the halving
+// tree over a bit-reversed index is the adjacent one). The block's row slots take consecutive runs of
+// L leaves; in each, the three levels of a row group are registers (s0, s1, s2, selected by the leaf's low
+// bits), the levels over its row groups a stack in shared memory that only the thread itself touches (a
+// binary counter: after leaf group q, merge once per trailing one bit of q), and the runs' totals are
+// added pairwise across slots at the end. Zero rows past the batch enter as +0.0 terms. No atomics, no
+// order that depends on the launch: the same bits as the native reference and the Triton kernels.
 
 struct BackwardArgs {
   const void* dy;
@@ -570,14 +771,21 @@ struct BackwardArgs {
   const void* w;
   void* dx;
   int64_t dx_stride;
-  float* workspace;  // [chunks, dim] fp32, or null when dw is not wanted
+  float* workspace;  // [Q, dim] fp32 partial rows (streaming: then the stacks), or null when dw is not wanted
   int64_t rows;
   int dim;
   int tpr_shift;
-  int groups_shift;  // streaming kernel
-  int steps;         // rows per row group per chunk
+  int groups_shift;  // streaming kernel: log2(groups per thread)
+  int stages;        // staged kernel
+  int run_shift;     // log2(row groups a slot takes in turn); streaming: log2(row groups per block)
+  int mbits;         // log2(row groups per block)
   float eps;
 };
+
+// Row of leaf k of block p of Q.
+__device__ __forceinline__ int64_t leaf_row(int64_t p, int64_t q, int k, int mbits) {
+  return 8 * (p + q * bit_reversed(k >> 3, mbits)) + bit_reversed(k & 7, 3);
+}
 
 // The two row sums of one group: sum of squares and sum of (g * w) * x.
 template <typename T, typename G>
@@ -618,112 +826,214 @@ __device__ __forceinline__ void group_grads(const Group<T>& x, const Group<G>& g
   }
 }
 
-// 8 fp32 sums in shared memory (16-byte aligned) plus 8 terms, in place.
-__device__ __forceinline__ void accumulate8(float* sums, const float (&terms)[kGroup]) {
-  float4* p = reinterpret_cast<float4*>(sums);
-  float4 a = p[0];
-  float4 b = p[1];
-  a.x = __fadd_rn(a.x, terms[0]);
-  a.y = __fadd_rn(a.y, terms[1]);
-  a.z = __fadd_rn(a.z, terms[2]);
-  a.w = __fadd_rn(a.w, terms[3]);
-  b.x = __fadd_rn(b.x, terms[4]);
-  b.y = __fadd_rn(b.y, terms[5]);
-  b.z = __fadd_rn(b.z, terms[6]);
-  b.w = __fadd_rn(b.w, terms[7]);
-  p[0] = a;
-  p[1] = b;
+
+// c[j] += s[j] with s on the left (the earlier subtree), for one group of 8 columns.
+__device__ __forceinline__ void add_left(float (&c)[kGroup], const float (&s)[kGroup]) {
+#pragma unroll
+  for (int j = 0; j < kGroup; ++j) c[j] = __fadd_rn(s[j], c[j]);
 }
 
-// Register kernel: each row group of the block walks `steps` rows of the chunk; its dw sums live in shared
-// memory (its own slice, which only its own threads touch until the end), so that the registers hold only
-// the row's x and dy.
+// Staged kernel. Slot s of the block (T threads a row) takes leaves s L, ..., s L + L - 1 in turn. Shared
+// memory: [stages][K][x words, dy words][threads] 16-byte words, the weight's groups, the dw stack
+// [run_shift][K][2][threads] float4, the row tree's scratch.
 template <typename T, typename G, int K>
-__global__ void __launch_bounds__(kBackwardMaxThreadsPerRow) backward_kernel(const BackwardArgs a) {
-  __shared__ float scratch[2 * 2 * kBackwardMaxThreadsPerRow];
-  extern __shared__ float4 group_sums_raw[];  // [row groups][K * T * 8] fp32, when dw is wanted
-  float* group_dw = reinterpret_cast<float*>(group_sums_raw);
-
+__global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const BackwardArgs a) {
+  extern __shared__ uint4 smem[];
+  constexpr int kWx = kWordsOf<T>;
+  constexpr int kWg = kWordsOf<G>;
+  const int threads = blockDim.x;
   const int tpr = 1 << a.tpr_shift;
   const int t = threadIdx.x & (tpr - 1);
-  const int rg = threadIdx.x >> a.tpr_shift;
-  const int row_groups = blockDim.x >> a.tpr_shift;
+  const int slots = threads >> a.tpr_shift;
+  const int slot = threadIdx.x >> a.tpr_shift;
+  const int stages = a.stages;
+  const int ahead = stages - 1;
+  const int stage_words = K * (kWx + kWg) * threads;
   const int width = K * tpr * kGroup;
-  const int64_t first = int64_t(blockIdx.x) * row_groups * a.steps;
-  const T* w = static_cast<const T*>(a.w);
-  const bool w_vec = aligned16(w);
+  const int runs = 1 << a.run_shift;  // row groups per slot
+  const int leaves = runs * 8;
+  uint4* wsm = smem + stages * stage_words;
+  float4* stack = reinterpret_cast<float4*>(wsm + width / kGroup * kWx);  // [run_shift][K][2][threads]
+  float* scratch = reinterpret_cast<float*>(stack + a.run_shift * K * 2 * threads);  // 2 x 2 x threads
+  const int64_t p = blockIdx.x;
+  const int64_t q = gridDim.x;
   const bool want_dw = a.workspace != nullptr;
-  float* mine = group_dw + rg * width;
-  if (want_dw) {
-#pragma unroll
-    for (int m = 0; m < K; ++m) {
-      float4* p = reinterpret_cast<float4*>(mine + (t + m * tpr) * kGroup);
-      p[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      p[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const int col0 = t * kGroup;
+  const int col_step = tpr * kGroup;
+  const uint32_t step = uint32_t(threads) * 16;
+  const uint32_t stage_bytes = uint32_t(stage_words) * 16;
+  const uint32_t sbase = shared_address(smem + threadIdx.x);
+  const T* x = static_cast<const T*>(a.x);
+  const G* dy = static_cast<const G*>(a.dy);
+  const bool inside = col0 + (K - 1) * col_step + kGroup <= a.dim;
+  const bool x_fast = inside && aligned16(x) && ((a.x_stride * int64_t(sizeof(T))) & 15) == 0;
+  const bool g_fast = inside && aligned16(dy) && ((a.dy_stride * int64_t(sizeof(G))) & 15) == 0;
+
+  stage_weight<T>(wsm, static_cast<const T*>(a.w), width, a.dim);
+  __syncthreads();
+
+  auto issue = [&](int i, int st) {
+    if (i < leaves) {
+      const int64_t row = leaf_row(p, q, slot * leaves + i, a.mbits);
+      if (row < a.rows) {
+        const uint32_t dst = sbase + uint32_t(st) * stage_bytes;
+        uint4* dst_ptr = smem + st * stage_words + threadIdx.x;
+        stage_row<T, K>(dst, step, dst_ptr, x + row * a.x_stride, col0, col_step, a.dim, x_fast);
+        stage_row<G, K>(dst + uint32_t(K * kWx) * step, step, dst_ptr + K * kWx * threads, dy + row * a.dy_stride,
+                        col0, col_step, a.dim, g_fast);
+      }
     }
+    commit_async();
+  };
+
+  int issue_stage = 0;
+  for (int s = 0; s < ahead; ++s) {
+    issue(s, issue_stage);
+    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
   }
-
+  int read_stage = 0;
+  float s0[K][kGroup];
+  float s1[K][kGroup];
+  float s2[K][kGroup];
+  float c[K][kGroup];
 #pragma unroll 1
-  for (int s = 0; s < a.steps; ++s) {
-    const int64_t row_raw = first + int64_t(s) * row_groups + rg;
-    const bool valid = row_raw < a.rows;
-    const int64_t row = valid ? row_raw : 0;
-    const int limit = valid ? a.dim : 0;
-    const T* xr = static_cast<const T*>(a.x) + row * a.x_stride;
-    const G* gr = static_cast<const G*>(a.dy) + row * a.dy_stride;
-    const bool x_vec = aligned16(xr);
-    const bool g_vec = aligned16(gr);
-    Group<T> xg[K];
-    Group<G> gg[K];
-#pragma unroll
-    for (int m = 0; m < K; ++m) load_group<T, Cache::kStream>(xg[m], xr, (t + m * tpr) * kGroup, limit, x_vec);
-#pragma unroll
-    for (int m = 0; m < K; ++m) load_group<G, Cache::kStream>(gg[m], gr, (t + m * tpr) * kGroup, limit, g_vec);
-
+  for (int i = 0; i < leaves; ++i) {
+    issue(i + ahead, issue_stage);
+    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
+    wait_async_pending(ahead);
+    const int64_t row = leaf_row(p, q, slot * leaves + i, a.mbits);
+    const bool valid = row < a.rows;
+    const uint4* xs = smem + read_stage * stage_words + threadIdx.x;
+    const uint4* gs = xs + K * kWx * threads;
+    read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
     float sq[K];
     float gwx[K];
 #pragma unroll
     for (int m = 0; m < K; ++m) {
-      // The weight is read again (from L1) where it is needed rather than held across the row tree.
+      Group<T> xg;
+      Group<G> gg;
       Group<T> wg;
-      load_group<T, Cache::kReadOnly>(wg, w, (t + m * tpr) * kGroup, limit, w_vec);
+      read_staged(xg, xs + m * kWx * threads, threads);
+      read_staged(gg, gs + m * kWg * threads, threads);
+      read_staged(wg, wsm + (t + m * tpr) * kWx, 1);
       float both[2];
-      group_sums(xg[m], gg[m], wg, both);
+      group_sums(xg, gg, wg, both);
       sq[m] = both[0];
       gwx[m] = both[1];
     }
     float sums[2] = {thread_tree<K>(sq), thread_tree<K>(gwx)};
-    row_tree<2>(sums, a.tpr_shift, scratch, s & 1);
+    row_tree<2>(sums, a.tpr_shift, scratch, i & 1);
     const RowFactors f = row_factors(sums, a.dim, a.eps);
 
-    T* dxr = static_cast<T*>(a.dx) + row * a.dx_stride;
+    T* dxr = static_cast<T*>(a.dx) + (valid ? row : 0) * a.dx_stride;
     const bool dx_vec = aligned16(dxr);
 #pragma unroll
     for (int m = 0; m < K; ++m) {
+      Group<T> xg;
+      Group<G> gg;
       Group<T> wg;
-      load_group<T, Cache::kReadOnly>(wg, w, (t + m * tpr) * kGroup, limit, w_vec);
-      Group<T> out;
-      float terms[kGroup];
-      group_grads(xg[m], gg[m], wg, f, out, terms, want_dw && valid);
-      store_group<T, Cache::kStream>(out, dxr, (t + m * tpr) * kGroup, limit, dx_vec);
-      if (want_dw && valid) accumulate8(mine + (t + m * tpr) * kGroup, terms);
+      read_staged(xg, xs + m * kWx * threads, threads);
+      read_staged(gg, gs + m * kWg * threads, threads);
+      read_staged(wg, wsm + (t + m * tpr) * kWx, 1);
+      float d[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const float xf = xg.get(j);
+        const float gf = gg.get(j);
+        d[j] = __fmul_rn(__fsub_rn(__fmul_rn(gf, wg.get(j)), __fmul_rn(xf, f.coef)), f.inv);
+        c[m][j] = valid ? __fmul_rn(gf, __fmul_rn(xf, f.inv)) : 0.0f;  // a zero row's term is +0.0
+      }
+      if (valid) {
+        Group<T> out;
+        pack_group<T>(out, d);
+        store_group<T, Cache::kStream>(out, dxr, col0 + m * col_step, a.dim, dx_vec);
+      }
+    }
+    if (!want_dw) continue;
+    // The leaf into the tree: registers for the levels inside a row group, the stack for those above.
+    if ((i & 1) == 0) {
+#pragma unroll
+      for (int m = 0; m < K; ++m)
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) s0[m][j] = c[m][j];
+      continue;
+    }
+#pragma unroll
+    for (int m = 0; m < K; ++m) add_left(c[m], s0[m]);
+    if ((i & 2) == 0) {
+#pragma unroll
+      for (int m = 0; m < K; ++m)
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) s1[m][j] = c[m][j];
+      continue;
+    }
+#pragma unroll
+    for (int m = 0; m < K; ++m) add_left(c[m], s1[m]);
+    if ((i & 4) == 0) {
+#pragma unroll
+      for (int m = 0; m < K; ++m)
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) s2[m][j] = c[m][j];
+      continue;
+    }
+#pragma unroll
+    for (int m = 0; m < K; ++m) add_left(c[m], s2[m]);
+    // c is the sum of row group i >> 3 of the run: merge it with the finished subtrees below it.
+    const int run = i >> 3;
+    int level = 0;
+    for (int bits = run; bits & 1; bits >>= 1, ++level) {
+#pragma unroll
+      for (int m = 0; m < K; ++m) {
+        const float4 lo = stack[((level * K + m) * 2) * threads + threadIdx.x];
+        const float4 hi = stack[((level * K + m) * 2 + 1) * threads + threadIdx.x];
+        const float left[kGroup] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        add_left(c[m], left);
+      }
+    }
+    if (run + 1 < runs) {
+#pragma unroll
+      for (int m = 0; m < K; ++m) {
+        stack[((level * K + m) * 2) * threads + threadIdx.x] = make_float4(c[m][0], c[m][1], c[m][2], c[m][3]);
+        stack[((level * K + m) * 2 + 1) * threads + threadIdx.x] = make_float4(c[m][4], c[m][5], c[m][6], c[m][7]);
+      }
     }
   }
-
+  wait_async<0>();
   if (!want_dw) return;
-  // The chunk's sums: the row groups' added in group order, into the chunk's workspace row.
+  // c: the slot's run total (its last leaf merged everything). Slots hold consecutive runs: add adjacent
+  // pairs of slots, then pairs of pairs, through shared memory (the staging area, free now).
+  float* out_row = a.workspace + p * a.dim;
+  if (slots == 1) {
+#pragma unroll
+    for (int m = 0; m < K; ++m) {
+      Group<float> gsum;
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) gsum.u[j] = __float_as_uint(c[m][j]);
+      store_group<float>(gsum, out_row, col0 + m * col_step, a.dim, aligned16(out_row));
+    }
+    return;
+  }
+  float* comb = reinterpret_cast<float*>(smem);
   __syncthreads();
-  float* chunk_row = a.workspace + int64_t(blockIdx.x) * a.dim;
-  for (int col = threadIdx.x; col < a.dim; col += blockDim.x) {
-    float total = group_dw[col];
-    for (int j = 1; j < row_groups; ++j) total = __fadd_rn(total, group_dw[j * width + col]);
-    chunk_row[col] = total;
+#pragma unroll
+  for (int m = 0; m < K; ++m) {
+    float4* dst = reinterpret_cast<float4*>(comb + slot * width + col0 + m * col_step);
+    dst[0] = make_float4(c[m][0], c[m][1], c[m][2], c[m][3]);
+    dst[1] = make_float4(c[m][4], c[m][5], c[m][6], c[m][7]);
+  }
+  __syncthreads();
+  for (int col = threadIdx.x; col < a.dim; col += threads) {
+    for (int span = 1; span < slots; span <<= 1)
+      for (int s = 0; s < slots; s += 2 * span)
+        comb[s * width + col] = __fadd_rn(comb[s * width + col], comb[(s + span) * width + col]);
+    out_row[col] = comb[col];
   }
 }
 
-// Streaming backward for rows too long for registers: one block of kLoopThreads threads walks the chunk's
-// `steps` rows in order; the first pass over a row builds both trees, the second writes dx and adds the
-// dw terms into the chunk's workspace row, which only this thread touches at those columns.
+// Streaming backward for rows too long for the staged kernel: one block of kLoopThreads threads a row,
+// taking the block's 8M leaves in order; the first pass over a row builds both row sums, the second writes
+// dx and pushes the row's dw terms into a stack of partial rows kept in the workspace (rows
+// [Q + p log2(8M), Q + (p + 1) log2(8M)) of it), each column touched by one thread only.
 template <typename T, typename G>
 __global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const BackwardArgs a) {
   __shared__ float scratch[2 * 2 * kLoopThreads];
@@ -732,96 +1042,119 @@ __global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const Backw
   const int groups = 1 << a.groups_shift;
   const T* w = static_cast<const T*>(a.w);
   const bool w_vec = aligned16(w);
-  float* chunk_row = a.workspace == nullptr ? nullptr : a.workspace + int64_t(blockIdx.x) * a.dim;
-  const bool ws_vec = chunk_row != nullptr && aligned16(chunk_row);
-  const int64_t first = int64_t(blockIdx.x) * a.steps;
+  const int64_t p = blockIdx.x;
+  const int64_t q = gridDim.x;
+  const int leaves = 8 << a.run_shift;
+  const int levels = a.run_shift + 3;
+  const bool want_dw = a.workspace != nullptr;
+  float* out_row = want_dw ? a.workspace + p * a.dim : nullptr;
+  float* stack = want_dw ? a.workspace + (q + p * levels) * a.dim : nullptr;
+  const bool ws_vec = want_dw && aligned16(out_row) && aligned16(a.workspace + a.dim);
 
-  for (int s = 0; s < a.steps; ++s) {
-    // A block-uniform condition: every thread leaves together, so the barriers stay matched.
-    const int64_t row = first + s;
-    if (row >= a.rows) break;
-    const T* xr = static_cast<const T*>(a.x) + row * a.x_stride;
-    const G* gr = static_cast<const G*>(a.dy) + row * a.dy_stride;
+#pragma unroll 1
+  for (int i = 0; i < leaves; ++i) {
+    // One row a block: the condition is block-uniform, so the barriers stay matched.
+    const int64_t row = leaf_row(p, q, i, a.mbits);
+    const bool valid = row < a.rows;
+    RowFactors f{0.0f, 0.0f};
+    const T* xr = static_cast<const T*>(a.x) + (valid ? row : 0) * a.x_stride;
+    const G* gr = static_cast<const G*>(a.dy) + (valid ? row : 0) * a.dy_stride;
     const bool x_vec = aligned16(xr);
     const bool g_vec = aligned16(gr);
-    Stack<2> stack;
-    for (int mp = 0; mp < groups; ++mp) {
-      const int base = (t + bit_reversed(mp, a.groups_shift) * tpr) * kGroup;
-      Group<T> xg;
-      Group<G> gg;
-      Group<T> wg;
-      load_group(xg, xr, base, a.dim, x_vec);
-      load_group(gg, gr, base, a.dim, g_vec);
-      load_group(wg, w, base, a.dim, w_vec);
-      float both[2];
-      group_sums(xg, gg, wg, both);
-      stack.push(both, mp);
+    if (valid) {
+      Stack<2> sums_stack;
+      for (int mp = 0; mp < groups; ++mp) {
+        const int base = (t + bit_reversed(mp, a.groups_shift) * tpr) * kGroup;
+        Group<T> xg;
+        Group<G> gg;
+        Group<T> wg;
+        load_group(xg, xr, base, a.dim, x_vec);
+        load_group(gg, gr, base, a.dim, g_vec);
+        load_group(wg, w, base, a.dim, w_vec);
+        float both[2];
+        group_sums(xg, gg, wg, both);
+        sums_stack.push(both, mp);
+      }
+      float sums[2] = {sums_stack.s[0][0], sums_stack.s[1][0]};
+      row_tree<2>(sums, __ffs(tpr) - 1, scratch, i & 1);
+      f = row_factors(sums, a.dim, a.eps);
+    } else if (!want_dw) {
+      continue;
     }
-    float sums[2] = {stack.s[0][0], stack.s[1][0]};
-    row_tree<2>(sums, __ffs(tpr) - 1, scratch, s & 1);
-    const RowFactors f = row_factors(sums, a.dim, a.eps);
-
-    T* dxr = static_cast<T*>(a.dx) + row * a.dx_stride;
+    T* dxr = static_cast<T*>(a.dx) + (valid ? row : 0) * a.dx_stride;
     const bool dx_vec = aligned16(dxr);
     for (int m = 0; m < groups; ++m) {
       const int base = (t + m * tpr) * kGroup;
-      Group<T> xg;
-      Group<G> gg;
-      Group<T> wg;
-      load_group(xg, xr, base, a.dim, x_vec);
-      load_group(gg, gr, base, a.dim, g_vec);
-      load_group(wg, w, base, a.dim, w_vec);
-      float terms[kGroup];
-      Group<T> out;
-      group_grads(xg, gg, wg, f, out, terms, chunk_row != nullptr);
-      store_group(out, dxr, base, a.dim, dx_vec);
-      if (chunk_row != nullptr) {
-        Group<float> acc;
-        if (s == 0) {
+      float c[kGroup];
+      if (valid) {
+        Group<T> xg;
+        Group<G> gg;
+        Group<T> wg;
+        load_group(xg, xr, base, a.dim, x_vec);
+        load_group(gg, gr, base, a.dim, g_vec);
+        load_group(wg, w, base, a.dim, w_vec);
+        Group<T> out;
+        group_grads(xg, gg, wg, f, out, c, want_dw);
+        store_group(out, dxr, base, a.dim, dx_vec);
+      } else {
 #pragma unroll
-          for (int j = 0; j < kGroup; ++j) acc.u[j] = 0u;  // +0.0: the first row's terms are added to it
-        } else {
-          load_group(acc, chunk_row, base, a.dim, ws_vec);
-        }
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) acc.set(j, __fadd_rn(acc.get(j), terms[j]));
-        store_group(acc, chunk_row, base, a.dim, ws_vec);
+        for (int j = 0; j < kGroup; ++j) c[j] = 0.0f;  // a zero row's term is +0.0
       }
+      if (!want_dw) continue;
+      int level = 0;
+      for (int bits = i; bits & 1; bits >>= 1, ++level) {
+        Group<float> left;
+        load_group(left, stack + int64_t(level) * a.dim, base, a.dim, ws_vec);
+        float l[kGroup];
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) l[j] = left.get(j);
+        add_left(c, l);
+      }
+      Group<float> gsum;
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) gsum.u[j] = __float_as_uint(c[j]);
+      store_group(gsum, i + 1 < leaves ? stack + int64_t(level) * a.dim : out_row, base, a.dim, ws_vec);
     }
   }
 }
 
-// dw[col] = the sum over chunks q of workspace[q, col]: thread (tx, ty) adds chunks ty, ty + 32, ... in
-// order, then thread (tx, 0) adds the 32 running sums in order of ty.
+// dw[col] = the halving tree over the Q = 2^q_shift partial rows, + 0.0, rounded to the weight's dtype.
+// Thread (x, y) takes rows y + F u, u < Q/F (F = min(32, Q)), visiting u in bit-reversed order so that a
+// stack builds their halving tree; then the F results are halved across y: the levels pairing p with
+// p + Q/2, p + Q/4, ... in that order.
 template <typename T>
 __global__ void __launch_bounds__(kFinalCols* kFinalSplits)
-    dw_final_kernel(const float* __restrict__ workspace, int64_t chunks, int dim, T* __restrict__ dw) {
+    dw_final_kernel(const float* __restrict__ workspace, int q_shift, int dim, T* __restrict__ dw) {
   __shared__ float sums[kFinalSplits][kFinalCols + 1];
   const int col = blockIdx.x * kFinalCols + threadIdx.x;
+  const int f_shift = q_shift < 5 ? q_shift : 5;
+  const int splits = 1 << f_shift;
+  const int u_shift = q_shift - f_shift;
+  const int y = threadIdx.y;
   float s = 0.0f;
-  if (col < dim)
-    for (int64_t q = threadIdx.y; q < chunks; q += kFinalSplits) s = __fadd_rn(s, workspace[q * dim + col]);
-  sums[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < dim) {
-    float total = sums[0][threadIdx.x];
-    for (int i = 1; i < kFinalSplits; ++i) total = __fadd_rn(total, sums[i][threadIdx.x]);
-    reinterpret_cast<RawOf<T>*>(dw)[col] = RawOf<T>(Bits<T>::from_float(total));
+  if (y < splits && col < dim) {
+    Stack<1> stack;
+    for (int up = 0; up < (1 << u_shift); ++up) {
+      const int64_t u = bit_reversed(up, u_shift);
+      const float leaf[1] = {workspace[(y + int64_t(splits) * u) * dim + col]};
+      stack.push(leaf, up);
+    }
+    s = stack.s[0][0];
   }
+  sums[y][threadIdx.x] = s;
+  __syncthreads();
+  for (int span = splits >> 1; span > 0; span >>= 1) {
+    if (y < span) sums[y][threadIdx.x] = __fadd_rn(sums[y][threadIdx.x], sums[y + span][threadIdx.x]);
+    __syncthreads();
+  }
+  if (y == 0 && col < dim)
+    reinterpret_cast<RawOf<T>*>(dw)[col] = RawOf<T>(Bits<T>::from_float(__fadd_rn(sums[0][threadIdx.x], 0.0f)));
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Launch configuration: a function of (dim, element size) only, never of the number of rows (the
-// backward's dw chunking alone looks at the rows; it changes no dx bit).
-
-struct Config {
-  int k;               // groups per thread held in registers (1, 2 or 4), or 0: the streaming kernels
-  int tpr_shift;       // log2(threads per row)
-  int groups_shift;    // streaming kernels: log2(groups per thread)
-  int threads;         // threads per block
-  int rows_per_block;  // rows a block handles at once
-  int row_sets;        // forward register kernel: sets of rows_per_block rows a block handles in turn
-};
+// Launch configuration: which thread holds which groups is a function of (dim, dtype) only, and no choice
+// here (groups a thread, threads a block, rows staged, rows of dw per block, grid size) changes a bit: each
+// computes the canonical tree. The dw plan alone looks at the number of rows, to size the tree's padding.
 
 int log2_floor(int64_t v) {
   int s = 0;
@@ -829,91 +1162,180 @@ int log2_floor(int64_t v) {
   return s;
 }
 
-// `k_wanted` groups per thread, more only when the row would need more than `max_tpr` threads, up to
-// `k_max`; beyond that the streaming kernels.
-Config make_config(int dim, int k_wanted, int k_max, int max_tpr) {
-  Config c{};
+int64_t padded_width(int64_t n) {
   int64_t padded = kGroup;
-  while (padded < dim) padded <<= 1;
-  const int64_t groups = padded / kGroup;
-  int64_t k = groups < k_wanted ? groups : k_wanted;
-  while (groups / k > max_tpr && k < k_max) k <<= 1;
-  if (groups / k > max_tpr) {
-    c.k = 0;
-    c.tpr_shift = log2_floor(kLoopThreads);
-    c.groups_shift = log2_floor(groups / kLoopThreads);
-    c.threads = kLoopThreads;
-    c.rows_per_block = 1;
-    return c;
-  }
-  c.k = int(k);
-  c.tpr_shift = log2_floor(groups / k);
-  c.threads = (1 << c.tpr_shift) < kBlockThreads ? kBlockThreads : (1 << c.tpr_shift);
-  c.rows_per_block = c.threads >> c.tpr_shift;
-  return c;
+  while (padded < n) padded <<= 1;
+  return padded;
 }
 
-// Two groups a thread (32 bytes of x for 16-bit elements, 64 for fp32), four for rows wider than 256
-// threads hold that way (8192 elements), the streaming kernels beyond. Measured on an H200 with the
-// reciprocal (bf16, fraction of a copy in the same process, benchmarks/forward_tuning.py): forward with two
-// groups and 4 row sets 0.900 at 65536 x 4096 and 0.913 at 2097152 x 128; four groups and 2 sets 0.919 /
-// 0.856; one group and 4 sets 0.900 (two groups there) / 0.866.
-// A tuning sweep's override of the register kernel's (groups a thread wanted, row sets), read once per
-// process from RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the weight variants) and
-// RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) as "k,sets", k in 1, 2, 4 and sets in 1..64; anything else
-// is ignored. No value changes a bit: every spread of a row's groups over threads computes the canonical
-// tree, and the configuration stays a function of (dim, dtype) within the process.
-struct ForwardTuning {
-  int k = 0;     // 0: the default
-  int sets = 0;  // 0: the default
+int element_size(DType d) { return d == DType::kFloat32 ? 4 : 2; }
+
+// A tuning sweep's override, read once per process from an environment variable: up to four
+// comma-separated non-negative integers (0: the default); anything malformed is ignored. No value changes
+// a bit.
+struct Tuning {
+  int v[4] = {0, 0, 0, 0};
 };
 
-ForwardTuning read_forward_tuning(const char* name) {
-  ForwardTuning t;
+Tuning read_tuning(const char* name) {
+  Tuning t;
   const char* text = std::getenv(name);
   if (text == nullptr) return t;
-  char* end = nullptr;
-  const long k = std::strtol(text, &end, 10);
-  if (end == text || *end != ',') return t;
-  const char* rest = end + 1;
-  const long sets = std::strtol(rest, &end, 10);
-  if (end == rest || *end != '\0') return t;
-  if ((k == 1 || k == 2 || k == 4) && sets >= 1 && sets <= 64) {
-    t.k = int(k);
-    t.sets = int(sets);
+  Tuning parsed;
+  const char* p = text;
+  for (int i = 0; i < 4; ++i) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < 0 || v > 1 << 20) return t;
+    parsed.v[i] = int(v);
+    if (*end == '\0') return parsed;
+    if (*end != ',') return t;
+    p = end + 1;
   }
   return t;
 }
 
-// The fused add's own default, from the same sweep (benchmarks/forward_tuning.py on an H200, bf16, fraction of
-// a copy): one group a thread and 4 row sets where a row fits 256 threads that way (0.957 at 2097152 x 128,
-// against 0.910 with two groups), four groups and 2 sets for wider rows (0.933 at 65536 x 4096, against
-// 0.906 with two groups and 4 sets). Only those two dims were measured; the rule between them is a guess.
-ForwardTuning fused_add_default(int dim) {
-  int64_t padded = kGroup;
-  while (padded < dim) padded <<= 1;
-  return padded / kGroup <= kBlockThreads ? ForwardTuning{1, 4} : ForwardTuning{4, 2};
+// The overrides in force: forward, fused add, backward. Read from the environment at first use; a sweep in
+// one process sets them through set_tuning.
+Tuning& tuning(int which) {
+  static Tuning slots[3] = {read_tuning("RMSNORM_CUDA_FORWARD_CONFIG"), read_tuning("RMSNORM_CUDA_FUSED_ADD_CONFIG"),
+                            read_tuning("RMSNORM_CUDA_BACKWARD_CONFIG")};
+  return slots[which];
 }
 
-Config forward_config(DType d, int dim, bool fused_add) {
-  static const ForwardTuning plain = read_forward_tuning("RMSNORM_CUDA_FORWARD_CONFIG");
-  static const ForwardTuning fused = read_forward_tuning("RMSNORM_CUDA_FUSED_ADD_CONFIG");
-  ForwardTuning t = fused_add ? fused : plain;
-  if (fused_add && t.k == 0) t = fused_add_default(dim);
-  Config c = make_config(dim, t.k != 0 ? t.k : 2, 4, kBlockThreads);
-  c.row_sets = c.k == 0 ? 1 : (t.sets != 0 ? t.sets : kForwardRowSets);
+int power_of_two_in(int v, int lo, int hi) {
+  int p = lo;
+  while (p < v && p < hi) p <<= 1;
+  return p;
+}
+
+struct ForwardPlan {
+  bool streaming;
+  int k;             // groups a thread
+  int tpr_shift;     // log2(threads a row)
+  int threads;       // threads a block
+  int stages;        // rows staged a thread
+  int sets;          // most sets of rows a block takes (0: as many as a grid of resident blocks leaves it)
+  int groups_shift;  // streaming: log2(groups a thread)
+};
+
+// Forward defaults, from the sweep of reports/h200/kernels/run2 (bf16, fraction of a copy): four groups a
+// thread for rows of more than 64 groups (0.911 at 65536 x 4096 against 0.905 with eight and 0.882 with two),
+// two for narrower ones (0.895 at 2097152 x 128 against 0.861 with four and 0.71 with eight); the fused add
+// two everywhere (0.916 / 0.921); 512 threads a block, two rows staged (three or four were no faster); and,
+// from run 3's sweep, at most 8 sets of rows a block for the fused add (0.930 / 0.930 against 0.914 / 0.920 on a
+// grid of resident blocks; the forward's grid stays resident-sized: 8 sets a block there lifts the large
+// shapes by 0.01-0.03 but leaves 4096 x 4096 fewer blocks than multiprocessors, 0.85 against 0.88). Fewer
+// than four groups a thread leave the kernels bound by instruction issue (reports/h200/kernels/run1): the
+// per-row work (index arithmetic, the row tree, the correctly rounded divisions and square root, which every
+// thread of a row computes) is spread over too few elements. RMSNORM_CUDA_FORWARD_CONFIG (forward,
+// forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override them as
+// "k,threads,stages,sets": sets caps the sets of rows a block takes, for more blocks than are resident at once
+// (0: a grid of resident blocks).
+ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
+  const Tuning tune = tuning(fused_add ? 1 : 0);
+  ForwardPlan c{};
+  const int64_t padded = padded_width(dim);
+  const int64_t groups = padded / kGroup;
+  if (padded > kMaxStagedWidth) {
+    c.streaming = true;
+    c.threads = kLoopThreads;
+    c.tpr_shift = log2_floor(kLoopThreads);
+    c.groups_shift = log2_floor(groups / kLoopThreads);
+    return c;
+  }
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8) : (fused_add || groups <= 64 ? 2 : 4);
+  while (k > groups) k >>= 1;
+  while (groups / k > kMaxThreads) k <<= 1;
+  const int tpr = int(groups / k);
+  c.k = k;
+  c.tpr_shift = log2_floor(tpr);
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 512, 32, kMaxThreads);
+  if (c.threads < tpr) c.threads = tpr;
+  const auto stage_bytes = [&] { return k * (fused_add ? 2 : 1) * (element_size(d) / 2) * c.threads * 16; };
+  const auto scratch = [&] { return 2 * c.threads * int(sizeof(float)) + int(padded) * element_size(d); };
+  // Two stages must fit a block's shared memory.
+  while (c.threads > tpr && 2 * stage_bytes() + scratch() > 200 * 1024) c.threads >>= 1;
+  int stages = tune.v[2] ? tune.v[2] : 2;
+  stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
+  while (stages > 2 && stages * stage_bytes() + scratch() > kSharedBudget) --stages;
+  c.stages = stages;
+  c.sets = tune.v[3] ? tune.v[3] : (fused_add ? 8 : 0);
   return c;
 }
 
-// The backward holds x and dy per group: two groups a thread for fp32, and for 16-bit elements two below
-// 64 groups a row (more rows a block, shorter row trees: 0.627 against 0.593 of copy at 2097152 x 128 bf16
-// on an H200) and four from there (fewer, longer rows: 0.620 against 0.579 at 65536 x 4096).
-Config backward_config(DType d, int dim) {
-  const bool wide = d == DType::kFloat32;
-  int64_t padded = kGroup;
-  while (padded < dim) padded <<= 1;
-  const int k = wide || padded / kGroup < 64 ? 2 : 4;
-  return make_config(dim, k, k, kBackwardMaxThreadsPerRow);
+struct BackwardPlan {
+  bool streaming;
+  int k;
+  int tpr_shift;
+  int threads;
+  int slots_shift;   // log2(rows a block reduces at once)
+  int run_shift;     // staged: log2(row groups a slot takes in turn); streaming: log2(row groups a block)
+  int mbits;         // log2(row groups a block)
+  int groups_shift;  // streaming
+  int q_shift;       // log2(blocks): dw's partial rows
+  int64_t workspace_rows;
+};
+
+// Shared memory the staged backward uses besides its staging: the weight, the dw stack and the row tree's
+// scratch.
+int backward_fixed_bytes(const BackwardPlan& c, int element_bytes) {
+  const int width = c.k * (1 << c.tpr_shift) * kGroup;
+  return width * element_bytes + c.run_shift * c.k * 2 * c.threads * 16 + 2 * 2 * c.threads * int(sizeof(float));
+}
+
+// Backward defaults: two groups a thread for 16-bit rows, one for fp32 (at most kMaxBackwardThreads threads a
+// row: the registers hold three levels of dw's tree, 24 floats a group), at least 256 threads a block, rows of dw per block aiming at kRowBytesPerProgram of x but at least kMinPrograms blocks.
+// RMSNORM_CUDA_BACKWARD_CONFIG overrides them as "k,threads,stages,rows per block" (the stages are chosen in
+// backward(), where dy's dtype is known). A function of (dtype, rows, dim): the workspace's shape.
+BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
+  const Tuning tune = tuning(2);
+  BackwardPlan c{};
+  const int64_t padded = padded_width(dim);
+  const int64_t groups = padded / kGroup;
+  const int64_t padded_rows = padded_width(rows);  // P' before the block's own minimum
+  if (padded > kMaxStagedWidth) {
+    c.streaming = true;
+    c.threads = kLoopThreads;
+    c.tpr_shift = log2_floor(kLoopThreads);
+    c.groups_shift = log2_floor(groups / kLoopThreads);
+    int64_t per_block = padded_rows / kMinPrograms;
+    if (per_block < 8) per_block = 8;
+    const int64_t total = padded_rows > per_block ? padded_rows : per_block;
+    c.run_shift = log2_floor(per_block / 8);
+    c.mbits = c.run_shift;
+    c.q_shift = log2_floor(total / per_block);
+    c.workspace_rows = (int64_t(1) << c.q_shift) * (1 + c.run_shift + 3);
+    return c;
+  }
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 4) : (element_size(d) == 4 ? 1 : 2);
+  while (k > groups) k >>= 1;
+  while (groups / k > kMaxBackwardThreads) k <<= 1;
+  const int tpr = int(groups / k);
+  c.k = k;
+  c.tpr_shift = log2_floor(tpr);
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 256, 32, kMaxBackwardThreads);
+  if (c.threads < tpr) c.threads = tpr;
+  // No more row slots than row groups: a slot's run is at least a row group, and runs of zero rows cost time.
+  while (c.threads > tpr && int64_t(c.threads / tpr) * 8 > padded_rows) c.threads >>= 1;
+  const int slots = c.threads / tpr;
+  c.slots_shift = log2_floor(slots);
+  const int64_t least = int64_t(8) * slots;  // a run is at least one row group a slot
+  int64_t target = tune.v[3] ? padded_width(tune.v[3]) : padded_width(kRowBytesPerProgram / (padded * element_size(d)));
+  if (target < least) target = least;
+  int64_t per_block = padded_rows / kMinPrograms;
+  if (per_block > target) per_block = target;
+  if (per_block < least) per_block = least;
+  c.run_shift = log2_floor(per_block / least);
+  // Two stages of the widest staging (dy in fp32) must fit beside the stack.
+  const int widest_stage = k * (element_size(d) / 2 + 2) * c.threads * 16;
+  while (c.run_shift > 0 && backward_fixed_bytes(c, element_size(d)) + 2 * widest_stage > 200 * 1024) --c.run_shift;
+  per_block = least << c.run_shift;
+  const int64_t total = padded_rows > per_block ? padded_rows : per_block;
+  c.mbits = log2_floor(per_block / 8);
+  c.q_shift = log2_floor(total / per_block);
+  c.workspace_rows = int64_t(1) << c.q_shift;
+  return c;
 }
 
 template <typename T>
@@ -939,69 +1361,129 @@ const char* last_error() {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// Blocks of `fn` resident on the whole device at once with `threads` threads and `smem` bytes of dynamic
+// shared memory (raising the kernel's shared-memory limit first where it needs more than 48 KB). Cached
+// per thread: the query costs more than a small batch's kernel.
+const char* resident_blocks(const void* fn, int threads, size_t smem, int64_t* blocks) {
+  struct Entry {
+    const void* fn;
+    int device;
+    int threads;
+    size_t smem;
+    int64_t blocks;
+  };
+  thread_local Entry cache[64];
+  thread_local int used = 0;
+  thread_local int next = 0;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return last_error();
+  for (int i = 0; i < used; ++i) {
+    const Entry& e = cache[i];
+    if (e.fn == fn && e.device == device && e.threads == threads && e.smem == smem) {
+      *blocks = e.blocks;
+      return nullptr;
+    }
+  }
+  if (smem > 48 * 1024) {
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+      return last_error();
+    if (smem > size_t(optin)) return "rmsnorm: a block needs more shared memory than the device has";
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess)
+      return last_error();
+  }
+  int per_sm = 0;
+  int sms = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem) != cudaSuccess) return last_error();
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return last_error();
+  if (per_sm < 1) return "rmsnorm: a block does not fit a multiprocessor";
+  *blocks = int64_t(per_sm) * sms;
+  cache[next] = Entry{fn, device, threads, smem, *blocks};
+  next = (next + 1) % 64;
+  if (used < 64) ++used;
+  return nullptr;
+}
+
+template <typename Args>
+const char* launch_staged(void (*kernel)(Args), int64_t work_blocks, bool cap_at_resident, int threads,
+                          size_t smem, const Args& a, cudaStream_t stream) {
+  int64_t resident = 0;
+  if (const char* err = resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem, &resident)) return err;
+  const int64_t grid = cap_at_resident && work_blocks > resident ? resident : work_blocks;
+  if (grid > INT_MAX) return "rmsnorm: too many blocks for one launch";
+  kernel<<<unsigned(grid), threads, smem, stream>>>(a);
+  return last_error();
+}
+
 template <typename T, typename O, Mode M>
-const char* launch_forward(const Config& c, const ForwardArgs& a, cudaStream_t stream) {
-  if (c.k == 0) {
+const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t stream) {
+  a.tpr_shift = c.tpr_shift;
+  a.groups_shift = c.groups_shift;
+  a.stages = c.stages;
+  if (c.streaming) {
     if (a.rows > INT_MAX) return "rmsnorm: too many rows for the streaming kernel";
     forward_loop_kernel<T, O, M><<<unsigned(a.rows), c.threads, 0, stream>>>(a);
     return last_error();
   }
-  const int64_t per_block = int64_t(c.rows_per_block) * a.row_sets;
-  const int64_t blocks = (a.rows + per_block - 1) / per_block;
-  if (blocks > INT_MAX) return "rmsnorm: too many rows for one launch";
+  const int slots = c.threads >> c.tpr_shift;
+  const int64_t sets = (a.rows + slots - 1) / slots;
+  // At most c.sets sets a block: more blocks than are resident, which the hardware hands to whichever
+  // multiprocessor is free (a grid of resident blocks leaves the slowest multiprocessor the tail).
+  const int64_t work_blocks = c.sets > 0 ? (sets + c.sets - 1) / c.sets : sets;
+  const size_t width = size_t(c.k) << c.tpr_shift << 3;
+  const size_t smem = size_t(c.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 +
+                      width * sizeof(T) + 2 * c.threads * sizeof(float);
   switch (c.k) {
     case 1:
-      forward_kernel<T, O, M, 1><<<unsigned(blocks), c.threads, 0, stream>>>(a);
-      break;
+      return launch_staged(forward_kernel<T, O, M, 1>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
     case 2:
-      forward_kernel<T, O, M, 2><<<unsigned(blocks), c.threads, 0, stream>>>(a);
-      break;
+      return launch_staged(forward_kernel<T, O, M, 2>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
+    case 4:
+      return launch_staged(forward_kernel<T, O, M, 4>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
     default:
-      forward_kernel<T, O, M, 4><<<unsigned(blocks), c.threads, 0, stream>>>(a);
-      break;
+      return launch_staged(forward_kernel<T, O, M, 8>, work_blocks, c.sets == 0, c.threads, smem, a, stream);
   }
-  return last_error();
-}
-
-// Rows per row group per dw chunk: the fewest (a power of two up to kMaxSteps, giving chunks of at least
-// kMinChunkRows rows) that cover the batch with at most kMaxChunks chunks.
-int64_t dw_steps(const Config& c, int64_t rows) {
-  int64_t steps = 1;
-  while (steps < kMaxSteps && (c.rows_per_block * steps < kMinChunkRows ||
-                               (rows + c.rows_per_block * steps - 1) / (c.rows_per_block * steps) > kMaxChunks))
-    steps <<= 1;
-  return steps;
 }
 
 template <typename T, typename G>
-const char* launch_backward(const Config& c, BackwardArgs a, int64_t chunks, T* dw, cudaStream_t stream) {
-  if (a.rows == 0) return nullptr;
-  if (chunks <= 0 || chunks > INT_MAX || chunks * c.rows_per_block * a.steps < a.rows)
-    return "rmsnorm: the backward's chunks do not cover the rows";
+const char* launch_backward(const BackwardPlan& c, BackwardArgs a, T* dw, cudaStream_t stream) {
   if (dw == nullptr) a.workspace = nullptr;
-  if (c.k == 0) {
-    backward_loop_kernel<T, G><<<unsigned(chunks), c.threads, 0, stream>>>(a);
+  a.tpr_shift = c.tpr_shift;
+  a.groups_shift = c.groups_shift;
+  a.run_shift = c.run_shift;
+  a.mbits = c.mbits;
+  const int64_t programs = int64_t(1) << c.q_shift;
+  if (programs > INT_MAX) return "rmsnorm: too many blocks for one launch";
+  if (c.streaming) {
+    backward_loop_kernel<T, G><<<unsigned(programs), c.threads, 0, stream>>>(a);
+    if (const char* err = last_error()) return err;
   } else {
-    const size_t smem = a.workspace != nullptr
-                            ? size_t(c.rows_per_block) * c.k * (size_t(1) << a.tpr_shift) * kGroup * sizeof(float)
-                            : 0;
+    const Tuning tune = tuning(2);
+    const int stage_bytes = c.k * (kWordsOf<T> + kWordsOf<G>) * c.threads * 16;
+    const int fixed = backward_fixed_bytes(c, int(sizeof(T)));
+    int stages = tune.v[2] ? tune.v[2] : 3;
+    stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
+    while (stages > 2 && stages * stage_bytes + fixed > kSharedBudget) --stages;
+    a.stages = stages;
+    const size_t smem = size_t(stages) * stage_bytes + fixed;
+    const char* err = nullptr;
     switch (c.k) {
       case 1:
-        backward_kernel<T, G, 1><<<unsigned(chunks), c.threads, smem, stream>>>(a);
+        err = launch_staged(backward_kernel<T, G, 1>, programs, false, c.threads, smem, a, stream);
         break;
       case 2:
-        backward_kernel<T, G, 2><<<unsigned(chunks), c.threads, smem, stream>>>(a);
+        err = launch_staged(backward_kernel<T, G, 2>, programs, false, c.threads, smem, a, stream);
         break;
       default:
-        backward_kernel<T, G, 4><<<unsigned(chunks), c.threads, smem, stream>>>(a);
+        err = launch_staged(backward_kernel<T, G, 4>, programs, false, c.threads, smem, a, stream);
         break;
     }
+    if (err) return err;
   }
-  if (const char* err = last_error()) return err;
   if (dw == nullptr) return nullptr;
   const dim3 block(kFinalCols, kFinalSplits);
   const unsigned grid = unsigned((a.dim + kFinalCols - 1) / kFinalCols);
-  dw_final_kernel<T><<<grid, block, 0, stream>>>(a.workspace, chunks, a.dim, dw);
+  dw_final_kernel<T><<<grid, block, 0, stream>>>(a.workspace, c.q_shift, a.dim, dw);
   return last_error();
 }
 
@@ -1018,7 +1500,7 @@ const char* forward(DType dtype, Variant variant, bool out_fp32, const void* x, 
   if (const char* err = check_dim(dim)) return err;
   if (rows == 0) return nullptr;
   if (out_fp32 && variant != Variant::kPlain) return "rmsnorm: fp32 output is for the plain forward only";
-  const Config c = forward_config(dtype, int(dim), false);
+  const ForwardPlan c = forward_plan(dtype, int(dim), false);
   ForwardArgs a{};
   a.x = x;
   a.x_stride = x_stride;
@@ -1027,9 +1509,6 @@ const char* forward(DType dtype, Variant variant, bool out_fp32, const void* x, 
   a.y_stride = y_stride;
   a.rows = rows;
   a.dim = int(dim);
-  a.tpr_shift = c.tpr_shift;
-  a.groups_shift = c.groups_shift;
-  a.row_sets = c.row_sets;
   a.eps = eps;
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch(dtype, [&](auto tag) -> const char* {
@@ -1051,7 +1530,7 @@ const char* fused_add(DType dtype, const void* x, int64_t x_stride, const void* 
                       int64_t rows, int64_t dim, float eps, void* stream) {
   if (const char* err = check_dim(dim)) return err;
   if (rows == 0) return nullptr;
-  const Config c = forward_config(dtype, int(dim), true);
+  const ForwardPlan c = forward_plan(dtype, int(dim), true);
   ForwardArgs a{};
   a.x = x;
   a.x_stride = x_stride;
@@ -1064,9 +1543,6 @@ const char* fused_add(DType dtype, const void* x, int64_t x_stride, const void* 
   a.residual_out_stride = residual_out_stride;
   a.rows = rows;
   a.dim = int(dim);
-  a.tpr_shift = c.tpr_shift;
-  a.groups_shift = c.groups_shift;
-  a.row_sets = c.row_sets;
   a.eps = eps;
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch(dtype, [&](auto tag) -> const char* {
@@ -1075,22 +1551,34 @@ const char* fused_add(DType dtype, const void* x, int64_t x_stride, const void* 
   });
 }
 
-const char* backward_plan(DType dtype, int64_t rows, int64_t dim, int64_t* rows_per_block, int64_t* steps,
-                          int64_t* chunks) {
+const char* set_tuning(int which, int k, int threads, int stages, int extra) {
+  if (which < 0 || which > 2) return "rmsnorm: set_tuning takes 0 (forward), 1 (fused add) or 2 (backward)";
+  const int v[4] = {k, threads, stages, extra};
+  for (int x : v)
+    if (x < 0 || x > 1 << 20) return "rmsnorm: set_tuning takes values from 0 (the default) to 2^20";
+  Tuning& t = tuning(which);
+  for (int i = 0; i < 4; ++i) t.v[i] = v[i];
+  return nullptr;
+}
+
+const char* backward_plan(DType dtype, int64_t rows, int64_t dim, int64_t* rows_per_block, int64_t* programs,
+                          int64_t* workspace_rows) {
   if (const char* err = check_dim(dim)) return err;
-  const Config c = backward_config(dtype, int(dim));
-  *rows_per_block = c.rows_per_block;
-  *steps = dw_steps(c, rows);
-  const int64_t per_chunk = *rows_per_block * *steps;
-  *chunks = rows == 0 ? 0 : (rows + per_chunk - 1) / per_chunk;
+  const BackwardPlan c = backward_plan_for(dtype, rows, int(dim));
+  *rows_per_block = int64_t(8) << c.mbits;
+  *programs = int64_t(1) << c.q_shift;
+  *workspace_rows = rows == 0 ? 0 : c.workspace_rows;
   return nullptr;
 }
 
 const char* backward(DType dtype, bool dy_fp32, const void* dy, int64_t dy_stride, const void* x, int64_t x_stride,
-                     const void* w, void* dx, int64_t dx_stride, float* workspace, int64_t chunks, void* dw,
+                     const void* w, void* dx, int64_t dx_stride, float* workspace, int64_t workspace_rows, void* dw,
                      int64_t rows, int64_t dim, float eps, void* stream) {
   if (const char* err = check_dim(dim)) return err;
-  const Config c = backward_config(dtype, int(dim));
+  if (rows == 0) return nullptr;
+  const BackwardPlan c = backward_plan_for(dtype, rows, int(dim));
+  if (dw != nullptr && (workspace == nullptr || workspace_rows != c.workspace_rows))
+    return "rmsnorm: the backward's workspace does not match its plan";
   BackwardArgs a{};
   a.dy = dy;
   a.dy_stride = dy_stride;
@@ -1102,15 +1590,12 @@ const char* backward(DType dtype, bool dy_fp32, const void* dy, int64_t dy_strid
   a.workspace = workspace;
   a.rows = rows;
   a.dim = int(dim);
-  a.tpr_shift = c.tpr_shift;
-  a.groups_shift = c.groups_shift;
-  a.steps = int(dw_steps(c, rows));
   a.eps = eps;
   auto s = static_cast<cudaStream_t>(stream);
   return dispatch(dtype, [&](auto tag) -> const char* {
     using T = typename decltype(tag)::type;
-    if (dy_fp32) return launch_backward<T, float>(c, a, chunks, static_cast<T*>(dw), s);
-    return launch_backward<T, T>(c, a, chunks, static_cast<T*>(dw), s);
+    if (dy_fp32) return launch_backward<T, float>(c, a, static_cast<T*>(dw), s);
+    return launch_backward<T, T>(c, a, static_cast<T*>(dw), s);
   });
 }
 

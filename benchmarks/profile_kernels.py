@@ -1,0 +1,47 @@
+"""One launch of each CUDA kernel of interest inside an NVTX range named ``prof``, after warm-up launches outside
+it, for Nsight Compute:
+
+    ncu --set full --nvtx --nvtx-include "prof/" --clock-control none -o prof python benchmarks/profile_kernels.py
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+SHAPES = ((65536, 4096), (2097152, 128))
+
+
+def profile_shape(op: object, backward: object, rows: int, dim: int) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(dim)
+    x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
+    r = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
+    g = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
+    w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
+    calls = (lambda: op.forward(x, w, 1e-6), lambda: op.fused_add(x, r, w, 1e-6),
+             lambda: backward(g, x, w, 1e-6, True))
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    for call in calls:
+        torch.cuda.nvtx.range_push("prof")
+        call()
+        torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+
+
+def main() -> int:
+    from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
+
+    op = CudaRMSNormOp()
+    _ops.require(torch.device("cuda"))
+    backward = _ops.op("rms_norm_backward")
+    for rows, dim in SHAPES:
+        profile_shape(op, backward, rows, dim)
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
