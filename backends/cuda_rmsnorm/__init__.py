@@ -106,13 +106,8 @@ class CudaRMSNormOp:
     def fused_add_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                    eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
         """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual."""
-        call = _ops.fused_add_rms_norm_
-        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
-            try:
-                call(x, residual, weight, eps)
-                return x, residual
-            except Exception:  # as in forward
-                pass
+        if _fast(_ops.fused_add_rms_norm_, eps, x, residual, weight, eps) is not _SLOW:
+            return x, residual
         check_inputs(x, weight, eps)
         check_residual(x, residual)
         self._require(x.device)
