@@ -163,8 +163,14 @@ ROUNDING_CLASSES: dict[str, str] = {
 # What a fused add normalizes. Only the stored residual meets the contract; the fp32 sum is reported as a class
 # so that a report can say why such a kernel is not bitwise equal to the others.
 FUSED_ADD_INPUTS: dict[str, str] = {
-    "stored_residual": "residual_out as stored, in the residual's dtype (the contract)",
-    "fp32_sum": "the fp32 sum x + residual before its rounding (breaks variants.fused_add_stored_residual)",
+    "stored_residual": "residual_out as stored, in the residual's dtype, for both the rms and the normalized row "
+                       "(the contract)",
+    "fp32_sum": "the fp32 sum x + residual before its rounding, for both (breaks "
+                "variants.fused_add_stored_residual)",
+    "rms_of_fp32_sum": "the rms from the fp32 sum, the normalized row from residual_out as stored (breaks "
+                       "variants.fused_add_stored_residual)",
+    "row_of_fp32_sum": "the rms from residual_out as stored, the normalized row from the fp32 sum (breaks "
+                       "variants.fused_add_stored_residual)",
 }
 
 VARIANT_RULES: tuple[Rule, ...] = (
@@ -182,9 +188,10 @@ VARIANT_RULES: tuple[Rule, ...] = (
          "fused_add's y, in x's dtype and shape, lies within the output bound of the fp32 reference RMSNorm of "
          "residual_out as stored."),
     Rule("variants.fused_add_stored_residual", "fused add normalizes the stored residual",
-         "y is normalized from residual_out as stored, not from the fp32 sum: on the elements where the two "
-         "give different bits, y has the sum's bits on no more of them than the stored residual's (a breach "
-         "needs two)."),
+         "The rms and the normalized row of y both come from residual_out as stored, never from the fp32 sum. y "
+         "is held against each other choice in turn (both from the sum, the rms from the sum, the row from the "
+         "sum): on the elements where that choice and the stored residual give different bits, y has that "
+         "choice's bits on no more of them than the stored residual's (a breach needs two)."),
     Rule("variants.offset_output", "offset output accuracy",
          "forward_offset's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
          "(x / rms) * (1 + weight), 1 + weight formed in the declared offset dtype."),
