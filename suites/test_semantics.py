@@ -250,8 +250,10 @@ def test_isolation(subject, case):
         first = subject.call(entry.name, *entry.args(rows, w, b.eps))
         first = tuple(first) if isinstance(first, tuple | list) else (first,)
         kept = [t.detach().clone() for t in first]
-        other, _ = entry.inputs(b, subject.device, rows=b.rows + 1, salt=13)
-        subject.call(entry.name, *entry.args(other, w, b.eps))
+        # Another batch of the same shape (a buffer kept per shape is reused by it), then one of another shape.
+        for rows in (b.rows, b.rows + 1):
+            other, _ = entry.inputs(b, subject.device, rows=rows, salt=13)
+            subject.call(entry.name, *entry.args(other, w, b.eps))
         for name, t, copy in zip(entry.outputs, first, kept, strict=True):
             assert_holds(subject, case, ok=compare_bitwise(t.detach(), copy).equal, rule="semantics.fresh_output",
                          dim=b.dim, what=f"{entry.name} {name} of the first call changed when a second batch went "

@@ -191,7 +191,8 @@ class Subject:
     def replay_command(self, case: Any, rule_id: str) -> str:
         """One command, to run from any directory where the backend imports, that re-runs just this case in this
         test (selected by the test's own rule, also when the breach is of a cross-cutting rule)."""
-        return self.replay(self.rules[0] if self.rules else rule_id, case)
+        declared = rule_id if rule_id in self.rules or not self.rules else self.rules[0]
+        return self.replay(declared, case)
 
     def gates(self, rule_id: str) -> bool:
         """Does a breach of this rule fail the run? Numerics rules always; interface rules only when strict."""
