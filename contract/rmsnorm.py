@@ -159,6 +159,9 @@ ROUNDING_CLASSES: dict[str, str] = {
                     "formula, and Gemma's Hugging Face order)",
     "normalized_rounded": "the normalized row rounded to x's dtype, then multiplied by the weight and rounded "
                           "again (the Hugging Face Llama order, Liger's llama casting mode)",
+    "inverse_rounded": "1/rms rounded to x's dtype, the row times it rounded, then the weight multiply rounded "
+                       "again (a norm written in 16-bit torch ops, x * torch.rsqrt(var + eps).to(x.dtype)); with no "
+                       "weight, the one class that rounds twice",
 }
 # What a fused add normalizes. Only the stored residual meets the contract; the fp32 sum is reported as a class
 # so that a report can say why such a kernel is not bitwise equal to the others.
@@ -176,22 +179,25 @@ FUSED_ADD_INPUTS: dict[str, str] = {
 VARIANT_RULES: tuple[Rule, ...] = (
     Rule("axis_a.fused_add", "fused add batch invariance",
          "fused_add's y and residual_out hold every Axis-A variant above (batch size, slice offset, padding, "
-         "position, leading dims, strided rows, repeat), bitwise, the residual transformed like x."),
+         "position, permutation, leading dims, strided rows and weight layouts, repeat, grad mode, first call, and "
+         "the thresholds), bitwise, the residual transformed like x."),
     Rule("axis_a.offset", "offset batch invariance",
-         "forward_offset's output holds every Axis-A variant above, bitwise."),
+         "forward_offset's output holds every Axis-A variant above, bitwise, the thresholds included."),
     Rule("axis_a.unweighted", "no-weight batch invariance",
-         "forward_unweighted's output holds every Axis-A variant above, bitwise."),
+         "forward_unweighted's output holds every Axis-A variant above, bitwise, the thresholds included."),
     Rule("variants.fused_add_residual", "fused add residual",
          "residual_out is bitwise x + residual computed in fp32 and rounded once to the residual's dtype; a "
-         "backend that declares fused_add_in_place writes it into residual (and y into x)."),
+         "backend that declares fused_add_in_place writes it into residual (and y into x), and returns nothing "
+         "or the tensors it wrote, (x, residual)."),
     Rule("variants.fused_add_output", "fused add output accuracy",
          "fused_add's y, in x's dtype and shape, lies within the output bound of the fp32 reference RMSNorm of "
          "residual_out as stored."),
     Rule("variants.fused_add_stored_residual", "fused add normalizes the stored residual",
          "The rms and the normalized row of y both come from residual_out as stored, never from the fp32 sum. y "
          "is held against each other choice in turn (both from the sum, the rms from the sum, the row from the "
-         "sum): on the elements where that choice and the stored residual give different bits, y has that "
-         "choice's bits on no more of them than the stored residual's (a breach needs two)."),
+         "sum), within its rounding class: on the elements where that choice and the stored residual give "
+         "different bits, y has that choice's bits on no more of them than the stored residual's (a breach "
+         "needs two)."),
     Rule("variants.offset_output", "offset output accuracy",
          "forward_offset's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
          "(x / rms) * (1 + weight), 1 + weight formed in the declared offset dtype."),
@@ -206,9 +212,10 @@ VARIANT_RULES: tuple[Rule, ...] = (
          "A variant leaves its inputs unchanged and returns outputs that alias no input; a fused add that "
          "declares fused_add_in_place writes y into x and residual_out into residual, and nothing else."),
     Rule("variants.rounding_class", "declared rounding class",
-         "A backend that declares its rounding class follows it: on the elements where the two classes give "
-         "different bits, its output has the other class's bits on no more of them than the declared one's (a "
-         "breach needs two)."),
+         "A backend that declares its rounding class follows it, through every entry point it declares it for "
+         "(forward, fused_add, forward_offset, forward_unweighted): held against each other class in turn, on "
+         "the elements where that class and the declared one give different bits, its output has that class's "
+         "bits on no more of them than the declared one's (a breach needs two)."),
     Rule("mixed_precision.fp32_weight", "fp32 weight",
          "With an fp32 weight and bf16/fp16 x, the weight enters the product in fp32 (forward, and the fused add "
          "and offset where offered): on the elements where rounding the weight to x's dtype first gives "

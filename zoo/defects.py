@@ -1164,6 +1164,24 @@ class OffsetStridedWeightReadContiguously(NativeRMSNormOp):
         return super().forward_offset(x, weight.as_strided(weight.shape, (1,)), eps)
 
 
+class UnweightedRoundsTwice(NativeRMSNormOp):
+    """Breaks variants.rounding_class: the no-weight norm rounds 1/rms to x's dtype, then the row times it, while
+    the backend declares the fp32-product class (rounded once) for every entry point.
+
+    The no-weight branch of a norm written in 16-bit torch ops, ``x * torch.rsqrt(var + eps).to(x.dtype)``: within
+    any accuracy bound, and bitwise equal to no kernel that rounds once, which is what an RL team pairing it with
+    a fused kernel of the declared class was promised.
+    """
+
+    name = "unweighted_rounds_twice"
+    breaks = "variants.rounding_class"
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        x32 = x.float()
+        inverse = 1.0 / torch.sqrt(sum_of_squares_fixed_order(x32) / x32.shape[-1] + eps)
+        return (x32 * inverse.to(x.dtype).float()).to(x.dtype)
+
+
 class UnweightedBatchWideNonfiniteGuard(NativeRMSNormOp):
     """Breaks semantics.nonfinite_confined: one NaN or Inf anywhere zeroes the no-weight norm's whole batch.
 
