@@ -148,7 +148,10 @@ def test_row_matches_and_distinguishable():
     counts = rounding.row_matches(classes["product_fp32"], classes)
     assert counts["product_fp32"] == 8 and counts["normalized_rounded"] < 8
     assert rounding.distinguishable(classes)
-    assert not rounding.distinguishable(rounding.unweighted_classes(x, 1e-6))
+    # With no weight the classes that round once coincide; only rounding 1/rms first stands apart.
+    unweighted = rounding.unweighted_classes(x, 1e-6)
+    assert not rounding.distinguishable({k: unweighted[k] for k in ("product_fp32", "normalized_rounded")})
+    assert rounding.distinguishable(unweighted)
 
 
 # --- declarations ------------------------------------------------------------------------------------------
@@ -203,7 +206,7 @@ def test_declared_dtypes_narrow_the_pairs():
 
 def test_a_rounding_class_is_one_class_or_a_mapping():
     assert Backend(_declaring(rounding_class="normalized_rounded")).rounding_classes == dict.fromkeys(
-        ("forward", "fused_add", "forward_offset"), "normalized_rounded")
+        ("forward", "fused_add", "forward_offset", "forward_unweighted"), "normalized_rounded")
     claims = Backend(_declaring(rounding_class={"forward_offset": "product_fp32"})).rounding_classes
     assert claims == {"forward_offset": "product_fp32"}
 
