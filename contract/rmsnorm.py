@@ -49,7 +49,8 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
          "torch.no_grad() and under torch.inference_mode() (sampling)."),
     Rule("axis_a.first_call", "first call",
          "The first call a fresh backend gets for a (dim, dtype), in a fresh process where no cache is warm, "
-         "gives the same bits as its later calls and as a long-running process's calls."),
+         "gives the same bits as its later calls and as a long-running process's calls, through every entry point "
+         "(forward, forward_fp32, and each variant offered), every output."),
 )
 
 AXIS_B_RULES: tuple[Rule, ...] = (
@@ -179,12 +180,14 @@ FUSED_ADD_INPUTS: dict[str, str] = {
 VARIANT_RULES: tuple[Rule, ...] = (
     Rule("axis_a.fused_add", "fused add batch invariance",
          "fused_add's y and residual_out hold every Axis-A variant above (batch size, slice offset, padding, "
-         "position, permutation, leading dims, strided rows and weight layouts, repeat, grad mode, first call, and "
-         "the thresholds), bitwise, the residual transformed like x."),
+         "position, permutation, leading dims, strided rows and weight layouts, repeat, grad mode, and the "
+         "thresholds), bitwise, the residual transformed like x; its first calls are held to axis_a.first_call."),
     Rule("axis_a.offset", "offset batch invariance",
-         "forward_offset's output holds every Axis-A variant above, bitwise, the thresholds included."),
+         "forward_offset's output holds every Axis-A variant above, bitwise, the thresholds included (its first "
+         "calls: axis_a.first_call)."),
     Rule("axis_a.unweighted", "no-weight batch invariance",
-         "forward_unweighted's output holds every Axis-A variant above, bitwise, the thresholds included."),
+         "forward_unweighted's output holds every Axis-A variant above, bitwise, the thresholds included (its first "
+         "calls: axis_a.first_call)."),
     Rule("variants.fused_add_residual", "fused add residual",
          "residual_out is bitwise x + residual computed in fp32 and rounded once to the residual's dtype; a "
          "backend that declares fused_add_in_place writes it into residual (and y into x), and returns nothing "
