@@ -27,7 +27,7 @@ from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.reporting.render import render_markdown
 from rmsnorm_conformance.harness.running.backend import Backend, same_layout_copy
-from tests.defects import EngineStyleRMSNorm
+from rmsnorm_conformance.zoo import EngineStyleRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
@@ -129,7 +129,7 @@ def test_vote_counts_only_the_elements_that_tell_the_conventions_apart():
 def test_a_different_reduction_order_keeps_its_class_but_the_other_order_does_not():
     """The reason the vote works: another reduction order moves bits on a few elements, another rounding order
     on many of those the classes disagree on."""
-    from tests.defects import sum_of_squares_by_lanes
+    from rmsnorm_conformance.zoo import sum_of_squares_by_lanes
 
     x, w = _rows(rows=64, dim=4096)
     w16 = w.to(BF16)
@@ -300,7 +300,8 @@ def test_declared_pairs_are_swept_and_named_in_ids_and_reports(run, pytester):
 
 
 def test_a_variant_the_backend_does_not_offer_is_skipped_with_its_reason(run):
-    result = run(str(ROOT / "suites" / "test_variants.py"), "--backend=tests.defects:CudaOnly", "--device=cpu")
+    result = run(str(ROOT / "suites" / "test_variants.py"), "--backend=rmsnorm_conformance.zoo:CudaOnly",
+                 "--device=cpu")
     assert result.ret == 5  # CudaOnly cannot run here at all: nothing ran, the run does not pass
     result = run(str(ROOT / "suites" / "test_variants.py"), "--backend=torch_rms_norm", "--device=cpu",
                  "--dtype=float32", "-k", "fused_add_residual or offset_output")
