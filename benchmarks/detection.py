@@ -1,5 +1,5 @@
-"""How fast the suites catch each planted defect of tests/defects.py: examples to the first failing check, and the
-wall time of the run that tests/test_detection.py makes for it. A measurement, not a test.
+"""How fast the suites catch each planted defect of the zoo (rmsnorm_conformance.zoo): examples to the first
+failing check, and the wall time of the run that tests/test_detection.py makes for it. A measurement, not a test.
 
     python benchmarks/detection.py [--seeds 10] [--max-examples 100] [--out reports/cpu/detection.md]
 
@@ -102,16 +102,16 @@ def pytest_sessionfinish(session):
 
 
 def _defects() -> list[type]:
-    from tests.defects import DEFECTS
+    from rmsnorm_conformance.zoo import DEFECTS
 
     return list(DEFECTS)
 
 
 def _rule_tests() -> dict[str, list[str]]:
     """rule -> ``module.py::test`` of every suite test declaring it (harness/checking/rule_index.py)."""
-    from tests.test_detection import RULE_TESTS
+    from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 
-    return RULE_TESTS
+    return rule_tests()
 
 
 def _is_sweep(test: str) -> bool:
@@ -148,7 +148,7 @@ def measure_ci(defect: type, tmp: Path) -> dict[str, Any]:
     strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
     code, out, wall, nodes = _pytest(
         ["--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
-         f"--backend=tests.defects:{defect.__name__}", "--sweep=ci", "-x", *strict], tmp,
+         f"--backend=rmsnorm_conformance.zoo:{defect.__name__}", "--sweep=ci", "-x", *strict], tmp,
         tmp / f"ci-{defect.__name__}.json")
     ordered = list(nodes.values())  # in the order the tests ran
     at = next((i for i, n in enumerate(ordered) if n["first_failure"] is not None), None)
@@ -167,7 +167,7 @@ def _sweep_node_ids(defects: list[type], tmp: Path) -> list[str]:
     rule_tests = _rule_tests()
     mine = {d.name: set(filter(_is_sweep, rule_tests[d.breaks])) for d in defects}
     tests = sorted(set().union(*mine.values()))
-    backends = ",".join(f"tests.defects:{d.__name__}" for d in defects)
+    backends = ",".join(f"rmsnorm_conformance.zoo:{d.__name__}" for d in defects)
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--device=cpu",
            f"--backend={backends}", *(str(ROOT / "suites" / t) for t in tests)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -186,7 +186,7 @@ def _sweep_node_ids(defects: list[type], tmp: Path) -> list[str]:
 def measure_seed(defects: list[type], seed: int, max_examples: int, tmp: Path,
                  node_ids: list[str]) -> dict[str, dict[str, Any]]:
     """One run for all defects under one seed: per defect, the fewest examples any dtype sweep needed."""
-    backends = ",".join(f"tests.defects:{d.__name__}" for d in defects)
+    backends = ",".join(f"rmsnorm_conformance.zoo:{d.__name__}" for d in defects)
     _, _, _, nodes = _pytest(
         [*node_ids, f"--backend={backends}", f"--sweep={SEEDED_SWEEP}", f"--hypothesis-seed={seed}",
          "--strict-interface"],
@@ -233,8 +233,9 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: 
     return "\n".join([
         "# Detection power: examples the suites need to catch each planted defect", "",
         f"Command: `{command}`", "",
-        "Each defect of tests/defects.py runs the suite tests of the rule it breaks, in float32, bfloat16 and "
-        "float16. *ci*: the derandomized `ci` sweep as tests/test_detection.py runs it (`--rule`, `-x`): the "
+        "Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks, in float32, "
+        "bfloat16 and float16. *ci*: the derandomized `ci` sweep as tests/test_detection.py runs it (`--rule`, "
+        "`-x`): the "
         "Hypothesis sweeps and the explicit checks beside them (thresholds, QK-norm shapes, first calls); "
         "which test failed first, the examples (or, in an explicit test, the cases) it ran to the first "
         "failure, and the wall time of that run with pytest start-up. *sweep alone*: the rule's Hypothesis "

@@ -23,7 +23,7 @@ from rmsnorm_conformance.harness.checking import rounding
 from rmsnorm_conformance.harness.drawing.cases import Batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.defects import _normalise, sum_of_squares_by_lanes
+from rmsnorm_conformance.zoo.defects import _normalise, sum_of_squares_by_lanes
 
 SHAPES = ((512, 4096), (8192, 128))  # 2M elements each: both target dims
 SEEDS = 2

@@ -1,4 +1,4 @@
-"""Run the planted-defect zoo of tests/defects.py on one device and say, per defect, whether the suites
+"""Run the planted-defect zoo (rmsnorm_conformance.zoo) on one device and say, per defect, whether the suites
 caught it in the rule it breaks. tests/test_detection.py does this on the CPU in CI; this is for GPUs.
 
     python benchmarks/zoo_on_device.py --device cuda [--jobs 4] [--out reports/h200/zoo.md]
@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rmsnorm_conformance.contract import rule  # noqa: E402
-from tests.defects import DEFECTS  # noqa: E402
+from rmsnorm_conformance.zoo import DEFECTS  # noqa: E402
 
 
 def run_one(defect: type, device: str) -> list[object]:
     strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
-           f"--backend=tests.defects:{defect.__name__}", f"--device={device}", "--sweep=ci", "-x", "-q",
+           f"--backend=rmsnorm_conformance.zoo:{defect.__name__}", f"--device={device}", "--sweep=ci", "-x", "-q",
            "-p", "no:cacheprovider", *strict]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT),

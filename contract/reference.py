@@ -168,17 +168,24 @@ def reference_unweighted(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def rounding_class_outputs(x: torch.Tensor, scale32: torch.Tensor, eps: float,
-                           out_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+                           out_dtype: torch.dtype, rms_of: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The output in ``out_dtype`` of each rounding class (contract ``ROUNDING_CLASSES``) for rows ``x`` (any
-    float dtype, upcast) scaled by ``scale32`` (the weight, or 1 + weight, in fp32).
+    float dtype, upcast) scaled by ``scale32`` (the weight, 1 + weight, or ones for no weight, in fp32).
 
     ``product_fp32`` is the reference rounded once; ``normalized_rounded`` rounds the normalized row to
     ``out_dtype`` before the multiply, as Hugging Face's ``weight * hidden.to(input_dtype)`` does (a product of
-    two bf16 or fp16 values is exact in fp32, so rounding it once more is that order's second rounding).
+    two bf16 or fp16 values is exact in fp32, so rounding it once more is that order's second rounding);
+    ``inverse_rounded`` rounds 1/rms to ``out_dtype`` and the row times it, as a norm written in 16-bit torch
+    ops does. ``rms_of`` takes the rms from other rows than those normalized (a fused add that mixes its
+    inputs); by default from ``x`` itself. The steps are the reference's (:class:`_FixedOrderRMSNorm`).
     """
     x32 = x.float()
-    normalized = _normalize_fp32(x32, torch.ones(x32.shape[-1], dtype=torch.float32, device=x32.device), eps)
+    inv = _reciprocal(_rms(x32 if rms_of is None else rms_of.float(), eps))
+    ones = torch.ones(x32.shape[-1], dtype=torch.float32, device=x32.device)
+    normalized = (x32 * inv) * ones
+    by_rounded_inverse = (x32 * inv.to(out_dtype).float()).to(out_dtype).float()
     return {
         "product_fp32": (normalized * scale32).to(out_dtype),
         "normalized_rounded": (normalized.to(out_dtype).float() * scale32).to(out_dtype),
+        "inverse_rounded": (by_rounded_inverse * scale32).to(out_dtype),
     }

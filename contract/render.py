@@ -108,7 +108,7 @@ def render_blocks() -> dict[str, str]:
                                   ["method", "what it computes"], tablefmt="github"),
         "variants": _rules_table(c.VARIANT_RULES),
         "rounding_classes": tabulate(
-            [[f"`{name}`", "every weighted entry point", what] for name, what in c.ROUNDING_CLASSES.items()]
+            [[f"`{name}`", "every entry point", what] for name, what in c.ROUNDING_CLASSES.items()]
             + [[f"`{name}`", "fused_add's input", what] for name, what in c.FUSED_ADD_INPUTS.items()],
             ["class", "applies to", "where it rounds"], tablefmt="github"),
         "fp8_facts": _fp8_facts(),

@@ -49,7 +49,8 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
          "torch.no_grad() and under torch.inference_mode() (sampling)."),
     Rule("axis_a.first_call", "first call",
          "The first call a fresh backend gets for a (dim, dtype), in a fresh process where no cache is warm, "
-         "gives the same bits as its later calls and as a long-running process's calls."),
+         "gives the same bits as its later calls and as a long-running process's calls, through every entry point "
+         "(forward, forward_fp32, and each variant offered), every output."),
 )
 
 AXIS_B_RULES: tuple[Rule, ...] = (
@@ -159,31 +160,46 @@ ROUNDING_CLASSES: dict[str, str] = {
                     "formula, and Gemma's Hugging Face order)",
     "normalized_rounded": "the normalized row rounded to x's dtype, then multiplied by the weight and rounded "
                           "again (the Hugging Face Llama order, Liger's llama casting mode)",
+    "inverse_rounded": "1/rms rounded to x's dtype, the row times it rounded, then the weight multiply rounded "
+                       "again (a norm written in 16-bit torch ops, x * torch.rsqrt(var + eps).to(x.dtype)); with no "
+                       "weight, the one class that rounds twice",
 }
 # What a fused add normalizes. Only the stored residual meets the contract; the fp32 sum is reported as a class
 # so that a report can say why such a kernel is not bitwise equal to the others.
 FUSED_ADD_INPUTS: dict[str, str] = {
-    "stored_residual": "residual_out as stored, in the residual's dtype (the contract)",
-    "fp32_sum": "the fp32 sum x + residual before its rounding (breaks variants.fused_add_stored_residual)",
+    "stored_residual": "residual_out as stored, in the residual's dtype, for both the rms and the normalized row "
+                       "(the contract)",
+    "fp32_sum": "the fp32 sum x + residual before its rounding, for both (breaks "
+                "variants.fused_add_stored_residual)",
+    "rms_of_fp32_sum": "the rms from the fp32 sum, the normalized row from residual_out as stored (breaks "
+                       "variants.fused_add_stored_residual)",
+    "row_of_fp32_sum": "the rms from residual_out as stored, the normalized row from the fp32 sum (breaks "
+                       "variants.fused_add_stored_residual)",
 }
 
 VARIANT_RULES: tuple[Rule, ...] = (
     Rule("axis_a.fused_add", "fused add batch invariance",
          "fused_add's y and residual_out hold every Axis-A variant above (batch size, slice offset, padding, "
-         "position, leading dims, strided rows, repeat), bitwise, the residual transformed like x."),
+         "position, permutation, leading dims, strided rows and weight layouts, repeat, grad mode, and the "
+         "thresholds), bitwise, the residual transformed like x; its first calls are held to axis_a.first_call."),
     Rule("axis_a.offset", "offset batch invariance",
-         "forward_offset's output holds every Axis-A variant above, bitwise."),
+         "forward_offset's output holds every Axis-A variant above, bitwise, the thresholds included (its first "
+         "calls: axis_a.first_call)."),
     Rule("axis_a.unweighted", "no-weight batch invariance",
-         "forward_unweighted's output holds every Axis-A variant above, bitwise."),
+         "forward_unweighted's output holds every Axis-A variant above, bitwise, the thresholds included (its first "
+         "calls: axis_a.first_call)."),
     Rule("variants.fused_add_residual", "fused add residual",
          "residual_out is bitwise x + residual computed in fp32 and rounded once to the residual's dtype; a "
-         "backend that declares fused_add_in_place writes it into residual (and y into x)."),
+         "backend that declares fused_add_in_place writes it into residual (and y into x), and returns nothing "
+         "or the tensors it wrote, (x, residual)."),
     Rule("variants.fused_add_output", "fused add output accuracy",
          "fused_add's y, in x's dtype and shape, lies within the output bound of the fp32 reference RMSNorm of "
          "residual_out as stored."),
     Rule("variants.fused_add_stored_residual", "fused add normalizes the stored residual",
-         "y is normalized from residual_out as stored, not from the fp32 sum: on the elements where the two "
-         "give different bits, y has the sum's bits on no more of them than the stored residual's (a breach "
+         "The rms and the normalized row of y both come from residual_out as stored, never from the fp32 sum. y "
+         "is held against each other choice in turn (both from the sum, the rms from the sum, the row from the "
+         "sum), within its rounding class: on the elements where that choice and the stored residual give "
+         "different bits, y has that choice's bits on no more of them than the stored residual's (a breach "
          "needs two)."),
     Rule("variants.offset_output", "offset output accuracy",
          "forward_offset's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
@@ -199,9 +215,10 @@ VARIANT_RULES: tuple[Rule, ...] = (
          "A variant leaves its inputs unchanged and returns outputs that alias no input; a fused add that "
          "declares fused_add_in_place writes y into x and residual_out into residual, and nothing else."),
     Rule("variants.rounding_class", "declared rounding class",
-         "A backend that declares its rounding class follows it: on the elements where the two classes give "
-         "different bits, its output has the other class's bits on no more of them than the declared one's (a "
-         "breach needs two)."),
+         "A backend that declares its rounding class follows it, through every entry point it declares it for "
+         "(forward, fused_add, forward_offset, forward_unweighted): held against each other class in turn, on "
+         "the elements where that class and the declared one give different bits, its output has that class's "
+         "bits on no more of them than the declared one's (a breach needs two)."),
     Rule("mixed_precision.fp32_weight", "fp32 weight",
          "With an fp32 weight and bf16/fp16 x, the weight enters the product in fp32 (forward, and the fused add "
          "and offset where offered): on the elements where rounding the weight to x's dtype first gives "

@@ -13,7 +13,6 @@ from rmsnorm_conformance.contract import profile
 from rmsnorm_conformance.contract.reference import seed_formula_fp32
 from rmsnorm_conformance.harness import (
     AccuracyCase,
-    NonfiniteCase,
     assert_bitwise,
     assert_holds,
     assert_within,
@@ -22,6 +21,8 @@ from rmsnorm_conformance.harness import (
     reference_fp32,
     strategies,
 )
+from rmsnorm_conformance.harness.checking.entry_checks import FORWARD_GROUP, SEMANTIC_CHECKS, generate_tests
+from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
 SMALL = 1 << 14  # elements: these checks are about behaviour, not scale
 
@@ -196,33 +197,9 @@ def test_dim_one(subject, case):
                   reference=reference_fp32(x, w, b.eps), dim=b.dim, what="a last dim of 1 is off the reference")
 
 
-def _with_nonfinite(case: NonfiniteCase, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    b = case.batch
-    gen = b.generator(salt=11)
-    rows = torch.randperm(b.rows, generator=gen)[: case.rows_hit]
-    dirty = x.cpu().clone()
-    value = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}[case.value]
-    for r in rows.tolist():
-        cols = torch.randperm(b.dim, generator=gen)[: case.count]
-        dirty[r, cols] = value
-    hit = torch.zeros(b.rows, dtype=torch.bool)
-    hit[rows] = True
-    return dirty.to(x.device), hit.to(x.device)
-
-
-@conformance("semantics.nonfinite_confined", NonfiniteCase, lambda s: strategies.nonfinite_cases(**_budget(s)))
-def test_nonfinite_confined(subject, case):
-    b = case.batch
-    x, w = subject.inputs(b)
-    dirty, hit = _with_nonfinite(case, x)
-    clean_out = subject.forward(x, w, b.eps)
-    dirty_out = subject.forward(dirty, w, b.eps)
-    assert_bitwise(subject, case, actual=dirty_out[~hit],
-                   expected=clean_out[~hit], dim=b.dim,
-                   what=f"{case.value} in {case.rows_hit} row(s) changed the bits of other rows")
-    assert_within(subject, case, actual=dirty_out[hit],
-                  reference=reference_fp32(dirty, w, b.eps)[hit], dim=b.dim,
-                  what=f"rows holding {case.value} do not match the reference's NaN/Inf placement")
+# NaN/Inf confinement through forward and forward_fp32, from the check set every entry point shares
+# (harness/checking/entry_checks.py); the variants' own are in test_variants.py.
+globals().update(generate_tests(FORWARD_GROUP, __name__, SEMANTIC_CHECKS))
 
 
 @conformance("interface.input_errors", AccuracyCase, _small)
@@ -262,15 +239,24 @@ def test_input_errors(subject, case):
 @conformance(("semantics.global_state", "semantics.fresh_output"), AccuracyCase, _small)
 def test_isolation(subject, case):
     """Every call of every test is watched for these two rules; this test makes the calls that show them most
-    plainly: two forwards of different batches in a row, then the first output compared with a copy taken when
-    it was returned, and each call's effect on torch's global state."""
+    plainly, through every entry point the backend offers: two calls of different batches in a row, then every
+    output of the first compared with a copy taken when it was returned, and each call's effect on torch's
+    global state."""
     b = case.batch
-    x, w = subject.inputs(b)
-    first = subject.forward(x, w, b.eps)
-    kept = first.detach().clone()
-    other = subject.to_device(b.x(rows=b.rows + 1, salt=13))
-    subject.forward(other, w, b.eps)
-    assert_holds(subject, case, ok=compare_bitwise(first.detach(), kept).equal, rule="semantics.fresh_output",
-                 dim=b.dim, what="the first output changed when a second batch went through the backend")
+    for entry in ENTRY_POINTS.values():
+        if not entry.offered_by(subject.backend):
+            continue
+        rows, w = entry.inputs(b, subject.device)
+        first = subject.call(entry.name, *entry.args(rows, w, b.eps))
+        first = tuple(first) if isinstance(first, tuple | list) else (first,)
+        kept = [t.detach().clone() for t in first]
+        # Another batch of the same shape (a buffer kept per shape is reused by it), then one of another shape.
+        for rows in (b.rows, b.rows + 1):
+            other, _ = entry.inputs(b, subject.device, rows=rows, salt=13)
+            subject.call(entry.name, *entry.args(other, w, b.eps))
+        for name, t, copy in zip(entry.outputs, first, kept, strict=True):
+            assert_holds(subject, case, ok=compare_bitwise(t.detach(), copy).equal, rule="semantics.fresh_output",
+                         dim=b.dim, what=f"{entry.name} {name} of the first call changed when a second batch went "
+                                         "through the backend")
     assert_holds(subject, case, ok=True, rule="semantics.global_state", dim=b.dim,
                  what="torch's global state is watched around every call")

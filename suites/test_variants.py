@@ -1,6 +1,7 @@
-"""The variants engines ship (fused residual add, weight offset ``1 + weight``, no weight), held to the Axis-A
-variants and Axis-B bounds of ``forward`` and to their own rules; the fp32-weight rule of mixed precision; and
-the rounding class each backend's bits follow, for the report.
+"""The variants engines ship (fused residual add, weight offset ``1 + weight``, no weight), held to every Axis-A
+variant and NaN/Inf confinement of ``forward`` (the same check set, harness/checking/entry_checks.py) and to
+their own rules; the fp32-weight rule of mixed precision; and the rounding class each backend's bits follow,
+for the report.
 
 A backend that does not offer a variant is skipped for it, with that reason. Each Axis-A check transforms a
 fused add's residual exactly as it transforms x (the same rows sliced, padded, placed, viewed or strided).
@@ -9,13 +10,12 @@ fused add's residual exactly as it transforms x (the same rows sliced, padded, p
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 import torch
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract import ROUNDING_CLASSES
+from rmsnorm_conformance.contract import FUSED_ADD_INPUTS, ROUNDING_CLASSES
 from rmsnorm_conformance.contract.reference import (
     offset_scale,
     oracle_fp64,
@@ -27,65 +27,37 @@ from rmsnorm_conformance.harness import (
     ROUNDED_ENTRY_POINTS,
     AccuracyCase,
     Batch,
-    BatchSizeCase,
-    LeadingDimsCase,
-    PaddingCase,
-    PositionCase,
-    RepeatCase,
-    SliceCase,
-    StridedCase,
     assert_bitwise,
     assert_holds,
     assert_within,
     conformance,
-    make_pad,
     reference_fp32,
     rounding,
     strategies,
-    strided_layout,
+)
+from rmsnorm_conformance.harness.checking.entry_checks import (
+    VARIANT_BUDGET_SHARE,
+    generate_tests,
+    variant_group,
+)
+from rmsnorm_conformance.harness.running.backend import same_layout_copy
+from rmsnorm_conformance.harness.running.entry_points import (
+    FUSED_ADD,
+    OFFSET,
+    UNWEIGHTED,
+    EntryPoint,
+    missing_reason,
 )
 
-REPEATS = 4  # as in Axis-A: a reduction order that varies per call agrees on one row about half the time
-# A variant's cases take an eighth of forward's element budget: a fused add holds twice the tensors, every
-# check calls the variant and the reference several times, and forward's own Axis-A tests already reach the
-# largest batches (512K elements still give 128 rows at dim 4096 and 4096 rows at dim 128 on the CPU).
-BUDGET_SHARE = 8
 GUARD = 64  # elements of guard buffer on each side of an input, for purity
 
 
-@dataclass(frozen=True)
-class EntryPoint:
-    """A variant as the suites call it: its backend method, its Axis-A rule and its outputs."""
-
-    method: str
-    rule: str
-    outputs: tuple[str, ...]
-
-    @property
-    def residual(self) -> bool:
-        return "residual_out" in self.outputs
-
-
-FUSED_ADD = EntryPoint("fused_add", "axis_a.fused_add", ("y", "residual_out"))
-OFFSET = EntryPoint("forward_offset", "axis_a.offset", ("y",))
-UNWEIGHTED = EntryPoint("forward_unweighted", "axis_a.unweighted", ("y",))
 ENTRY_POINTS = (FUSED_ADD, OFFSET, UNWEIGHTED)
-
-
-def _call(subject, entry: EntryPoint, x, residual, w, eps) -> tuple[torch.Tensor, ...]:
-    """The variant's outputs, called through the subject: isolated and watched like every backend call."""
-    if entry is FUSED_ADD:
-        return subject.call("fused_add", x, residual, w, eps)
-    if entry is OFFSET:
-        return (subject.call("forward_offset", x, w, eps),)
-    return (subject.call("forward_unweighted", x, eps),)
 
 
 def _not_offered(entry: EntryPoint) -> Callable:
     def reason(subject) -> str | None:
-        if not subject.backend.offers(entry.method):
-            return f"{subject.backend.name} does not offer {entry.method}"
-        return None
+        return missing_reason(subject.backend, entry.name)
 
     return reason
 
@@ -95,243 +67,44 @@ def _residual_dtypes(subject) -> tuple[str, ...]:
     return (subject.dtype, "float32") if fp32 else (subject.dtype,)
 
 
-def _cases(entry: EntryPoint, strategy: Callable) -> Callable:
-    """Cases of ``strategy`` for ``entry`` within the variants' share of the element budget, and a fused add's
-    residual in x's dtype or, where the backend takes it, fp32."""
-
-    def cases(subject) -> st.SearchStrategy:
-        drawn = strategy(dtype=subject.dtype, max_elements=_budget(subject))
-        return strategies.with_residual_dtypes(drawn, _residual_dtypes(subject)) if entry.residual else drawn
-
-    return cases
-
-
 def _budget(subject) -> int:
-    return max(1, subject.max_elements // BUDGET_SHARE)
+    return max(1, subject.max_elements // VARIANT_BUDGET_SHARE)
 
 
-def _inputs(subject, entry: EntryPoint, b: Batch, *, salt: int = 0, rows: int | None = None):
-    """The row tensors a call takes (x, and a fused add's residual) and the weight, on the subject's device."""
-    x = subject.to_device(b.x(rows, salt))
-    rows_in = [x, subject.to_device(b.residual(rows, salt))] if entry.residual else [x]
-    return rows_in, subject.to_device(b.w())
+def _inputs(subject, entry: EntryPoint, b: Batch):
+    """The row tensors a call takes (x, and a fused add's residual) and the weight in the batch's layout, on the
+    subject's device."""
+    return entry.inputs(b, subject.device)
 
 
-def _run(subject, entry: EntryPoint, rows_in, w, eps) -> tuple[torch.Tensor, ...]:
-    return _call(subject, entry, rows_in[0], rows_in[1] if entry.residual else None, w, eps)
+# --- Axis-A and NaN/Inf confinement, for each variant: the check set forward's tests come from -------------------
 
-
-def _assert_outputs(subject, case, entry: EntryPoint, actual, expected, what: str) -> None:
-    """Every output of the variant (y, and a fused add's residual_out) bitwise, under the variant's rule."""
-    for name, a, e in zip(entry.outputs, actual, expected, strict=True):
-        assert_bitwise(subject, case, actual=a, expected=e, dim=case.batch.dim, what=f"{entry.method} {name}: {what}")
-
-
-# --- Axis-A, for each variant ----------------------------------------------------------------------------
-
-
-def check_batch_size(subject, entry: EntryPoint, case: BatchSizeCase) -> None:
-    b, n = case.batch, case.length
-    rows_in, w = _inputs(subject, entry, b)
-    full = _run(subject, entry, rows_in, w, b.eps)
-    alone = _run(subject, entry, [t[:n].clone() for t in rows_in], w, b.eps)
-    _assert_outputs(subject, case, entry, alone, [o[:n] for o in full],
-                    f"rows [0:{n}] alone differ from the same rows in a batch of {b.rows}")
-
-
-def check_slice_offset(subject, entry: EntryPoint, case: SliceCase) -> None:
-    b, lo, hi = case.batch, case.start, case.start + case.length
-    rows_in, w = _inputs(subject, entry, b)
-    full = _run(subject, entry, rows_in, w, b.eps)
-    part = [t[lo:hi] if case.as_view else t[lo:hi].clone() for t in rows_in]
-    kind = "view" if case.as_view else "copy"
-    _assert_outputs(subject, case, entry, _run(subject, entry, part, w, b.eps), [o[lo:hi] for o in full],
-                    f"rows [{lo}:{hi}] as a {kind} differ from the same rows of the whole batch")
-
-
-def check_padding(subject, entry: EntryPoint, case: PaddingCase) -> None:
-    b = case.batch
-    rows_in, w = _inputs(subject, entry, b)
-    gen = b.generator(salt=7)
-    padded = []
-    for t in rows_in:
-        dtype = str(t.dtype).removeprefix("torch.")
-        before = make_pad(case.content, case.before, b.dim, dtype, gen)
-        after = make_pad(case.content, case.after, b.dim, dtype, gen)
-        padded.append(torch.cat([subject.to_device(before), t, subject.to_device(after)]))
-    alone = _run(subject, entry, rows_in, w, b.eps)
-    out = _run(subject, entry, padded, w, b.eps)
-    _assert_outputs(subject, case, entry, [o[case.before: case.before + b.rows] for o in out], alone,
-                    f"{b.rows} real rows between {case.before} and {case.after} pad rows of {case.content} "
-                    f"differ from the real rows alone")
-
-
-def check_position(subject, entry: EntryPoint, case: PositionCase) -> None:
-    b = case.batch
-    rows_in, w = _inputs(subject, entry, b)
-
-    def placed(index: int) -> list[torch.Tensor]:
-        return [torch.cat([t[1:][:index], t[:1], t[1:][index:]]) for t in rows_in]
-
-    first = [o[case.first] for o in _run(subject, entry, placed(case.first), w, b.eps)]
-    second = [o[case.second] for o in _run(subject, entry, placed(case.second), w, b.eps)]
-    _assert_outputs(subject, case, entry, second, first,
-                    f"one row at index {case.second} differs from the same row at index {case.first} of a batch "
-                    f"of {b.rows}")
-
-
-def check_leading_dims(subject, entry: EntryPoint, case: LeadingDimsCase) -> None:
-    b = case.batch
-    rows_in, w = _inputs(subject, entry, b)
-    flat = _run(subject, entry, rows_in, w, b.eps)
-    shaped = _run(subject, entry, [t.view(*case.shape, b.dim) for t in rows_in], w, b.eps)
-    _assert_outputs(subject, case, entry, [o.reshape(-1, b.dim) for o in shaped], flat,
-                    f"inputs viewed as {[*case.shape, b.dim]} differ from the flat [{b.rows}, {b.dim}]")
-
-
-def check_strided_rows(subject, entry: EntryPoint, case: StridedCase) -> None:
-    b = case.batch
-    rows_in, w = _inputs(subject, entry, b)
-    views = [strided_layout(case, t) for t in rows_in]
-    out = _run(subject, entry, views, w, b.eps)
-    expected = _run(subject, entry, [v.contiguous() for v in views], w, b.eps)
-    _assert_outputs(subject, case, entry, out, expected,
-                    f"{case.layout} layout with strides {tuple(views[0].stride())} differs from a contiguous copy")
-
-
-def check_repeat(subject, entry: EntryPoint, case: RepeatCase) -> None:
-    b = case.batch
-    rows_in, w = _inputs(subject, entry, b)
-    first = _run(subject, entry, rows_in, w, b.eps)
-    other, _ = _inputs(subject, entry, b, salt=3, rows=max(1, b.rows // 2) + 1)
-    for attempt in range(1, REPEATS + 1):
-        _run(subject, entry, other, w, b.eps)
-        again = _run(subject, entry, rows_in, w, b.eps)
-        _assert_outputs(subject, case, entry, again, first, f"repeat {attempt} of the same call gave different bits")
-
-
-def _axis_a(entry: EntryPoint, case_type: type, strategy: Callable) -> Callable:
-    return conformance(entry.rule, case_type, _cases(entry, strategy), skip_reason=_not_offered(entry))
-
-
-@_axis_a(FUSED_ADD, BatchSizeCase, strategies.batch_size_cases)
-def test_fused_add_batch_size(subject, case):
-    check_batch_size(subject, FUSED_ADD, case)
-
-
-@_axis_a(FUSED_ADD, SliceCase, strategies.slice_cases)
-def test_fused_add_slice_offset(subject, case):
-    check_slice_offset(subject, FUSED_ADD, case)
-
-
-@_axis_a(FUSED_ADD, PaddingCase, strategies.padding_cases)
-def test_fused_add_padding(subject, case):
-    check_padding(subject, FUSED_ADD, case)
-
-
-@_axis_a(FUSED_ADD, PositionCase, strategies.position_cases)
-def test_fused_add_position(subject, case):
-    check_position(subject, FUSED_ADD, case)
-
-
-@_axis_a(FUSED_ADD, LeadingDimsCase, strategies.leading_dims_cases)
-def test_fused_add_leading_dims(subject, case):
-    check_leading_dims(subject, FUSED_ADD, case)
-
-
-@_axis_a(FUSED_ADD, StridedCase, strategies.strided_cases)
-def test_fused_add_strided_rows(subject, case):
-    check_strided_rows(subject, FUSED_ADD, case)
-
-
-@_axis_a(FUSED_ADD, RepeatCase, strategies.repeat_cases)
-def test_fused_add_repeat(subject, case):
-    check_repeat(subject, FUSED_ADD, case)
-
-
-@_axis_a(OFFSET, BatchSizeCase, strategies.batch_size_cases)
-def test_offset_batch_size(subject, case):
-    check_batch_size(subject, OFFSET, case)
-
-
-@_axis_a(OFFSET, SliceCase, strategies.slice_cases)
-def test_offset_slice_offset(subject, case):
-    check_slice_offset(subject, OFFSET, case)
-
-
-@_axis_a(OFFSET, PaddingCase, strategies.padding_cases)
-def test_offset_padding(subject, case):
-    check_padding(subject, OFFSET, case)
-
-
-@_axis_a(OFFSET, PositionCase, strategies.position_cases)
-def test_offset_position(subject, case):
-    check_position(subject, OFFSET, case)
-
-
-@_axis_a(OFFSET, LeadingDimsCase, strategies.leading_dims_cases)
-def test_offset_leading_dims(subject, case):
-    check_leading_dims(subject, OFFSET, case)
-
-
-@_axis_a(OFFSET, StridedCase, strategies.strided_cases)
-def test_offset_strided_rows(subject, case):
-    check_strided_rows(subject, OFFSET, case)
-
-
-@_axis_a(OFFSET, RepeatCase, strategies.repeat_cases)
-def test_offset_repeat(subject, case):
-    check_repeat(subject, OFFSET, case)
-
-
-@_axis_a(UNWEIGHTED, BatchSizeCase, strategies.batch_size_cases)
-def test_unweighted_batch_size(subject, case):
-    check_batch_size(subject, UNWEIGHTED, case)
-
-
-@_axis_a(UNWEIGHTED, SliceCase, strategies.slice_cases)
-def test_unweighted_slice_offset(subject, case):
-    check_slice_offset(subject, UNWEIGHTED, case)
-
-
-@_axis_a(UNWEIGHTED, PaddingCase, strategies.padding_cases)
-def test_unweighted_padding(subject, case):
-    check_padding(subject, UNWEIGHTED, case)
-
-
-@_axis_a(UNWEIGHTED, PositionCase, strategies.position_cases)
-def test_unweighted_position(subject, case):
-    check_position(subject, UNWEIGHTED, case)
-
-
-@_axis_a(UNWEIGHTED, LeadingDimsCase, strategies.leading_dims_cases)
-def test_unweighted_leading_dims(subject, case):
-    check_leading_dims(subject, UNWEIGHTED, case)
-
-
-@_axis_a(UNWEIGHTED, StridedCase, strategies.strided_cases)
-def test_unweighted_strided_rows(subject, case):
-    check_strided_rows(subject, UNWEIGHTED, case)
-
-
-@_axis_a(UNWEIGHTED, RepeatCase, strategies.repeat_cases)
-def test_unweighted_repeat(subject, case):
-    check_repeat(subject, UNWEIGHTED, case)
+for _entry, _prefix in ((FUSED_ADD, "fused_add_"), (OFFSET, "offset_"), (UNWEIGHTED, "unweighted_")):
+    globals().update(generate_tests(variant_group(_entry, _prefix), __name__))
 
 
 # --- each variant's own rules ------------------------------------------------------------------------------
 
 
 def _accuracy(entry: EntryPoint, **pinned) -> Callable:
-    return _cases(entry, lambda **budget: strategies.accuracy_cases(**budget, **pinned))
+    """Accuracy cases within the variants' budget share, the weight in any layout, and a fused add's residual in
+    x's dtype or, where the backend takes it, fp32."""
+
+    def cases(subject) -> st.SearchStrategy:
+        drawn = strategies.accuracy_cases(dtype=subject.dtype, max_elements=_budget(subject), any_weight_layout=True,
+                                          **pinned)
+        return strategies.with_residual_dtypes(drawn, _residual_dtypes(subject)) if "residual" in entry.rows else drawn
+
+    return cases
 
 
-def _strict_oracle(subject, x, scale):
-    """The fp64 oracle of (x / rms) * scale for ULP bounds, or None outside the strict profile."""
+def _strict_oracle(subject, x, scale, eps):
+    """The fp64 oracle of (x / rms) * scale, with the case's eps, for ULP bounds; None outside the strict
+    profile."""
     if subject.profile.name != "strict":
         return None
     ones = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
-    return oracle_fp64(x.float(), ones) * scale.double()
+    return oracle_fp64(x.float(), ones, eps) * scale.double()
 
 
 def _assert_routed(subject, case, y, x, what: str) -> None:
@@ -341,6 +114,12 @@ def _assert_routed(subject, case, y, x, what: str) -> None:
                  what=f"{what} returned (dtype, shape) {got}, but should be {want}")
 
 
+def _same_tensor(a, b: torch.Tensor) -> bool:
+    """Is ``a`` the tensor ``b`` (or a view of exactly its elements)?"""
+    return (isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+            and a.storage_offset() == b.storage_offset() and a.shape == b.shape and a.stride() == b.stride())
+
+
 @conformance("variants.fused_add_residual", AccuracyCase, _accuracy(FUSED_ADD), skip_reason=_not_offered(FUSED_ADD))
 def test_fused_add_residual(subject, case):
     b = case.batch
@@ -348,7 +127,17 @@ def test_fused_add_residual(subject, case):
     _, residual_out = subject.call("fused_add", x, r, w, b.eps)
     where = " (written into residual)" if subject.backend.fused_add_in_place else ""
     assert_bitwise(subject, case, actual=residual_out, expected=(x.float() + r.float()).to(r.dtype), dim=b.dim,
-                   what=f"residual_out{where} is not x + residual rounded once to {b.residual_dtype}")
+                   what=f"fused_add residual_out{where} is not x + residual rounded once to {b.residual_dtype}")
+    if subject.backend.fused_add_in_place:
+        # What an in-place fused add returns: nothing, or the very tensors it wrote, (x, residual).
+        x_io, r_io = same_layout_copy(x), same_layout_copy(r)
+        with subject.isolated("fused_add"):
+            out = subject.backend.impl.fused_add(x_io, r_io, w, b.eps)
+        ok = out is None or (isinstance(out, tuple | list) and len(out) == 2
+                             and _same_tensor(out[0], x_io) and _same_tensor(out[1], r_io))
+        got = "None" if out is None else f"{type(out).__name__} of {len(out) if isinstance(out, tuple | list) else 1}"
+        assert_holds(subject, case, ok=ok, dim=b.dim,
+                     what=f"the in-place fused_add returned {got} that is not (x, residual), the tensors it wrote")
 
 
 @conformance("variants.fused_add_output", AccuracyCase, _accuracy(FUSED_ADD), skip_reason=_not_offered(FUSED_ADD))
@@ -359,34 +148,44 @@ def test_fused_add_output(subject, case):
     _assert_routed(subject, case, y, x, "fused_add's y")
     stored = residual_out.detach()
     assert_within(subject, case, actual=y, reference=reference_fp32(stored, w, b.eps), dim=b.dim,
-                  correctly_rounded=_strict_oracle(subject, stored, w.float()),
-                  what=f"y of {b.rows}x{b.dim} '{b.values}' rows is off the fp32 reference of residual_out as stored")
+                  correctly_rounded=_strict_oracle(subject, stored, w.float(), b.eps),
+                  what=f"fused_add y of {b.rows}x{b.dim} '{b.values}' rows ({b.weight_layout} weight) is off the fp32 "
+                       "reference of residual_out as stored")
 
 
 @conformance("variants.fused_add_stored_residual", AccuracyCase, _accuracy(FUSED_ADD, values="normal"),
              skip_reason=_not_offered(FUSED_ADD))
 def test_fused_add_stored_residual(subject, case):
+    """The rms and the normalized row both come from residual_out as stored: y is held against each other
+    choice of the two in turn, so a kernel that mixes them cannot win a count taken over all of them at once."""
     b = case.batch
     (x, r), w = _inputs(subject, FUSED_ADD, b)
     y, residual_out = subject.call("fused_add", x, r, w, b.eps)
-    classes = rounding.fused_add_classes(x, r, residual_out.detach(), w, b.eps)
-    result = rounding.vote(y, rounding.side(classes, "stored_residual"), rounding.side(classes, "fp32_sum"))
-    assert_holds(subject, case, ok=not result.breached, dim=b.dim,
-                 what="y is normalized from the fp32 sum, not from residual_out as stored: "
-                      + result.describe("the stored residual", "the fp32 sum"))
+    alternatives = rounding.fused_add_alternatives(x, r, residual_out.detach(), w, b.eps)
+    stored = alternatives.pop("stored_residual")
+    # Within the backend's rounding class (declared, else the one its bits follow): two choices a class apart
+    # would differ on more elements than the choices themselves make differ.
+    cls = subject.backend.rounding_classes.get("fused_add") or rounding.closest_class(y, stored)
+    for name, other in alternatives.items():
+        result = rounding.vote(y, [stored[cls]], [other[cls]])
+        assert_holds(subject, case, ok=not result.breached, dim=b.dim,
+                     what=f"fused_add y takes {FUSED_ADD_INPUTS[name]}, not both the rms and the row from "
+                          f"residual_out as stored ({cls} class): "
+                          + result.describe("the stored residual", name))
 
 
 @conformance("variants.offset_output", AccuracyCase, _accuracy(OFFSET), skip_reason=_not_offered(OFFSET))
 def test_offset_output(subject, case):
     b = case.batch
-    x, w = subject.inputs(b)
+    (x,), w = _inputs(subject, OFFSET, b)
     y = subject.call("forward_offset", x, w, b.eps)
     _assert_routed(subject, case, y, x, "forward_offset")
     offset_dtype = subject.backend.offset_dtype
     assert_within(subject, case, actual=y, reference=reference_offset(x, w, b.eps, offset_dtype), dim=b.dim,
-                  correctly_rounded=_strict_oracle(subject, x, offset_scale(w, offset_dtype)),
-                  what=f"(x / rms) * (1 + weight) of {b.rows}x{b.dim} '{b.values}' rows, 1 + weight formed as "
-                       f"offset_dtype={offset_dtype!r}, is off the fp32 reference")
+                  correctly_rounded=_strict_oracle(subject, x, offset_scale(w, offset_dtype), b.eps),
+                  what=f"forward_offset (x / rms) * (1 + weight) of {b.rows}x{b.dim} '{b.values}' rows "
+                       f"({b.weight_layout} weight), 1 + weight formed as offset_dtype={offset_dtype!r}, is off the "
+                       "fp32 reference")
 
 
 def _offset_discriminates(subject) -> str | None:
@@ -400,7 +199,7 @@ def _offset_discriminates(subject) -> str | None:
              skip_reason=_offset_discriminates)
 def test_offset_dtype(subject, case):
     b = case.batch
-    x, w = subject.inputs(b)
+    (x,), w = _inputs(subject, OFFSET, b)
     y = subject.call("forward_offset", x, w, b.eps)
     declared = subject.backend.offset_dtype
     other = "weight" if declared == "float32" else "float32"
@@ -408,20 +207,20 @@ def test_offset_dtype(subject, case):
                            list(rounding.offset_classes(x, w, b.eps, other).values()))
     names = {"float32": "1 + weight in fp32", "weight": f"1 + weight in {b.weight_dtype}"}
     assert_holds(subject, case, ok=not result.breached, dim=b.dim,
-                 what=f"declares offset_dtype={declared!r} but forms 1 + weight as {other!r}: "
+                 what=f"forward_offset declares offset_dtype={declared!r} but forms 1 + weight as {other!r}: "
                       + result.describe(names[declared], names[other]))
 
 
 @conformance("variants.unweighted_output", AccuracyCase, _accuracy(UNWEIGHTED), skip_reason=_not_offered(UNWEIGHTED))
 def test_unweighted_output(subject, case):
     b = case.batch
-    x = subject.to_device(b.x())
+    (x,), _ = _inputs(subject, UNWEIGHTED, b)
     y = subject.call("forward_unweighted", x, b.eps)
     _assert_routed(subject, case, y, x, "forward_unweighted")
     ones = torch.ones(b.dim, dtype=torch.float32, device=x.device)
     assert_within(subject, case, actual=y, reference=reference_unweighted(x, b.eps), dim=b.dim,
-                  correctly_rounded=_strict_oracle(subject, x, ones),
-                  what=f"x / rms of {b.rows}x{b.dim} '{b.values}' rows is off the fp32 reference")
+                  correctly_rounded=_strict_oracle(subject, x, ones, b.eps),
+                  what=f"forward_unweighted x / rms of {b.rows}x{b.dim} '{b.values}' rows is off the fp32 reference")
 
 
 def _guarded(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -434,7 +233,7 @@ def _guarded(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _offers_any(subject) -> str | None:
     offered = [e for e in ENTRY_POINTS if _not_offered(e)(subject) is None]
-    return None if offered else f"{subject.backend.name} offers none of " + ", ".join(e.method for e in ENTRY_POINTS)
+    return None if offered else f"{subject.backend.name} offers none of " + ", ".join(e.name for e in ENTRY_POINTS)
 
 
 @conformance("variants.purity", AccuracyCase, lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=1 << 14),
@@ -446,42 +245,32 @@ def test_variant_purity(subject, case):
     impl = subject.backend.impl
     for entry in (e for e in ENTRY_POINTS if _not_offered(e)(subject) is None):
         rows_in, w = _inputs(subject, entry, b)
-        (x, x_buf), (w_in, w_buf) = _guarded(rows_in[0]), _guarded(w)
-        bufs = {"x": x_buf, "weight": w_buf}
-        expected = {"x": x_buf.clone(), "weight": w_buf.clone()}
-        if entry is FUSED_ADD:
-            r, bufs["residual"] = _guarded(rows_in[1])
-            expected["residual"] = bufs["residual"].clone()
-            if subject.backend.fused_add_in_place:
-                # What it declares it writes: y into x and residual_out into residual, in their dtypes.
-                expected["x"][GUARD: GUARD + x.numel()] = _in_place_y(subject, x, r, w, b.eps).reshape(-1)
-                expected["residual"][GUARD: GUARD + r.numel()] = (x.float() + r.float()).to(r.dtype).reshape(-1)
-            with subject.isolated(entry.method):
-                out = impl.fused_add(x, r, w_in, b.eps)
-        elif entry is OFFSET:
-            with subject.isolated(entry.method):
-                out = impl.forward_offset(x, w_in, b.eps)
-        else:
-            with subject.isolated(entry.method):
-                out = impl.forward_unweighted(x, b.eps)
+        guarded = dict(zip(entry.rows, (_guarded(t) for t in rows_in), strict=True))
+        if entry.weighted:
+            guarded["weight"] = _guarded(w)
+        bufs = {name: buf for name, (_, buf) in guarded.items()}
+        expected = {name: buf.clone() for name, buf in bufs.items()}
+        in_place = entry.writes_in_place(subject.backend)
+        if in_place:
+            # What it declares it writes: each output into the row input it replaces, in that input's dtype.
+            written = subject.call(entry.name, *entry.args(rows_in, w, b.eps))
+            for name, out in zip(entry.rows, written, strict=True):
+                expected[name][GUARD: GUARD + out.numel()] = out.detach().reshape(-1)
+        args = entry.args([guarded[name][0] for name in entry.rows], guarded["weight"][0] if entry.weighted else None,
+                          b.eps)
+        with subject.isolated(entry.name):
+            out = getattr(impl, entry.name)(*args)
         for name, buf in bufs.items():
             assert_bitwise(subject, case, actual=buf, expected=expected[name], dim=b.dim,
-                           what=f"{entry.method}: {name}, or memory beside it, "
-                                + ("is not what it declares it writes" if subject.backend.fused_add_in_place
-                                   and entry is FUSED_ADD and name != "weight" else "changed during the call"))
+                           what=f"{entry.name}: {name}, or memory beside it, "
+                                + ("is not what it declares it writes" if in_place and name != "weight"
+                                   else "changed during the call"))
         outs = out if isinstance(out, tuple | list) else () if out is None else (out,)
         storages = {b_.untyped_storage().data_ptr() for b_ in bufs.values()}
         aliased = [o for o in outs if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in storages]
-        in_place = entry is FUSED_ADD and subject.backend.fused_add_in_place
         assert_holds(subject, case, ok=in_place or not aliased, dim=b.dim,
-                     what=f"{entry.method} returned an output that shares storage with an input, without declaring "
+                     what=f"{entry.name} returned an output that shares storage with an input, without declaring "
                           "fused_add_in_place")
-
-
-def _in_place_y(subject, x, r, w, eps) -> torch.Tensor:
-    """What an in-place fused add must leave in x: the backend's own y for the same call, out of place."""
-    y, _ = subject.call("fused_add", x, r, w, eps)
-    return y.reshape(-1)
 
 
 # --- mixed precision ---------------------------------------------------------------------------------------
@@ -546,10 +335,9 @@ def _rounding_outputs(subject, batch: Batch) -> dict[str, tuple[torch.Tensor, di
 
 
 def _claim_sides(entry: str, claimed: str, classes: dict[str, torch.Tensor]):
-    """The claimed class's output against the other classes'; a fused add's with the stored residual (its rule)."""
+    """The claimed class's output, and each other class's; a fused add's with the stored residual (its rule)."""
     prefix = "stored_residual, " if entry == "fused_add" else ""
-    others = [name for name in ROUNDING_CLASSES if name != claimed]
-    return classes[prefix + claimed], [classes[prefix + name] for name in others], " or ".join(others)
+    return classes[prefix + claimed], {name: classes[prefix + name] for name in ROUNDING_CLASSES if name != claimed}
 
 
 @pytest.mark.conformance(rules=("variants.rounding_class",), case_types=("AccuracyCase",))
@@ -570,11 +358,13 @@ def test_rounding_class(subject):
                 "variant": entry, "rows": out.numel() // max(batch.dim, 1), "declared": claims.get(entry, ""),
                 "matches": rounding.row_matches(out, classes), "distinguishable": rounding.distinguishable(classes)})
             if entry in claims:
-                mine, theirs, other = _claim_sides(entry, claims[entry], classes)
-                result = rounding.vote(out, [mine], theirs)
-                assert_holds(subject, AccuracyCase(batch), ok=not result.breached, dim=batch.dim,
-                             what=f"{entry} declares rounding class {claims[entry]!r} but follows {other}: "
-                                  + result.describe(claims[entry], other))
+                # Against each other class in turn: classes that coincide somewhere cannot outvote each other.
+                mine, others = _claim_sides(entry, claims[entry], classes)
+                for other, theirs in others.items():
+                    result = rounding.vote(out, [mine], [theirs])
+                    assert_holds(subject, AccuracyCase(batch), ok=not result.breached, dim=batch.dim,
+                                 what=f"{entry} declares rounding class {claims[entry]!r} but follows {other}: "
+                                      + result.describe(claims[entry], other))
     if not any(e in claims for e in ROUNDED_ENTRY_POINTS):
         pytest.skip(f"{subject.backend.name} declares no rounding_class: the classes its bits match are in the "
                     "report, no claim was checked")

@@ -27,7 +27,7 @@ from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.reporting.render import render_markdown
 from rmsnorm_conformance.harness.running.backend import Backend, same_layout_copy
-from tests.defects import EngineStyleRMSNorm
+from rmsnorm_conformance.zoo import EngineStyleRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
@@ -129,7 +129,7 @@ def test_vote_counts_only_the_elements_that_tell_the_conventions_apart():
 def test_a_different_reduction_order_keeps_its_class_but_the_other_order_does_not():
     """The reason the vote works: another reduction order moves bits on a few elements, another rounding order
     on many of those the classes disagree on."""
-    from tests.defects import sum_of_squares_by_lanes
+    from rmsnorm_conformance.zoo import sum_of_squares_by_lanes
 
     x, w = _rows(rows=64, dim=4096)
     w16 = w.to(BF16)
@@ -148,7 +148,10 @@ def test_row_matches_and_distinguishable():
     counts = rounding.row_matches(classes["product_fp32"], classes)
     assert counts["product_fp32"] == 8 and counts["normalized_rounded"] < 8
     assert rounding.distinguishable(classes)
-    assert not rounding.distinguishable(rounding.unweighted_classes(x, 1e-6))
+    # With no weight the classes that round once coincide; only rounding 1/rms first stands apart.
+    unweighted = rounding.unweighted_classes(x, 1e-6)
+    assert not rounding.distinguishable({k: unweighted[k] for k in ("product_fp32", "normalized_rounded")})
+    assert rounding.distinguishable(unweighted)
 
 
 # --- declarations ------------------------------------------------------------------------------------------
@@ -203,7 +206,7 @@ def test_declared_dtypes_narrow_the_pairs():
 
 def test_a_rounding_class_is_one_class_or_a_mapping():
     assert Backend(_declaring(rounding_class="normalized_rounded")).rounding_classes == dict.fromkeys(
-        ("forward", "fused_add", "forward_offset"), "normalized_rounded")
+        ("forward", "fused_add", "forward_offset", "forward_unweighted"), "normalized_rounded")
     claims = Backend(_declaring(rounding_class={"forward_offset": "product_fp32"})).rounding_classes
     assert claims == {"forward_offset": "product_fp32"}
 
@@ -297,7 +300,8 @@ def test_declared_pairs_are_swept_and_named_in_ids_and_reports(run, pytester):
 
 
 def test_a_variant_the_backend_does_not_offer_is_skipped_with_its_reason(run):
-    result = run(str(ROOT / "suites" / "test_variants.py"), "--backend=tests.defects:CudaOnly", "--device=cpu")
+    result = run(str(ROOT / "suites" / "test_variants.py"), "--backend=rmsnorm_conformance.zoo:CudaOnly",
+                 "--device=cpu")
     assert result.ret == 5  # CudaOnly cannot run here at all: nothing ran, the run does not pass
     result = run(str(ROOT / "suites" / "test_variants.py"), "--backend=torch_rms_norm", "--device=cpu",
                  "--dtype=float32", "-k", "fused_add_residual or offset_output")

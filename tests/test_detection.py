@@ -1,5 +1,6 @@
-"""Mutation testing of the suites: each planted defect of tests/defects.py must fail the suite test of the rule
-it breaks, naming that rule, its minimal configuration and a replay command; correct backends must not fail.
+"""Mutation testing of the suites: each planted defect of the zoo (rmsnorm_conformance.zoo) must fail the suite
+test of the rule it breaks, naming that rule, its minimal configuration and a replay command; correct backends
+must not fail.
 
 Each defect runs only the suite test that covers its rule (``RULE_TESTS``), under the derandomized ``ci``
 profile, in a pytester subprocess as a user would run it. Holding correct backends to whole suites over many
@@ -20,7 +21,7 @@ import pytest
 from rmsnorm_conformance.contract import ALL_RULES, rule
 from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.replay import parse_case
-from tests.defects import DEFECTS, LaneOrderRMSNorm
+from rmsnorm_conformance.zoo import DEFECTS, LaneOrderRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -42,7 +43,7 @@ def rule_selection(rule_id: str) -> list[str]:
 
 @pytest.fixture
 def run(pytester, monkeypatch):
-    """pytest in a subprocess from a scratch directory, the project importable (as `--backend=tests.defects:X`)."""
+    """pytest in a subprocess from a scratch directory, the project importable."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
     def go(*args):
@@ -77,7 +78,7 @@ def test_defect_is_caught_in_the_rule_it_breaks(run, defect):
     """The run fails, every failure names the defect's rule (and no other), and the failure prints the
     minimal configuration with a replay command that runs that case on that test and backend."""
     tests = RULE_TESTS[defect.breaks]
-    spec = f"tests.defects:{defect.__name__}"
+    spec = f"rmsnorm_conformance.zoo:{defect.__name__}"
     strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
     result = run(*rule_selection(defect.breaks), f"--backend={spec}", "--device=cpu",
                  "--sweep=ci", "-x", *strict)
@@ -98,7 +99,8 @@ def test_lane_order_control_passes_axis_a_in_fp32(run):
     """The reduction-order defects switch to LaneOrderRMSNorm's order on some condition; that order on its
     own passes Axis-A, so their failures come from the switch, not from the order. fp32 shows any change. (The
     threshold checks of this order run in the false-alarm run over seeds, below.)"""
-    result = run(str(SUITES / "test_axis_a.py"), "--backend=tests.defects:LaneOrderRMSNorm", "--device=cpu",
+    result = run(str(SUITES / "test_axis_a.py"), "--backend=rmsnorm_conformance.zoo:LaneOrderRMSNorm",
+                 "--device=cpu",
                  "--sweep=ci", "-k", "float32 and not _at_thresholds")
     assert result.ret == 0, result.stdout.str()[-3000:]
     result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])
@@ -111,7 +113,7 @@ def test_no_false_alarm_for_correct_backends(run, pytester, seed):
     ``seed``: a failure here is the harness's (or a bound's) fault, not the backend's. The explicit checks
     (thresholds, QK-norm shapes, first calls) are the same under every seed: seed 0 alone runs them."""
     explicit = [] if seed == 0 else ["-k", EXPLICIT_TESTS]
-    result = run(str(SUITES), "--backend=native,tests.defects:LaneOrderRMSNorm", "--device=cpu",
+    result = run(str(SUITES), "--backend=native,rmsnorm_conformance.zoo:LaneOrderRMSNorm", "--device=cpu",
                  "--sweep=dev", f"--hypothesis-seed={seed}", "--report=seed.json", *explicit)
     data = json.loads((pytester.path / "seed.json").read_text())
     failed = [f"{nodeid}: {o.get('reason', '')}" for nodeid, o in data["outcomes"].items()
@@ -124,13 +126,15 @@ def test_no_false_alarm_for_correct_backends(run, pytester, seed):
 
 # --- The variants: correct kernels with every declaration must pass ------------------------------------------
 
-CORRECT_VARIANT_BACKENDS = "native,tests.defects:LaneOrderRMSNorm,tests.defects:EngineStyleRMSNorm"
+CORRECT_VARIANT_BACKENDS = ("native,rmsnorm_conformance.zoo:LaneOrderRMSNorm,"
+                            "rmsnorm_conformance.zoo:EngineStyleRMSNorm")
 
 
 def test_engine_style_declarations_pass_the_variant_rules(run):
     """An in-place fused add, the Hugging Face rounding order and a bf16 offset, each declared, move the
     reference the variant rules hold it to: none of them may read as a breach."""
-    result = run(str(SUITES / "test_variants.py"), "--backend=tests.defects:EngineStyleRMSNorm", "--device=cpu",
+    result = run(str(SUITES / "test_variants.py"), "--backend=rmsnorm_conformance.zoo:EngineStyleRMSNorm",
+                 "--device=cpu",
                  "--sweep=ci", "--dtype=bfloat16", "-k", "residual or output or offset_dtype or purity or "
                  "rounding_class or fp32_weight")
     assert result.ret == 0, result.stdout.str()[-3000:]

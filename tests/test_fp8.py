@@ -1,5 +1,5 @@
 """The fp8 part of the contract: the E4M3FN facts and references, fp8 bits in the comparisons, the backend protocol's
-fp8 methods, and the planted fp8 defects of tests/defects_fp8.py caught on the CPU under the rule each breaks
+fp8 methods, and the planted fp8 defects of zoo/fp8.py caught on the CPU under the rule each breaks
 (the native backend and a correct vLLM-order control passing)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.cases import Batch
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
 from rmsnorm_conformance.suites.test_fp8 import SCALE_SHIFTS, STATIC, static_scale
-from tests.defects_fp8 import FP8_DEFECTS, VllmOrderFp8, unsaturated_cast
+from rmsnorm_conformance.zoo.fp8 import FP8_DEFECTS, VllmOrderFp8, unsaturated_cast
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,7 +178,7 @@ def test_the_fp8_defects_are_documented_and_name_real_rules():
 
 @pytest.fixture
 def run(pytester, monkeypatch):
-    """pytest in a subprocess from a scratch directory, the project importable (`--backend=tests.defects_fp8:X`)."""
+    """pytest in a subprocess from a scratch directory, the project importable (`--backend=rmsnorm_conformance.zoo.fp8:X`)."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
     def go(*args):
@@ -187,14 +187,15 @@ def run(pytester, monkeypatch):
     return go
 
 
-CAUGHT = [(d, r) for d in FP8_DEFECTS for r in (d.breaks, *getattr(d, "also_breaks", ()))]
+# Each defect's own rule is held by tests/test_detection.py, as for the whole zoo; here the rules it also breaks.
+CAUGHT = [(d, r) for d in FP8_DEFECTS for r in getattr(d, "also_breaks", ())]
 
 
 @pytest.mark.parametrize(("defect", "rule_id"), CAUGHT, ids=lambda v: getattr(v, "__name__", v))
 def test_fp8_defect_is_caught_in_the_rule_it_breaks(run, defect, rule_id):
     """The fp8 suite's tests of the rule fail for the defect under the ci sweep in bf16, naming that rule only."""
     result = run("--pyargs", "rmsnorm_conformance.suites", f"--rule={rule_id}",
-                 f"--backend=tests.defects_fp8:{defect.__name__}", "--device=cpu", "--dtype=bfloat16",
+                 f"--backend=rmsnorm_conformance.zoo.fp8:{defect.__name__}", "--device=cpu", "--dtype=bfloat16",
                  "--sweep=ci", "-x")
     out = result.stdout.str()
     assert result.ret == 1, f"{defect.__name__} was not caught by {rule_id}:\n{out[-3000:]}"
@@ -206,7 +207,7 @@ def test_native_and_a_vllm_order_kernel_pass_the_fp8_bounds(run):
     """The ground truth, and a kernel that quantizes through x's dtype as vLLM's do (declaring that class), meet the
     output bound, the scale bound and their declared rounding class: the bounds do not fail correct kernels."""
     result = run("--pyargs", "rmsnorm_conformance.suites.test_fp8",
-                 f"--backend=native,tests.defects_fp8:{VllmOrderFp8.__name__}", "--device=cpu",
+                 f"--backend=native,rmsnorm_conformance.zoo.fp8:{VllmOrderFp8.__name__}", "--device=cpu",
                  "--dtype=bfloat16,float16", "--sweep=ci", "--max-examples=6", "-k", "output or scale or rounding")
     assert result.ret == 0, result.stdout.str()[-3000:]
     result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])

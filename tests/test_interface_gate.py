@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every suite, in float32 with a few examples each: the gate is about which rules fail, not about search depth.
-ARGS = ["--pyargs", "rmsnorm_conformance.suites", "--backend=tests.defects:ImpoliteRMSNorm", "--device=cpu",
+ARGS = ["--pyargs", "rmsnorm_conformance.suites", "--backend=rmsnorm_conformance.zoo:ImpoliteRMSNorm", "--device=cpu",
         "--dtype=float32", "--sweep=ci", "--max-examples=2"]
 
 

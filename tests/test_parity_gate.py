@@ -55,7 +55,7 @@ def test_native_and_triton_are_at_parity_on_the_cpu(run, pytester):
 
 
 def test_a_pair_in_different_orders_fails_with_bits_and_a_replay(run):
-    result = run("--backend=native,tests.defects:LaneOrderRMSNorm", "--require-parity=native:lane_order",
+    result = run("--backend=native,rmsnorm_conformance.zoo:LaneOrderRMSNorm", "--require-parity=native:lane_order",
                  "--dtype=float32")
     assert result.ret == 1
     out = result.stdout.str()

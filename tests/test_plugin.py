@@ -40,7 +40,7 @@ def test_native_passes_prints_tables_and_writes_both_reports(run, pytester):
 
 
 def test_one_plus_weight_fails_naming_the_rule_with_a_replay_that_reproduces(run, pytester):
-    args = [str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
+    args = [str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu",
             "-k", "plain_weight and float32", "--report=fail.md", "--report=fail.json"]
     result = run(*args)
     assert result.ret == 1
@@ -60,21 +60,21 @@ def test_one_plus_weight_fails_naming_the_rule_with_a_replay_that_reproduces(run
 
 
 def test_batch_dependent_reduction_is_caught_by_axis_a(run):
-    result = run(str(SUITES / "test_axis_a.py"), "--backend=tests.defects:SmallBatchReduction",
+    result = run(str(SUITES / "test_axis_a.py"), "--backend=rmsnorm_conformance.zoo:SmallBatchReduction",
                  "--device=cpu", "-k", "batch_size")
     assert result.ret == 1
     assert "contract rule axis_a.batch_size (batch size) broken" in result.stdout.str()
 
 
 def test_a_backend_never_seen_before_runs_by_module_path(run):
-    result = run(str(SUITES / "test_axis_b.py"), "--backend=tests.defects:make_correct_backend",
+    result = run(str(SUITES / "test_axis_b.py"), "--backend=rmsnorm_conformance.zoo:make_correct_backend",
                  "--device=cpu")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*", "native*cpu*PASS*"])
 
 
 def test_backend_that_cannot_run_is_skipped_with_its_reason_and_the_run_does_not_pass(run, pytester):
-    result = run(str(SUITES / "test_axis_b.py"), "--backend=tests.defects:cuda_only", "--device=cpu",
+    result = run(str(SUITES / "test_axis_b.py"), "--backend=rmsnorm_conformance.zoo:cuda_only", "--device=cpu",
                  "--report=skip.json")
     assert result.ret == 5
     out = result.stdout.str()
@@ -150,7 +150,7 @@ reason = "matches no backend of this run"
 
 def test_known_failure_manifest_turns_listed_breaches_into_xfails(run, pytester):
     pytester.makefile(".toml", known=MANIFEST)
-    result = run(str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
+    result = run(str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu",
                  "-k", "(plain_weight or dtype_routing) and float32", "--known-failures=known.toml",
                  "--report=m.json")
     assert result.ret == 0, result.stdout.str()
@@ -172,7 +172,7 @@ def test_a_manifest_with_an_unknown_rule_is_a_usage_error(run, pytester):
 
 
 def test_records_travel_with_each_test_so_a_stopped_xdist_run_still_reports(run, pytester):
-    result = run(str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
+    result = run(str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu",
                  "-k", "plain_weight or dtype_routing", "-n", "2", "-x", "--report=stopped.json")
     assert result.ret in (1, 2)  # xdist reports a run stopped by -x as interrupted
     data = json.loads((pytester.path / "stopped.json").read_text())
@@ -181,7 +181,7 @@ def test_records_travel_with_each_test_so_a_stopped_xdist_run_still_reports(run,
 
 
 def test_a_run_stopped_early_says_how_many_tests_did_not_run(run, pytester):
-    result = run(str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu",
+    result = run(str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu",
                  "-k", "plain_weight or dtype_routing", "-x", "--report=early.json")
     assert result.ret == 1
     data = json.loads((pytester.path / "early.json").read_text())

@@ -15,8 +15,9 @@ from rmsnorm_conformance.harness.running.registry import (
 )
 
 
-@pytest.mark.parametrize("spec", ["tests.defects:OnePlusWeight", "tests.defects:make_correct_backend",
-                                  "tests.defects:correct_instance", "native"])
+@pytest.mark.parametrize("spec", ["rmsnorm_conformance.zoo:OnePlusWeight",
+                                  "rmsnorm_conformance.zoo:make_correct_backend",
+                                  "rmsnorm_conformance.zoo:correct_instance", "native"])
 def test_backend_specs_resolve(spec):
     backend = load_backend(spec)
     assert isinstance(backend, Backend)
@@ -29,7 +30,7 @@ def test_unknown_specs_are_named():
     with pytest.raises(ImportError, match="no_such_module"):
         load_backend("no_such_module:Thing")
     with pytest.raises(ImportError, match="has no attribute 'Missing'"):
-        load_backend("tests.defects:Missing")
+        load_backend("rmsnorm_conformance.zoo:Missing")
     with pytest.raises(TypeError, match="neither a backend"):
         instantiate(42)
 
@@ -59,7 +60,7 @@ def test_option_parsing_expands_all_and_drops_duplicates():
 def test_dispatch_skips_what_cannot_run_and_falls_back():
     registry = KernelRegistry({"cpu": {"rms_norm": ["no_such_module:X", OpBackend.PYTORCH_NATIVE_RMS_NORM]}})
     assert registry.get_op("rms_norm", "cpu").name == "native"
-    registry.register("rms_norm", "tests.defects:make_correct_backend", device_kinds=("cpu",))
-    assert registry.priority("rms_norm", "cpu")[0] == "tests.defects:make_correct_backend"
+    registry.register("rms_norm", "rmsnorm_conformance.zoo:make_correct_backend", device_kinds=("cpu",))
+    assert registry.priority("rms_norm", "cpu")[0] == "rmsnorm_conformance.zoo:make_correct_backend"
     with pytest.raises(KeyError, match="no backends registered for op 'softmax'"):
         registry.get_op("softmax", "cpu")

@@ -23,7 +23,7 @@ from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.running.backend import Backend
 from rmsnorm_conformance.harness.running.entry_points import entry_points, missing_reason
 from rmsnorm_conformance.harness.running.fresh_process import FIRST_CALL_DIMS, first_call_plan
-from tests.defects import LaneOrderRMSNorm
+from rmsnorm_conformance.zoo import LaneOrderRMSNorm
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]

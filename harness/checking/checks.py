@@ -32,10 +32,12 @@ from rmsnorm_conformance.harness.plugin.session import active_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running import isolation
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError
+from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
 # Rules every backend call is held to, whichever test makes the call.
-CROSS_CUTTING_RULES = frozenset({"semantics.global_state", "semantics.fresh_output"})
+CROSS_CUTTING_RULES = frozenset({"semantics.global_state", "semantics.fresh_output", "semantics.purity",
+                                 "variants.purity"})
 
 
 def _dim(case: Any) -> int:
@@ -62,12 +64,15 @@ class Subject:
     strict_interface: bool = False
     case_timeout: float = 0.0
     current_case: Any = None
-    # The last output returned and a copy taken at once: the next call must not change it (fresh_output).
-    _last_output: tuple[torch.Tensor, torch.Tensor] | None = None
+    # The last call's method and its outputs, each with a fingerprint taken at once: the next call must not
+    # change them (fresh_output).
+    _last_output: tuple[str, list[tuple[str, torch.Tensor, torch.Tensor]]] | None = None
     # The parity gate: the other side of the pair, and the (pair label, devices) its checks are recorded under.
     other: Subject | None = None
     record_as: tuple[str, str] | None = None
     weight_dtype: str = ""  # the weight's dtype, when the backend declares that pair; default x's
+    # (entry point, dim, dtypes, device) keys already called once: the Axis-A checks warm each up first.
+    warmed: set[tuple[Any, ...]] = dataclasses.field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.weight_dtype = self.weight_dtype or self.dtype
@@ -132,30 +137,52 @@ class Subject:
                          what=f"{self.backend.name}.{what} left torch's global state changed: {'; '.join(diff)}")
 
     def call(self, method: str, *args: Any) -> Any:
-        """Call ``backend.method(*args)`` isolated; check that it returned tensors and did not change the output
-        it returned last time. A backend that reuses its output buffer thus fails ``semantics.fresh_output`` at
-        its next call, before any Axis-A comparison could blame the overwritten bits on the batch."""
+        """Call ``backend.method(*args)`` isolated; check that it returned tensors, changed none of its inputs
+        (unless it declares that it writes them) and did not change any output it returned last time. A backend
+        that writes into its caller's tensors thus fails its purity rule at that very call, and one that reuses
+        an output buffer fails ``semantics.fresh_output`` at its next call, before any Axis-A comparison could
+        blame the overwritten bits on the batch."""
         __tracebackhide__ = True
+        entry = ENTRY_POINTS.get(method)
+        watched = [(i, a, isolation.fingerprint(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         with self.isolated(method):
             out = getattr(self.backend, method)(*args)
-        tensors = out if isinstance(out, tuple) else (out,)
+        tensors = tuple(out) if isinstance(out, tuple | list) else (out,)
         for t in tensors:
             if not isinstance(t, torch.Tensor):
                 raise BackendError(f"{self.backend.name}.{method} returned {type(t).__name__}, not a torch.Tensor")
+        if entry is not None:
+            self._check_pure(entry, args, watched)
         self._check_fresh(method)
-        self._last_output = (tensors[0], isolation.fingerprint(tensors[0]))
+        names = entry.outputs if entry is not None and len(entry.outputs) == len(tensors) else [
+            f"output {i}" for i in range(len(tensors))]
+        self._last_output = (method, [(name, t, isolation.fingerprint(t))
+                                     for name, t in zip(names, tensors, strict=True)])
         return out
+
+    def _check_pure(self, entry: Any, args: tuple[Any, ...], watched: list[tuple[int, torch.Tensor, Any]]) -> None:
+        __tracebackhide__ = True
+        if entry.writes_in_place(self.backend):
+            return  # the backend's adapter hands it copies (harness/running/backend.py): the caller's stay as they were
+        names = [*entry.rows, "weight"] if entry.weighted else list(entry.rows)
+        changed = [names[i] if i < len(names) else f"argument {i}" for i, t, then in watched
+                   if not torch.equal(isolation.fingerprint(t), then)]
+        if changed:
+            assert_holds(self, self.current_case, ok=False, rule=entry.purity_rule, dim=_dim(self.current_case),
+                         what=f"{self.backend.name}.{entry.name} changed its input {', '.join(changed)} during the "
+                              "call, and does not declare that it writes it")
 
     def _check_fresh(self, method: str) -> None:
         __tracebackhide__ = True
         if self._last_output is None:
             return
-        earlier, print_then = self._last_output
+        earlier, outputs = self._last_output
         self._last_output = None
-        if not torch.equal(isolation.fingerprint(earlier), print_then):
+        changed = [name for name, t, print_then in outputs if not torch.equal(isolation.fingerprint(t), print_then)]
+        if changed:
             assert_holds(self, self.current_case, ok=False, rule="semantics.fresh_output", dim=_dim(self.current_case),
-                         what=f"the output an earlier call returned changed during a later {method} call: the "
-                              f"backend reuses its output buffer")
+                         what=f"{', '.join(changed)} that an earlier {earlier} call returned changed during a later "
+                              f"{method} call: the backend reuses its output buffer")
 
     def inputs(self, batch: Batch, *, rows: int | None = None, salt: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """x and weight of ``batch`` on the subject's device (made on the CPU, so the same on any device)."""
@@ -164,7 +191,8 @@ class Subject:
     def replay_command(self, case: Any, rule_id: str) -> str:
         """One command, to run from any directory where the backend imports, that re-runs just this case in this
         test (selected by the test's own rule, also when the breach is of a cross-cutting rule)."""
-        return self.replay(self.rules[0] if self.rules else rule_id, case)
+        declared = rule_id if rule_id in self.rules or not self.rules else self.rules[0]
+        return self.replay(declared, case)
 
     def gates(self, rule_id: str) -> bool:
         """Does a breach of this rule fail the run? Numerics rules always; interface rules only when strict."""

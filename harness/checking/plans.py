@@ -8,7 +8,7 @@ do, record every check, and say in the report what the element budget left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -22,7 +22,9 @@ from rmsnorm_conformance.harness.running.entry_points import entry_points
 PlanMaker = Callable[..., Plan]
 
 
-def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_here: bool = False
+def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_here: bool = False,
+                   entries: Callable[[Any], Sequence[str]] = entry_points, budget_share: int = 1,
+                   skip_reason: Callable[[Any], str | None] | None = None
                    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Declare a test that runs ``check(subject, case, memo)`` on every case of ``plan``, in order, each as a
     sweep's example runs (its own deadline; a backend's exception fails the rule with that case's replay).
@@ -32,12 +34,17 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
     whole plan, so consecutive cases of one batch compute the whole batch once (``memo["plan"]`` lists every
     case, for checks that run several at once). Under ``--replay`` the
     replayed case runs here if ``replayed_here``, else in the sweep test of the same rule and case type,
-    and this test is skipped.
+    and this test is skipped. ``entries(backend)`` gives the entry points the plan is made for (default: the
+    plain norm's), ``budget_share`` divides the threshold budget, and ``skip_reason`` says why a subject is
+    not held to the plan, as for sweeps.
     """
     rule(rule_id)  # an unknown id fails at import, naming the known ones
 
     def decorate(check: Callable[..., None]) -> Callable[..., None]:
         def test(subject: Any, request: pytest.FixtureRequest) -> None:
+            reason = skip_reason(subject) if skip_reason else None
+            if reason:
+                pytest.skip(reason)
             if subject.replay_case is not None:
                 if not replayed_here:
                     pytest.skip(f"--replay runs the case in the sweep test of {rule_id}")
@@ -45,10 +52,11 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
             else:
                 option = request.config.getoption("--max-elements")
                 interpreted = bool(getattr(subject.backend.impl, "interpreted", False))
-                budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
-                made = plan(subject.dtype, subject.device, budget,
-                            describe(subject.device, interpreted=interpreted, option=option),
-                            entry_points(subject.backend))
+                budget = threshold_elements(subject.device, interpreted=interpreted, option=option) // budget_share
+                source = describe(subject.device, interpreted=interpreted, option=option)
+                if budget_share > 1:
+                    source += f", 1/{budget_share} of it for this entry point"
+                made = plan(subject.dtype, subject.device, budget, source, tuple(entries(subject.backend)))
                 if made.skipped:
                     subject.collector.add_not_run(subject.backend.name, str(subject.device), made.skipped)
                 # Plans are made in x's dtype; the weight's (of a declared pair) goes into each case, as in sweeps.

@@ -102,6 +102,25 @@ def fused_add_classes(x: torch.Tensor, residual: torch.Tensor, residual_out: tor
             for name, out in rounding_class_outputs(normalized, weight.float(), eps, x.dtype).items()}
 
 
+def fused_add_alternatives(x: torch.Tensor, residual: torch.Tensor, residual_out: torch.Tensor,
+                           weight: torch.Tensor, eps: float) -> dict[str, dict[str, torch.Tensor]]:
+    """For each input choice of the contract's ``FUSED_ADD_INPUTS`` (where the rms and the normalized row come
+    from), the output of every rounding class. The contract's choice, ``stored_residual``, is voted against each
+    other choice separately and within one rounding class, so that no mixture of choices or classes can side
+    with it on a count taken over all of them at once."""
+    stored, total = residual_out.float(), x.float() + residual.float()
+    choices = {"stored_residual": (stored, stored), "fp32_sum": (total, total),
+               "rms_of_fp32_sum": (stored, total), "row_of_fp32_sum": (total, stored)}
+    return {name: rounding_class_outputs(row, weight.float(), eps, x.dtype, rms_of=rms_of)
+            for name, (row, rms_of) in choices.items()}
+
+
+def closest_class(actual: torch.Tensor, classes: Mapping[str, torch.Tensor]) -> str:
+    """The class whose bits ``actual`` has on the most elements."""
+    out = bits(actual)
+    return max(classes, key=lambda name: int((out == bits(classes[name])).sum()))
+
+
 def side(classes: Mapping[str, torch.Tensor], part: str) -> list[torch.Tensor]:
     """The class outputs whose name contains ``part``: one side of a vote."""
     return [t for name, t in classes.items() if part in name.split(", ")]

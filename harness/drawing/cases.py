@@ -307,12 +307,14 @@ class AccuracyCase:
 
 @dataclass(frozen=True)
 class NonfiniteCase:
-    """Entries of ``rows_hit`` rows set to ``value`` ('nan', 'inf', 'neg_inf') at ``count`` columns each."""
+    """Entries of ``rows_hit`` rows of x set to ``value`` ('nan', 'inf', 'neg_inf') at ``count`` columns each,
+    called through ``entry``."""
 
     batch: Batch
     value: str
     rows_hit: int
     count: int = 1
+    entry: str = "forward"
 
 
 @dataclass(frozen=True)

@@ -250,11 +250,13 @@ def accuracy_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS, valu
 
 
 @st.composite
-def nonfinite_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> NonfiniteCase:
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values="normal"))
+def nonfinite_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                    entries: Sequence[str] = FORWARD_ONLY) -> NonfiniteCase:
+    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values="normal", any_weight_layout=True))
     rows_hit = draw(st.integers(1, max(1, b.rows // 2)))
     count = draw(st.integers(1, b.dim))
-    return NonfiniteCase(b, draw(st.sampled_from(("nan", "inf", "neg_inf"))), rows_hit, count)
+    return NonfiniteCase(b, draw(st.sampled_from(("nan", "inf", "neg_inf"))), rows_hit, count,
+                         entry=draw(entry_points(entries)))
 
 
 @st.composite

@@ -26,8 +26,9 @@ from rmsnorm_conformance.contract import (
 ALL_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in DTYPES)
 CONTRACT_PAIRS: tuple[tuple[torch.dtype, torch.dtype], ...] = tuple(
     (getattr(torch, x), getattr(torch, w)) for x, w in DTYPE_PAIRS)
-# The entry points whose output has a weight multiply, hence a rounding class a backend may declare.
-ROUNDED_ENTRY_POINTS: tuple[str, ...] = ("forward", "fused_add", "forward_offset")
+# The entry points whose output is rounded to x's dtype, hence a rounding class a backend may declare (with no
+# weight, the classes that round once coincide, and the one that rounds 1/rms first stands apart).
+ROUNDED_ENTRY_POINTS: tuple[str, ...] = ("forward", "fused_add", "forward_offset", "forward_unweighted")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -47,12 +48,13 @@ class RMSNormBackend(Protocol):
       x's dtype for each of ``dtypes``);
     - ``fused_add(x, residual, weight, eps) -> (y, residual_out)``, ``forward_offset(x, weight, eps)``,
       ``forward_unweighted(x, eps)``: the variants (default: absent, their rules are skipped);
-    - ``fused_add_in_place``: bool (default False): fused_add writes y into x and residual_out into residual;
+    - ``fused_add_in_place``: bool (default False): fused_add writes y into x and residual_out into residual,
+      and returns nothing or the tensors it wrote, ``(x, residual)``;
     - ``fused_add_fp32_residual``: bool (default False): fused_add also takes an fp32 residual with 16-bit x;
     - ``offset_dtype``: ``"float32"`` (default) or ``"weight"``: where forward_offset forms 1 + weight;
     - ``rounding_class``: a class of the contract's ``ROUNDING_CLASSES``, or a mapping from entry point
-      (forward, fused_add, forward_offset) to one (default: none declared; the report still says which class
-      the bits match);
+      (forward, fused_add, forward_offset, forward_unweighted) to one (default: none declared; the report still
+      says which class the bits match);
     - ``forward_fp8_static(x, weight, eps, scale) -> q``, ``forward_fp8_dynamic(x, weight, eps) -> (q, scale)``,
       ``fused_add_fp8_static(x, residual, weight, eps, scale) -> (q, residual_out)``,
       ``fused_add_fp8_dynamic(x, residual, weight, eps) -> (q, scale, residual_out)``: RMSNorm fused with fp8

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
-from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase, lay_out_weight
+from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase
 from rmsnorm_conformance.harness.drawing.thresholds import Plan
-from rmsnorm_conformance.harness.running.entry_points import call
+from rmsnorm_conformance.harness.running.entry_points import call, entry_point
 
 # Every threshold dim and an odd one (tail masking), each once: each call below is the first for its dim.
 FIRST_CALL_DIMS: tuple[int, ...] = (*THRESHOLD_DIMS, 1000)
@@ -51,9 +51,10 @@ def first_call_plan(dtype: str, device: torch.device, budget: int, source: str, 
 
 @dataclass(frozen=True)
 class FreshCalls:
-    """What a fresh process returned: per case its first and second outputs, or why it failed."""
+    """What a fresh process returned: per case the outputs of its first and of its second call (every output of
+    the entry point, in its order), or why it failed."""
 
-    outputs: dict[FirstCallCase, tuple[torch.Tensor, torch.Tensor]]
+    outputs: dict[FirstCallCase, tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
     error: str | None = None
 
 
@@ -95,10 +96,10 @@ def main(argv: list[str]) -> int:
     calls = []
     for text in request["cases"]:
         case = parse_case(text)
-        b = case.batch
-        calls.append((case.entry, b.x().to(device), lay_out_weight(b.w().to(device), b.weight_layout), b.eps))
-    first = [call(caller, *c).cpu() for c in calls]
-    second = [call(caller, *c).cpu() for c in calls]
+        rows, weight = entry_point(case.entry).inputs(case.batch, device)
+        calls.append((case.entry, rows, weight, case.batch.eps))
+    first = [tuple(t.cpu() for t in call(caller, *c)) for c in calls]
+    second = [tuple(t.cpu() for t in call(caller, *c)) for c in calls]
     torch.save(list(zip(first, second, strict=True)), result_path)
     return 0
 

@@ -1,10 +1,11 @@
-"""Backends with planted defects, each breaking one contract rule the way real kernels do, and two correct
+"""Backends with planted defects, each breaking one contract rule the way real kernels do, and correct
 backends that the suites must never fail.
 
-Each defect names the rule it breaks in ``breaks``; tests/test_detection.py runs the suite test of that rule
-against it and expects the run to fail there, and benchmarks/detection.py measures how many examples that
-takes. A harness that lets one of these through has lost detection power. Every defect is the native
-ground truth plus one bug, so it can fail only through that bug.
+Each defect names the rule it breaks in ``breaks`` (the zoo's defect list is read from it:
+``rmsnorm_conformance.zoo.DEFECTS``); tests/test_detection.py runs the suite test of that rule against it and
+expects the run to fail there, and benchmarks/detection.py measures how many examples that takes. A harness
+that lets one of these through has lost detection power. Every defect is the native ground truth plus one
+bug, so it can fail only through that bug.
 """
 
 from __future__ import annotations
@@ -1034,21 +1035,167 @@ class AutotuneFirstCall(NativeRMSNormOp):
         return _lanes_if(first, x, weight, eps)
 
 
-DEFECTS: tuple[type[NativeRMSNormOp], ...] = (
-    SmallBatchReduction, LargeBatchReduction, AlignmentDependentReduction, BatchStatisticLeak,
-    PositionDependentReduction, LeadingDimsReduction, IgnoresStrides, RandomReductionOrder,
-    DroppedTailBlock, LowPrecisionAccumulation, HalfPrecisionSquares, RoundedForwardFp32,
-    EpsOutsideSqrt, OnePlusWeight, WrongOutputDtype, NoShapeGuard, MutatesInput, WritesBesideInput,
-    EmptyBatchCrash, BatchWideNonfiniteGuard, SilentDtypeCast,
-    LowPrecisionGradientSum, SmallBatchBackward, AtomicWeightGradient,
-    MixedPairSmallBatch, ResidualRoundedTwice, NormalizesFp32Sum, FusedAddNormalizesInput,
-    UndeclaredInPlaceFusedAdd, FusedAddAlignmentSwitch, OffsetLargeBatchReduction, UnweightedSmallBatchReduction,
-    OffsetInWeightDtype, OffsetIgnored, UnweightedLowPrecisionSum, WeightRoundedToInputDtype,
-    HfOrderDeclaredAsFp32Product, UndeclaredMixedPair,
-    PrefillSplitReduction, PersistentKernelReduction, RowPackingReduction, ManyHeadsQKNorm,
-    StridedWeightReadContiguously, MisalignedWeightPath, Fp32EntrySmallBatchReduction, TrainingPathReduction,
-    AutotuneFirstCall,
-)
+
+
+# --- The variants held to every check forward is held to: what only the shared check set reaches --------------
+
+
+class RmsFromFp32Sum(NativeRMSNormOp):
+    """Breaks variants.fused_add_stored_residual: the fused add takes its rms from the fp32 sum x + residual, and
+    normalizes the residual it stored (rounded to the residual's dtype) with it.
+
+    A one-pass fused kernel that accumulates the sum of squares while it adds, before it rounds the sum for the
+    store, then re-reads the stored residual for the normalize pass: its normalized row is right, its rms is
+    that of another tensor. Counted over all elements at once, its bits side with the stored residual in bf16.
+    """
+
+    name = "rms_from_fp32_sum"
+    breaks = "variants.fused_add_stored_residual"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        check_inputs(x, weight, eps)
+        total = _sum_fp32(x, residual)
+        stored = total.to(residual.dtype)
+        y = _normalise(stored.float(), weight, eps, sum_of_squares_fixed_order(total)).to(x.dtype)
+        return y, stored
+
+
+class StaticResidualBuffer(NativeRMSNormOp):
+    """Breaks semantics.fresh_output: the fused add returns one static buffer as residual_out, rewritten by
+    every call.
+
+    A CUDA-graph friendly wrapper that allocates residual_out once per shape and returns it each time: the
+    caller's residual stream from the previous layer changes under it at the next call. Every other output is
+    fresh, so a check that watches only the first returned tensor never sees it.
+    """
+
+    name = "static_residual_buffer"
+    breaks = "semantics.fresh_output"
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple, torch.Tensor] = {}
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        y, residual_out = super().fused_add(x, residual, weight, eps)
+        key = (tuple(residual_out.shape), residual_out.dtype, str(residual_out.device))
+        buffer = self._buffers.setdefault(key, torch.empty_like(residual_out))
+        buffer.copy_(residual_out)
+        return y, buffer
+
+
+class FusedAddFirstCall(NativeRMSNormOp):
+    """Breaks axis_a.first_call: the fused add's first call for a (dim, dtype) reduces in another order (the
+    autotuner's last timing run), later calls in the order it chose.
+
+    A fused add-and-norm kernel autotuned on its first call per key, returning the buffer of its last timing
+    run: only a fresh process sees it, and a sweep that meets it first can only report a failure that does not
+    reproduce, blamed on whichever Axis-A variant made that call.
+    """
+
+    name = "fused_add_first_call"
+    breaks = "axis_a.first_call"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        check_inputs(x, weight, eps)
+        check_residual(x, residual, fp32_residual=True)
+        key = ("fused_add", x.shape[-1], x.dtype, residual.dtype, str(x.device))
+        first = key not in _TUNED
+        _TUNED.add(key)
+        stored = _sum_fp32(x, residual).to(residual.dtype)
+        return _lanes_if(first, stored, weight, eps).to(x.dtype), stored
+
+
+class InPlaceReturnsSwapped(NativeRMSNormOp):
+    """Breaks variants.fused_add_residual: an in-place fused add writes y into x and residual_out into residual,
+    and returns them swapped, (residual, x).
+
+    The wrapper of an in-place engine op that returns its arguments for chaining, in the op's own argument order
+    (``residual`` first in some engines' signatures): a caller that uses the return value takes the residual
+    stream for the normalized hidden state.
+    """
+
+    name = "in_place_returns_swapped"
+    breaks = "variants.fused_add_residual"
+    fused_add_in_place = True
+    fused_add_fp32_residual = False
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        y, residual_out = super().fused_add(x, residual, weight, eps)
+        residual.copy_(residual_out)
+        x.copy_(y)
+        return residual, x
+
+
+class OffsetInferencePath(NativeRMSNormOp):
+    """Breaks axis_a.offset: under torch.inference_mode() or no_grad the weight-offset norm takes a leaner
+    kernel that reduces in another order.
+
+    Gemma norm wrappers dispatch on ``torch.is_grad_enabled()``: the sampler's path (inference mode) is a fused
+    inference kernel, the trainer's an autograd Function; if their reductions differ, a Gemma policy's
+    log-probs disagree between training and sampling.
+    """
+
+    name = "offset_inference_path"
+    breaks = "axis_a.offset"
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _lanes_if(not torch.is_grad_enabled(), x, 1.0 + weight.float(), eps).to(x.dtype)
+
+
+class OffsetStridedWeightReadContiguously(NativeRMSNormOp):
+    """Breaks variants.offset_output: forward_offset reads the weight from ``weight.data_ptr()`` as if it were
+    contiguous.
+
+    As StridedWeightReadContiguously, in the Gemma path only: its wrapper checks x's strides but hands the
+    kernel the weight's pointer alone, so a strided view of an interleaved parameter buffer is read element after
+    element from its first address.
+    """
+
+    name = "offset_strided_weight_read_contiguously"
+    breaks = "variants.offset_output"
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return super().forward_offset(x, weight.as_strided(weight.shape, (1,)), eps)
+
+
+class UnweightedRoundsTwice(NativeRMSNormOp):
+    """Breaks variants.rounding_class: the no-weight norm rounds 1/rms to x's dtype, then the row times it, while
+    the backend declares the fp32-product class (rounded once) for every entry point.
+
+    The no-weight branch of a norm written in 16-bit torch ops, ``x * torch.rsqrt(var + eps).to(x.dtype)``: within
+    any accuracy bound, and bitwise equal to no kernel that rounds once, which is what an RL team pairing it with
+    a fused kernel of the declared class was promised.
+    """
+
+    name = "unweighted_rounds_twice"
+    breaks = "variants.rounding_class"
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        x32 = x.float()
+        inverse = 1.0 / torch.sqrt(sum_of_squares_fixed_order(x32) / x32.shape[-1] + eps)
+        return (x32 * inverse.to(x.dtype).float()).to(x.dtype)
+
+
+class UnweightedBatchWideNonfiniteGuard(NativeRMSNormOp):
+    """Breaks semantics.nonfinite_confined: one NaN or Inf anywhere zeroes the no-weight norm's whole batch.
+
+    As BatchWideNonfiniteGuard, in the no-weight path only (QK-norm without affine, or a router's norm): an
+    AMP-style ``found_inf`` guard applied to the batch, not the row, so one overflowing token wipes every other
+    sequence's activations.
+    """
+
+    name = "unweighted_batch_wide_nonfinite_guard"
+    breaks = "semantics.nonfinite_confined"
+
+    def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        out = super().forward_unweighted(x, eps)
+        return torch.where(torch.isfinite(x).all(), out, torch.zeros_like(out))
 
 
 # --- Correct backends: the suites must pass them ------------------------------------------------------------

@@ -1,0 +1,432 @@
+"""The checks every entry point is held to, written once over an EntryPoint description: each Axis-A variant of
+CONTRACT.md's table, and NaN/Inf confinement. The suites generate their tests from this table for forward's
+entry points and for each variant, as opcheck generates its tests, so no check exists in two drifting copies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import strategies as st
+
+from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.harness.checking.checks import (
+    Subject,
+    assert_bitwise,
+    assert_holds,
+    assert_within,
+    conformance,
+)
+from rmsnorm_conformance.harness.checking.plans import PlanMaker, explicit_cases
+from rmsnorm_conformance.harness.drawing import strategies, thresholds
+from rmsnorm_conformance.harness.drawing.cases import (
+    WEIGHT_LAYOUTS,
+    BatchSizeCase,
+    FirstCallCase,
+    GradModeCase,
+    LeadingDimsCase,
+    NonfiniteCase,
+    PaddingCase,
+    PermutationCase,
+    PositionCase,
+    RepeatCase,
+    SliceCase,
+    StridedCase,
+    lay_out_weight,
+    make_pad,
+    strided_layout,
+)
+from rmsnorm_conformance.harness.running.entry_points import (
+    EntryPoint,
+    call,
+    entry_point,
+    entry_points,
+    missing_reason,
+)
+from rmsnorm_conformance.harness.running.fresh_process import first_call_plan, run_fresh
+
+REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
+PAD_SALT = 7  # pad rows of each row input come from their own generator
+NONFINITE_SALT = 11  # which rows and columns get NaN or Inf: their own generator
+# A variant's cases take an eighth of forward's element budget: a fused add holds twice the tensors, and
+# forward's own tests already reach the largest batches (512K elements still give 128 rows at dim 4096 and 4096
+# rows at dim 128 on the CPU).
+VARIANT_BUDGET_SHARE = 8
+
+Outputs = tuple[torch.Tensor, ...]
+
+
+# --- calling an entry point as a case says ---------------------------------------------------------------------
+
+
+def _entry(case: Any) -> EntryPoint:
+    return entry_point(case.entry)
+
+
+def _inputs(subject: Subject, case: Any, *, rows: int | None = None,
+            salt: int = 0) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """The case's row inputs and weight (in the batch's layout) on the subject's device."""
+    reason = missing_reason(subject.backend, case.entry)
+    if reason:
+        pytest.skip(reason)
+    return _entry(case).inputs(case.batch, subject.device, rows=rows, salt=salt)
+
+
+def _call(subject: Subject, case: Any, rows: Sequence[torch.Tensor], w: torch.Tensor | None) -> Outputs:
+    """The case's entry point on ``rows``, after one warm-up call for its (entry point, dim, dtypes): a kernel
+    whose first call differs breaks axis_a.first_call (checked in a fresh process), and must not be blamed on
+    whichever Axis-A variant happened to make that call."""
+    b = case.batch
+    key = (case.entry, b.dim, b.dtype, b.weight_dtype, b.residual_dtype, str(subject.device))
+    if key not in subject.warmed:
+        subject.warmed.add(key)
+        call(subject, case.entry, [t[..., :1, :] if t.dim() > 1 else t for t in rows], w, b.eps)
+    return call(subject, case.entry, rows, w, b.eps)
+
+
+def _assert_same(subject: Subject, case: Any, *, actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor],
+                 what: str) -> None:
+    """Every output of the entry point bitwise equal, each named with the entry point."""
+    __tracebackhide__ = True
+    entry = _entry(case)
+    for name, a, e in zip(entry.outputs, actual, expected, strict=True):
+        label = entry.name if len(entry.outputs) == 1 else f"{entry.name} {name}"
+        assert_bitwise(subject, case, actual=a, expected=e, what=f"{label}: {what}", dim=case.batch.dim)
+
+
+def _whole(subject: Subject, case: Any, memo: dict) -> tuple[list[torch.Tensor], torch.Tensor | None, Outputs]:
+    """Row inputs, weight and outputs of ``case.batch`` whole: computed once per batch and entry point, so a
+    threshold plan compares many sub-batches against one large batch."""
+    key = (case.batch, case.entry)
+    if memo.get("whole", (None,))[0] != key:
+        memo.pop("whole", None)  # free the previous batch first: threshold batches fill the budget
+        rows, w = _inputs(subject, case)
+        memo["whole"] = (key, (rows, w, _call(subject, case, rows, w)))
+    return memo["whole"][1]
+
+
+# --- Axis-A: one check per variant ---------------------------------------------------------------------------
+
+
+def check_batch_size(subject: Subject, case: BatchSizeCase, memo: dict) -> None:
+    rows, w, full = _whole(subject, case, memo)
+    a, n = case.start, case.length
+    alone = _call(subject, case, [t[a: a + n].clone() for t in rows], w)
+    _assert_same(subject, case, actual=alone, expected=[o[a: a + n] for o in full],
+                 what=f"rows [{a}:{a + n}] alone differ from the same rows in a batch of {case.batch.rows}")
+
+
+def check_slice_offset(subject: Subject, case: SliceCase, memo: dict) -> None:
+    rows, w, full = _whole(subject, case, memo)
+    a, n = case.start, case.length
+    part = [t[a: a + n] if case.as_view else t[a: a + n].clone() for t in rows]
+    kind = "view" if case.as_view else "copy"
+    _assert_same(subject, case, actual=_call(subject, case, part, w), expected=[o[a: a + n] for o in full],
+                 what=f"rows [{a}:{a + n}] as a {kind} differ from the same rows of the whole batch")
+
+
+def check_padding(subject: Subject, case: PaddingCase, memo: dict) -> None:
+    b = case.batch
+    rows, w = _inputs(subject, case)
+    gen = b.generator(salt=PAD_SALT)
+    padded = []
+    for t in rows:
+        dtype = str(t.dtype).removeprefix("torch.")
+        before = make_pad(case.content, case.before, b.dim, dtype, gen)
+        after = make_pad(case.content, case.after, b.dim, dtype, gen)
+        padded.append(torch.cat([subject.to_device(before), t, subject.to_device(after)]))
+    alone = _call(subject, case, rows, w)
+    out = _call(subject, case, padded, w)
+    _assert_same(subject, case, actual=[o[case.before: case.before + b.rows] for o in out], expected=alone,
+                 what=f"{b.rows} real rows between {case.before} and {case.after} pad rows of {case.content} "
+                      "differ from the real rows alone")
+
+
+def check_position(subject: Subject, case: PositionCase, memo: dict) -> None:
+    b = case.batch
+    rows, w = _inputs(subject, case)
+
+    def placed(index: int) -> list[torch.Tensor]:
+        return [torch.cat([t[1:][:index], t[:1], t[1:][index:]]) for t in rows]
+
+    first = [o[case.first] for o in _call(subject, case, placed(case.first), w)]
+    second = [o[case.second] for o in _call(subject, case, placed(case.second), w)]
+    _assert_same(subject, case, actual=second, expected=first,
+                 what=f"one row at index {case.second} differs from the same row at index {case.first} of a "
+                      f"batch of {b.rows}")
+
+
+def check_permutation(subject: Subject, case: PermutationCase, memo: dict) -> None:
+    b = case.batch
+    rows, w = _inputs(subject, case)
+    perm = subject.to_device(torch.randperm(b.rows, generator=torch.Generator().manual_seed(case.perm_seed)))
+    out = _call(subject, case, [t[perm] for t in rows], w)
+    expected = [o[perm] for o in _call(subject, case, rows, w)]
+    _assert_same(subject, case, actual=out, expected=expected, what=f"permuting {b.rows} rows changed output bits")
+
+
+def check_leading_dims(subject: Subject, case: LeadingDimsCase, memo: dict) -> None:
+    b = case.batch
+    rows, w = _inputs(subject, case)
+    flat = _call(subject, case, rows, w)
+    shaped = _call(subject, case, [t.view(*case.shape, b.dim) for t in rows], w)
+    _assert_same(subject, case, actual=[o.reshape(-1, b.dim) for o in shaped], expected=flat,
+                 what=f"inputs viewed as {[*case.shape, b.dim]} differ from the flat [{b.rows}, {b.dim}]")
+
+
+def check_strided_rows(subject: Subject, case: StridedCase, memo: dict) -> None:
+    b = case.batch
+    rows, w = _inputs(subject, case)
+    views = [strided_layout(case, t) for t in rows]
+    contiguous = [v.contiguous() for v in views]
+    w_contiguous = w.contiguous() if w is not None else None
+    expected = _call(subject, case, contiguous, w_contiguous)
+    _assert_same(subject, case, actual=_call(subject, case, views, w), expected=expected,
+                 what=f"{case.layout} layout with strides {tuple(views[0].stride())} and a {b.weight_layout} "
+                      "weight differs from contiguous copies")
+    if w is None:
+        return
+    # Every weight layout, on every case: the layout of the weight is this variant's too.
+    for layout in WEIGHT_LAYOUTS[1:]:
+        laid_out = lay_out_weight(w_contiguous, layout)
+        _assert_same(subject, case, actual=_call(subject, case, contiguous, laid_out), expected=expected,
+                     what=f"a {layout} weight (strides {laid_out.stride()}, storage offset "
+                          f"{laid_out.storage_offset()}) differs from a contiguous one")
+
+
+def check_repeat(subject: Subject, case: RepeatCase, memo: dict) -> None:
+    b = case.batch
+    rows, w = _inputs(subject, case)
+    first = _call(subject, case, rows, w)
+    other, _ = _inputs(subject, case, rows=max(1, b.rows // 2) + 1, salt=3)
+    # Several repeats, with a different call before each: state left behind by one call must not leak into
+    # the next, and a nondeterministic kernel that agrees half the time is still caught.
+    for attempt in range(1, REPEATS + 1):
+        _call(subject, case, other, w)
+        _assert_same(subject, case, actual=_call(subject, case, rows, w), expected=first,
+                     what=f"repeat {attempt} of the same call gave different bits")
+
+
+def _requiring_grad(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().clone().requires_grad_(True)
+
+
+def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.clone()
+
+
+def check_grad_mode(subject: Subject, case: GradModeCase, memo: dict) -> None:
+    """Training calls the norm on inputs that require grad, sampling under inference_mode (or no_grad): the
+    same rows must give the same bits in each."""
+    b = case.batch
+    rows, w = _inputs(subject, case)
+    plain = _call(subject, case, rows, w)
+    with torch.enable_grad():
+        training = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad(w))
+    with torch.no_grad():
+        no_grad = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad(w))
+    with torch.inference_mode():
+        sampling = _call(subject, case, [t.clone() for t in rows], _clone(w))
+    for mode, out in (("inputs that require grad", training), ("torch.no_grad()", no_grad),
+                      ("torch.inference_mode()", sampling)):
+        _assert_same(subject, case, actual=out, expected=plain,
+                     what=f"{b.rows} rows with {mode} differ from the same rows with plain inputs")
+
+
+def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
+    """Each threshold dim's first call through each entry point in a fresh process, against later calls."""
+    if "fresh" not in memo:
+        for c in memo["plan"]:
+            reason = missing_reason(subject.backend, c.entry)
+            if reason:
+                pytest.skip(reason)
+        memo["fresh"] = run_fresh(subject.backend.spec, subject.device, memo["plan"])
+    fresh = memo["fresh"]
+    b = case.batch
+    assert_holds(subject, case, ok=fresh.error is None, dim=b.dim,
+                 what=f"the first calls could not be made in a fresh process: {fresh.error}")
+    first, second = ([subject.to_device(t) for t in outs] for outs in fresh.outputs[case])
+    rows, w = _inputs(subject, case)
+    warm = call(subject, case.entry, rows, w, b.eps)
+    where = f"dim {b.dim}, {subject.dtype_label}"
+    _assert_same(subject, case, actual=first, expected=second,
+                 what=f"the first call for {where} in a fresh process differs from its second call")
+    _assert_same(subject, case, actual=first, expected=warm,
+                 what=f"the first call for {where} in a fresh process differs from the same call in the "
+                      "long-running test process")
+
+
+# --- NaN and Inf inside checked rows ------------------------------------------------------------------------
+
+
+def _with_nonfinite(case: NonfiniteCase, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b = case.batch
+    gen = b.generator(salt=NONFINITE_SALT)
+    rows = torch.randperm(b.rows, generator=gen)[: case.rows_hit]
+    dirty = x.cpu().clone()
+    value = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}[case.value]
+    for r in rows.tolist():
+        cols = torch.randperm(b.dim, generator=gen)[: case.count]
+        dirty[r, cols] = value
+    hit = torch.zeros(b.rows, dtype=torch.bool)
+    hit[rows] = True
+    return dirty.to(x.device), hit.to(x.device)
+
+
+def check_nonfinite_confined(subject: Subject, case: NonfiniteCase, memo: dict) -> None:
+    """NaN or Inf in some rows of x: every other row keeps its bits, and every output of the hit rows matches
+    the reference's NaN/Inf placement."""
+    rows, w = _inputs(subject, case)
+    dirty, hit = _with_nonfinite(case, rows[0])
+    dirty_rows = [dirty, *rows[1:]]
+    clean_out = _call(subject, case, rows, w)
+    dirty_out = _call(subject, case, dirty_rows, w)
+    _assert_same(subject, case, actual=[o[~hit] for o in dirty_out], expected=[o[~hit] for o in clean_out],
+                 what=f"{case.value} in {case.rows_hit} row(s) changed the bits of other rows")
+    entry = _entry(case)
+    references = entry.reference(subject.backend, dirty_rows, w, case.batch.eps)
+    for name, out, ref in zip(entry.outputs, dirty_out, references, strict=True):
+        assert_within(subject, case, actual=out[hit], reference=ref.float()[hit], dim=case.batch.dim,
+                      what=f"{entry.name} {name}: rows holding {case.value} do not match the reference's NaN/Inf "
+                           "placement")
+
+
+# --- the table, and the tests generated from it -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntryCheck:
+    """One check of the table: its rule, the case type it takes, the strategy that draws its sweep (None: no
+    sweep) and the explicit plans run beside it, as (test name suffix, plan, is the replay run there)."""
+
+    name: str
+    rule: str
+    case_type: type
+    check: Callable[[Subject, Any, dict], None]
+    strategy: Callable[..., st.SearchStrategy] | None = None
+    plans: tuple[tuple[str, PlanMaker, bool], ...] = ()
+
+    @property
+    def axis_a(self) -> bool:
+        return self.rule.startswith("axis_a.")
+
+    @property
+    def per_entry_rule(self) -> bool:
+        """Is the check recorded under an entry point's own Axis-A rule where it has one? Axis-A's variants
+        are; a first call keeps its own rule for every entry point, so that a kernel wrong only on its first
+        call is named for that, whichever entry point it is."""
+        return self.axis_a and self.rule != "axis_a.first_call"
+
+
+ENTRY_CHECKS: tuple[EntryCheck, ...] = (
+    EntryCheck("batch_size", "axis_a.batch_size", BatchSizeCase, check_batch_size, strategies.batch_size_cases,
+               (("_at_thresholds", thresholds.batch_size_plan, False),)),
+    EntryCheck("slice_offset", "axis_a.slice_offset", SliceCase, check_slice_offset, strategies.slice_cases,
+               (("_at_thresholds", thresholds.slice_plan, False),)),
+    EntryCheck("padding", "axis_a.padding", PaddingCase, check_padding, strategies.padding_cases,
+               (("_at_thresholds", thresholds.padding_plan, False),)),
+    EntryCheck("position", "axis_a.position", PositionCase, check_position, strategies.position_cases),
+    EntryCheck("permutation", "axis_a.permutation", PermutationCase, check_permutation,
+               strategies.permutation_cases),
+    EntryCheck("leading_dims", "axis_a.leading_dims", LeadingDimsCase, check_leading_dims,
+               strategies.leading_dims_cases, (("_qk_norm", thresholds.qk_leading_dims_plan, False),)),
+    EntryCheck("strided_rows", "axis_a.strided_rows", StridedCase, check_strided_rows, strategies.strided_cases,
+               (("_qk_norm", thresholds.qk_fused_heads_plan, False),)),
+    EntryCheck("repeat", "axis_a.repeat", RepeatCase, check_repeat, strategies.repeat_cases),
+    EntryCheck("grad_mode", "axis_a.grad_mode", GradModeCase, check_grad_mode, strategies.grad_mode_cases),
+    EntryCheck("first_call", "axis_a.first_call", FirstCallCase, check_first_call,
+               plans=(("", first_call_plan, True),)),
+    EntryCheck("nonfinite_confined", "semantics.nonfinite_confined", NonfiniteCase, check_nonfinite_confined,
+               strategies.nonfinite_cases),
+)
+for _c in ENTRY_CHECKS:
+    contract_rule(_c.rule)  # an unknown id fails at import
+AXIS_A_CHECKS: tuple[EntryCheck, ...] = tuple(c for c in ENTRY_CHECKS if c.axis_a)
+SEMANTIC_CHECKS: tuple[EntryCheck, ...] = tuple(c for c in ENTRY_CHECKS if not c.axis_a)
+
+
+@dataclass(frozen=True)
+class EntryGroup:
+    """The entry points one set of generated tests calls: forward's (``forward`` and ``forward_fp32``, drawn per
+    case) or one variant's. ``prefix`` starts its test names; ``budget_share`` divides the element budget (a
+    variant's calls hold more tensors and its reference runs beside it)."""
+
+    prefix: str
+    entries: Callable[[Any], tuple[str, ...]]
+    entry: str = "forward"
+    rule: str | None = None
+    budget_share: int = 1
+    residual: bool = False
+
+    def skip_reason(self, subject: Subject) -> str | None:
+        offered = self.entries(subject.backend)
+        return None if offered else missing_reason(subject.backend, self.entry)
+
+    def cases(self, strategy: Callable[..., st.SearchStrategy]) -> Callable[[Subject], st.SearchStrategy]:
+        def drawn(subject: Subject) -> st.SearchStrategy:
+            cases = strategy(dtype=subject.dtype, max_elements=max(1, subject.max_elements // self.budget_share),
+                             entries=self.entries(subject.backend) or ("forward",))
+            if self.residual:
+                fp32 = subject.backend.fused_add_fp32_residual and subject.dtype != "float32"
+                cases = strategies.with_residual_dtypes(cases, (subject.dtype, "float32") if fp32
+                                                        else (subject.dtype,))
+            return cases
+
+        return drawn
+
+
+FORWARD_GROUP = EntryGroup("", entry_points)
+
+
+def variant_group(entry: EntryPoint, prefix: str) -> EntryGroup:
+    """The group of one variant: its own entry point alone, under its own Axis-A rule, with a share of the
+    budget."""
+
+    def entries(backend: Any) -> tuple[str, ...]:
+        return (entry.name,) if entry.offered_by(backend) else ()
+
+    return EntryGroup(prefix, entries, entry=entry.name, rule=entry.rule, budget_share=VARIANT_BUDGET_SHARE,
+                      residual="residual" in entry.rows)
+
+
+def generate_tests(group: EntryGroup, module: str, checks: Sequence[EntryCheck] = ENTRY_CHECKS
+                   ) -> dict[str, Callable[..., None]]:
+    """``test_<prefix><check>`` (a sweep) and ``test_<prefix><check><suffix>`` (each explicit plan) for every
+    check of the table, as conformance tests of ``module``: assign them into its globals."""
+    tests: dict[str, Callable[..., None]] = {}
+    for c in checks:
+        rule_id = group.rule if c.per_entry_rule and group.rule else c.rule
+        if c.strategy is not None:
+            name = f"test_{group.prefix}{c.name}"
+            tests[name] = conformance(rule_id, c.case_type, group.cases(c.strategy),
+                                      skip_reason=group.skip_reason)(_named(_sweep(c.check), name, module, c))
+        for suffix, plan, replayed_here in c.plans:
+            name = f"test_{group.prefix}{c.name}{suffix}"
+            tests[name] = explicit_cases(rule_id, c.case_type, plan, replayed_here=replayed_here,
+                                         entries=group.entries, budget_share=group.budget_share,
+                                         skip_reason=group.skip_reason)(_named(c.check, name, module, c))
+    return tests
+
+
+def _sweep(check: Callable[[Subject, Any, dict], None]) -> Callable[[Subject, Any], None]:
+    def test(subject: Subject, case: Any) -> None:
+        check(subject, case, {})
+
+    return test
+
+
+def _named(fn: Callable, name: str, module: str, c: EntryCheck) -> Callable:
+    """A copy of ``fn`` that pytest and reports see as ``module.name``."""
+
+    def test(*args: Any) -> None:
+        fn(*args)
+
+    test.__name__ = test.__qualname__ = name
+    test.__module__ = module
+    test.__doc__ = c.check.__doc__ or f"{contract_rule(c.rule).statement}"
+    return test

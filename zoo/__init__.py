@@ -1,0 +1,15 @@
+"""The planted-defect zoo: backends that each break one contract rule the way a real kernel does, and correct
+backends the suites must pass. A defect is any backend here that declares the rule it breaks (``breaks``), so
+the defect list is derived, never kept by hand; the harness's meta-tests and benchmarks import it from here.
+"""
+
+from __future__ import annotations
+
+from rmsnorm_conformance.zoo import defects, fp8
+from rmsnorm_conformance.zoo.defects import *  # noqa: F403 (every backend of the zoo, by name, as specs name them)
+from rmsnorm_conformance.zoo.fp8 import *  # noqa: F403
+
+# Every backend of the zoo that declares the rule it breaks, in the order the zoo's modules define them.
+DEFECTS: tuple[type, ...] = tuple(
+    obj for module in (defects, fp8) for obj in vars(module).values()
+    if isinstance(obj, type) and obj.__module__ == module.__name__ and isinstance(vars(obj).get("breaks"), str))
