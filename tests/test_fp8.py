@@ -178,7 +178,7 @@ def test_the_fp8_defects_are_documented_and_name_real_rules():
 
 @pytest.fixture
 def run(pytester, monkeypatch):
-    """pytest in a subprocess from a scratch directory, the project importable (`--backend=rmsnorm_conformance.zoo.fp8:X`)."""
+    """pytest in a subprocess from a scratch directory, the project importable."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
     def go(*args):
