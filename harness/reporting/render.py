@@ -420,6 +420,8 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
 
 # Columns are never narrowed below this: a narrower one wraps into a column of single words.
 MIN_COLUMN = 10
+# Words up to this long (rule ids, test ids) keep a column from narrowing below them.
+MAX_WORD = 32
 # The terminal's "Did not run" names at most this many characters of the tests a reason applies to.
 WHAT_CHARS = 40
 
@@ -435,7 +437,9 @@ def fitted_table(rows: list[list[Any]], headers: list[str], width: int) -> str:
         excess = sum(widths) - room
         if excess <= 0:
             break
-        floor = max(MIN_COLUMN if i else 2 * MIN_COLUMN, len(str(headers[i])))
+        # Never below the header or the longest word (a rule id, a device), up to MAX_WORD: words are not split.
+        longest = min(MAX_WORD, max((len(w) for r in rows for w in str(r[i]).split()), default=0))
+        floor = max(MIN_COLUMN if i else 2 * MIN_COLUMN, len(str(headers[i])), longest)
         widths[i] = max(min(floor, widths[i]), widths[i] - excess)
     limits = [w if w < n else None for w, n in zip(widths, natural, strict=True)]
     return tabulate(rows, headers, tablefmt="simple", maxcolwidths=limits, disable_numparse=True)
