@@ -269,7 +269,7 @@ def test_a_correct_kernel_of_each_shape_passes(user):
     assert result.ret == 0, out[-3000:]
     data = json.loads((user.path / "good.json").read_text())
     assert data["verdict"] == "PASS"
-    assert {s["backend"] for s in data["summaries"]} == {"rms_norm", "RMSNorm", "userlib.rms_norm", "_norm"}
+    assert {s["backend"] for s in data["summaries"]} == {"rms_norm", "RMSNorm", "userlib.rms_norm", "partial_norm"}
 
 
 def test_a_planted_bug_in_each_shape_fails_with_its_rule_and_a_replay_that_reproduces(user):
@@ -280,7 +280,7 @@ def test_a_planted_bug_in_each_shape_fails_with_its_rule_and_a_replay_that_repro
     data = json.loads((user.path / "bad.json").read_text())
     failed = {(o["backend"], o["rule"]) for o in data["outcomes"].values() if o["outcome"] == "failed"}
     assert failed == {(name, "axis_a.batch_size") for name in ("rms_norm_bad", "RMSNormBad",
-                                                               "userlib.rms_norm_bad", "_norm")}
+                                                               "userlib.rms_norm_bad", "partial_bad")}
     replays = {line.split("replay: ", 1)[1] for line in out.splitlines() if line.startswith("  replay: pytest")}
     assert len(replays) == 4, replays
     for replay in (r for r in replays if "RMSNormBad" in r or "userlib" in r):

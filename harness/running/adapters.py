@@ -309,6 +309,9 @@ def adapt(obj: Any, *, spec: str = "", start: Path | None = None) -> Any:
     pyproject table of declarations. An object that fits no shape raises ShapeError listing the shapes."""
     declared = _normalised(getattr(obj, DECLARATIONS_ATTR, {}), f"{_name_of(obj)}'s declarations")
     declared.update(table_declarations(spec, start) if spec else {})
+    if isinstance(obj, functools.partial) and ":" in spec and "name" not in declared:
+        # Partials of one function differ by what they bind: each is called by the name the user gave it.
+        declared["name"] = spec.rsplit(":", 1)[1].rsplit(".", 1)[-1]
     return _adapt(obj, declared, spec, depth=0)
 
 
