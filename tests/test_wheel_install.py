@@ -237,12 +237,13 @@ def check_a_defective_kernel_fails_and_its_replay_reproduces(venv: Venv, user: P
 def check_kernels_in_the_shapes_they_ship_gate(venv: Venv, user: Path) -> None:
     # A function, an nn.Module class, a torch.library op and a partial, each correct and each with a planted bug
     # (tests/test_adapters_shapes.py's kernels), gated in one run with a step summary as GitHub Actions asks.
-    from tests.test_adapters_shapes import BAD, GOOD, KERNELS
+    from tests.shipped_kernels import BAD, GOOD, KERNELS
+    from tests.shipped_kernels import QUICK as SHAPES_QUICK
 
     (user / "kern.py").write_text(KERNEL + "\n" + KERNELS)
     summary = user / "summary.md"
-    done = venv.run(["pytest", "--pyargs", "rmsnorm_conformance.suites", f"--backend={GOOD},{BAD}", *QUICK,
-                     "-k", "not thresholds", "--report=shapes.json"], user, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    done = venv.run(["pytest", "--pyargs", "rmsnorm_conformance.suites", f"--backend={GOOD},{BAD}", *SHAPES_QUICK,
+                     "--report=shapes.json"], user, env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert done.returncode == 1, done.stdout[-4000:]
     report = json.loads((user / "shapes.json").read_text())
     failed = {o["backend"] for o in report["outcomes"].values() if o["outcome"] == "failed"}
