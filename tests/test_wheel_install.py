@@ -210,8 +210,9 @@ def check_the_wheel_holds_one_package_with_every_source_file(wheel: Path) -> Non
         assert any(Path(n).match("rmsnorm_conformance/" + part) for n in names), f"no {part} in the wheel"
     # Every module of every source folder the package maps, and nothing else (a stale build leaves extras).
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    expected = {f"{package.replace('.', '/')}/{py.name}"
-                for package, folder in package_dir.items() for py in (ROOT / folder).glob("*.py")}
+    # (rglob: the harness's stages are sub-packages of a mapped folder.)
+    expected = {f"{package.replace('.', '/')}/{py.relative_to(ROOT / folder).as_posix()}"
+                for package, folder in package_dir.items() for py in (ROOT / folder).rglob("*.py")}
     assert {n for n in names if n.endswith(".py")} == expected
 
 
