@@ -182,6 +182,12 @@ def test_declarations_come_from_the_decorator_or_the_pyproject_table(tmp_path):
     backend = Backend(adapt(torch.ops.adapters_shapes_test.rms_norm, spec="kern:op", start=tmp_path))
     assert backend.name == "from_toml" and backend.dtypes == (torch.float32, torch.bfloat16)
     assert backend.rounding_classes["forward"] == "product_fp32"
+    # A variant comes as a function of its own, declared beside the kernel.
+    with_variant = Backend(adapt(rmsnorm_backend(rms_norm, forward_unweighted=lambda x, eps: ref(x, torch.ones(
+        x.shape[-1]), eps))))
+    assert with_variant.offers("forward_unweighted") and not with_variant.offers("fused_add")
+    x, _ = _inputs()
+    assert torch.equal(with_variant.forward_unweighted(x, 1e-6), ref(x, torch.ones(8), 1e-6))
     with pytest.raises(TypeError, match="unknown declaration"):
         rmsnorm_backend(dtype=("float32",))
     with pytest.raises(DeclarationError, match="rounding_class"):

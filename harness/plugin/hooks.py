@@ -52,8 +52,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--backend", default=None, metavar="SPEC",
         help="backends to hold to the contract: a name (" + ", ".join(known_backend_names()) + "), a comma "
-             "list, 'all', or module.path:attr naming a class, factory or instance, importable from the "
-             "current directory (default: each of native, triton, cuda that can run here).")
+             "list, 'all', or module.path:attr naming a backend class, factory or instance, a function "
+             "(x, weight, eps), an nn.Module class, a torch.library op (module.path:namespace::name) or a partial, "
+             "importable from the current directory (default: each of native, triton, cuda that can run here).")
     group.addoption(
         "--device", default=None, metavar="DEVICE",
         help="devices to run on: cpu, cuda, cuda:N, all, or a comma list (default: the CPU and every GPU).")

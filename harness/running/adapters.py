@@ -24,6 +24,7 @@ DECLARATIONS_ATTR = "__rmsnorm_conformance__"
 DECLARABLE: tuple[str, ...] = (
     "name", "dtypes", "dtype_pairs", "devices", "supports_backward", "rounding_class", "offset_dtype",
     "fused_add_in_place", "fused_add_fp32_residual", "forward_fp32",
+    "fused_add", "forward_offset", "forward_unweighted",  # the variants, as functions of their own
     "eps",           # the eps a kernel without an eps argument always uses (default 1e-6, the contract's)
     "weight_param",  # an nn.Module's weight parameter (default "weight")
 )
