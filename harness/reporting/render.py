@@ -404,7 +404,8 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     for title, headers, rows_of in TABLES:
         if not verbose and not title.startswith(quiet_tables):
             continue
-        rows = not_run_terminal_rows(c) if rows_of is not_run_rows else rows_of(c)
+        terminal_rows = {not_run_rows: not_run_terminal_rows, warning_rows: warning_terminal_rows}
+        rows = terminal_rows.get(rows_of, rows_of)(c)
         if rows:
             yield ""
             yield title
@@ -428,19 +429,20 @@ WHAT_CHARS = 40
 
 def fitted_table(rows: list[list[Any]], headers: list[str], width: int) -> str:
     """A plain table no wider than ``width``: the widest columns wrap until it fits."""
-    natural = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    # tabulate pads every header by 2 (its MIN_PADDING): a column is never narrower than that.
+    natural = [max(len(str(h)) + 2, *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     room = max(width - 2 * (len(headers) - 1), MIN_COLUMN * len(headers))
     widths = list(natural)
     # Free text wraps first; the first column (what a row is about) and short columns only if they must.
     order = sorted(range(len(headers)), key=lambda i: (i == 0, -natural[i]))
-    for i in order:
-        excess = sum(widths) - room
-        if excess <= 0:
-            break
-        # Never below the header or the longest word (a rule id, a device), up to MAX_WORD: words are not split.
-        longest = min(MAX_WORD, max((len(w) for r in rows for w in str(r[i]).split()), default=0))
-        floor = max(MIN_COLUMN if i else 2 * MIN_COLUMN, len(str(headers[i])), longest)
-        widths[i] = max(min(floor, widths[i]), widths[i] - excess)
+    for keep_words in (True, False):  # words (rule ids, devices) are split only where nothing else fits
+        for i in order:
+            excess = sum(widths) - room
+            if excess <= 0:
+                break
+            longest = min(MAX_WORD, max((len(w) for r in rows for w in str(r[i]).split()), default=0))
+            floor = max(MIN_COLUMN if i else 2 * MIN_COLUMN, len(str(headers[i])) + 2, longest if keep_words else 0)
+            widths[i] = max(min(floor, widths[i]), widths[i] - excess)
     limits = [w if w < n else None for w, n in zip(widths, natural, strict=True)]
     return tabulate(rows, headers, tablefmt="simple", maxcolwidths=limits, disable_numparse=True)
 
@@ -474,4 +476,27 @@ def not_run_terminal_rows(c: Collector) -> list[list[Any]]:
         if len(text) > WHAT_CHARS:
             text = whats[0][: WHAT_CHARS - 12] + f" and {len(set(whats)) - 1} more"
         rows.append([text, reason, count])
+    return rows
+
+
+# A detail in a terminal table is cut here: the report files keep it whole.
+TERMINAL_DETAIL = 160
+
+
+def warning_terminal_rows(c: Collector) -> list[list[Any]]:
+    """Interface warnings folded over dims for the terminal: one row per (backend, device, dtype, rule), with the
+    smallest case's detail (clipped) and replay."""
+    folded: dict[tuple[str, ...], Summary] = {}
+    for s in sorted(c.summaries.values(), key=lambda s: s.key):
+        if not s.warnings:
+            continue
+        key = (s.backend, s.device, s.dtype, s.rule)
+        agg = folded.setdefault(key, Summary(s.backend, s.device, s.dtype, "all", s.rule))
+        agg.merge(s)
+    rows = []
+    for s in folded.values():
+        detail = " ".join(s.failing_detail.split()) or "–"
+        if len(detail) > TERMINAL_DETAIL:
+            detail = detail[: TERMINAL_DETAIL - 1] + "…"
+        rows.append([s.backend, s.device, s.dtype, s.rule, s.warnings, detail, s.replay or "–"])
     return rows
