@@ -211,6 +211,9 @@ def test_a_correct_kernel_of_each_shape_passes(user):
     assert result.ret == 0, out[-3000:]
     data = json.loads((user.path / "good.json").read_text())
     assert data["verdict"] == "PASS"
+    notes = data["environment"]["adapted kernels"]  # the report says what each adapter did
+    assert "RMSNorm: nn.Module class built per hidden size; the case's weight replaces its 'weight'" in notes
+    assert "userlib.rms_norm: torch.library op userlib::rms_norm" in notes
     assert {s["backend"] for s in data["summaries"]} == {"rms_norm", "RMSNorm", "userlib.rms_norm", "partial_norm"}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,13 @@ class Adapted:
     def __repr__(self) -> str:
         return f"<{self.name}: {self.shape}>"
 
+    def describe(self) -> str:
+        """What the adapter does, for the report: which shape, and what it cannot hold the kernel to."""
+        notes = [self.shape.split(",")[0]]
+        if self.fixed_eps is not None:
+            notes.append(f"eps fixed at {self.fixed_eps:g} (cases drawn at it)")
+        return "; ".join(notes)
+
     def _eps_for_call(self, eps: float) -> None:
         if self.fixed_eps is not None and eps != self.fixed_eps:
             raise ValueError(f"eps={eps!r}: {self.name} takes no eps argument and always uses eps={self.fixed_eps!r} "
@@ -204,6 +211,10 @@ class ModuleBackend(Adapted):
         if eps_name is None:
             self.fixed_eps = float(declarations.get("eps", DEFAULT_FIXED_EPS))
         self._modules: dict[tuple[int, float, torch.dtype, torch.device], torch.nn.Module] = {}
+
+    def describe(self) -> str:
+        return (super().describe() + f"; the case's weight replaces its {self.weight_param!r} parameter as given "
+                "(torch.func.functional_call), a weight of another shape is refused by the adapter, not the module")
 
     def module(self, dim: int, eps: float, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
         key = (dim, eps, dtype, device)
@@ -411,3 +422,8 @@ class _Declared:
         if attr in self._declared:
             return self._declared[attr]
         return getattr(self._impl, attr)
+
+
+def adapted_notes(backends: Iterable[Any]) -> str:
+    """'name: what the adapter did' for each backend that is an adapted shape, for the report's environment."""
+    return "; ".join(f"{b.name}: {b.impl.describe()}" for b in backends if isinstance(b.impl, Adapted))
