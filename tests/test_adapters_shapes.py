@@ -103,6 +103,8 @@ def test_every_shape_becomes_a_backend_that_computes_what_the_kernel_does(obj, k
         obj = rmsnorm_backend(lambda x, weight: rms_norm_no_eps(x, weight), eps=1e-5)  # a copy to decorate
     impl = adapt(obj)
     assert isinstance(impl, kind), impl
+    assert impl.name in ("rms_norm", "rms_norm_eps_keyword", "<lambda>", "HFStyleRMSNorm",
+                         "adapters_shapes_test.rms_norm"), impl.name
     backend = Backend(impl)
     x, w = _inputs()
     assert torch.equal(backend.forward(x, w, eps), ref(x, w, eps))

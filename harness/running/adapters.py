@@ -336,12 +336,12 @@ def _bound_eps(obj: Any) -> float | None:
 
 
 def _adapt(obj: Any, declared: dict[str, Any], spec: str, *, depth: int) -> Any:
+    if isinstance(obj, str) and "::" in obj:  # an op by name, e.g. an attribute OP = "mylib::rms_norm"
+        obj = resolve_op_name(obj)
     name = str(declared.get("name") or _name_of(obj))
     bound_eps = _bound_eps(obj)
     if bound_eps is not None:
         declared = {"eps": bound_eps, **declared}
-    if isinstance(obj, str) and "::" in obj:
-        obj = resolve_op_name(obj)
     op = _op(obj)
     if op is not None:
         return OpBackend(op, name, declared)
