@@ -98,6 +98,10 @@ INTERFACE_RULES: tuple[Rule, ...] = (
          "weight dtype) pair it does not declare, naming both; mismatched devices raise "
          "ValueError naming both devices; an eps that is not a number raises TypeError or ValueError naming eps; "
          "a non-finite or non-positive eps raises ValueError naming eps.", severity="interface"),
+    Rule("interface.opcheck", "torch.library op check",
+         "A backend that is a torch.library op passes torch.library.opcheck: its schema matches what it does "
+         "(no undeclared mutation or aliasing), its fake (meta) kernel gives the real output's shape, dtype and "
+         "strides, and its autograd registration is sound.", severity="interface"),
 )
 
 GRADIENT_RULES: tuple[Rule, ...] = (

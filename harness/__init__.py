@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "OpBackend": "running.registry",
     "kernel_registry": "running.registry",
     "load_backend": "running.registry",
+    "rmsnorm_backend": "running.adapters",
     # checking
     "Subject": "checking.checks",
     "conformance": "checking.checks",

@@ -148,6 +148,32 @@ def test_shape_error(subject, case):
                           + (message if not ok else f"ValueError {message!r} does not name both shapes"))
 
 
+def _not_an_op(subject):
+    return None if getattr(subject.backend.impl, "op", None) is not None else \
+        f"{subject.backend.name} is not a torch.library op"
+
+
+# torch.library.opcheck's checks that need no compilation; its test_aot_dispatch_dynamic compiles each call.
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
+@conformance("interface.opcheck", AccuracyCase,
+             lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=1 << 10), skip_reason=_not_an_op)
+def test_opcheck(subject, case):
+    """A torch.library op, as a kernel ships it, passes torch.library.opcheck on the case's inputs."""
+    b = case.batch
+    x, w = subject.inputs(b)
+    impl = subject.backend.impl
+    args = (x.requires_grad_(), w.requires_grad_()) + (() if impl.fixed_eps is not None else (b.eps,))
+    try:
+        torch.library.opcheck(impl.op, args, test_utils=OPCHECK_TESTS)
+        ok, what = True, ""
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:300]  # opcheck's advice follows
+        ok, what = False, f"torch.library.opcheck({impl.op}) failed: {type(exc).__name__}: {first}"
+    assert_holds(subject, case, ok=ok, dim=b.dim, what=what or "opcheck passed")
+
+
 @conformance("semantics.purity", AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
 def test_purity(subject, case):
     """Inputs live inside guard buffers; after the call every byte of both buffers must be unchanged."""

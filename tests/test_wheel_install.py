@@ -196,7 +196,8 @@ def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
     check_the_wheel_holds_one_package_with_every_source_file(wheel)
     check_a_correct_kernel_passes(venv, user)
     check_a_defective_kernel_fails_and_its_replay_reproduces(venv, user)
-    check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv, tmp_path / "example-ci")
+    check_kernels_in_the_shapes_they_ship_gate(venv, user)
+    check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv, tmp_path)
     check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv, tmp_path / "own-tests")
 
 
@@ -209,8 +210,9 @@ def check_the_wheel_holds_one_package_with_every_source_file(wheel: Path) -> Non
         assert any(Path(n).match("rmsnorm_conformance/" + part) for n in names), f"no {part} in the wheel"
     # Every module of every source folder the package maps, and nothing else (a stale build leaves extras).
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    expected = {f"{package.replace('.', '/')}/{py.name}"
-                for package, folder in package_dir.items() for py in (ROOT / folder).glob("*.py")}
+    # (rglob: the harness's stages are sub-packages of a mapped folder.)
+    expected = {f"{package.replace('.', '/')}/{py.relative_to(ROOT / folder).as_posix()}"
+                for package, folder in package_dir.items() for py in (ROOT / folder).rglob("*.py")}
     assert {n for n in names if n.endswith(".py")} == expected
 
 
@@ -233,19 +235,49 @@ def check_a_defective_kernel_fails_and_its_replay_reproduces(venv: Venv, user: P
     assert "1 failed" in again.stdout
 
 
-def check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv: Venv, empty: Path) -> None:
-    # The gate command of the example's CI, as written there, from a directory with nothing in it.
-    empty.mkdir()
-    ci = (EXAMPLE / "ci.yml").read_text()
-    (command,) = re.findall(r"^\s*(?:run:\s*)?(pytest --pyargs rmsnorm_conformance\.suites .*)$", ci, re.MULTILINE)
-    done = venv.run(f"{command} --sweep=ci --dtype=bfloat16 --max-examples=3", empty)
-    assert done.returncode == 0, done.stdout[-4000:]
+def check_kernels_in_the_shapes_they_ship_gate(venv: Venv, user: Path) -> None:
+    # A function, an nn.Module class, a torch.library op and a partial, each correct and each with a planted bug
+    # (tests/test_adapters_shapes.py's kernels), gated in one run with a step summary as GitHub Actions asks.
+    from tests.shipped_kernels import BAD, GOOD, KERNELS
+    from tests.shipped_kernels import QUICK as SHAPES_QUICK
+
+    (user / "kern.py").write_text(KERNEL + "\n" + KERNELS)
+    summary = user / "summary.md"
+    done = venv.run(["pytest", "--pyargs", "rmsnorm_conformance.suites", f"--backend={GOOD},{BAD}", *SHAPES_QUICK,
+                     "--report=shapes.json"], user, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert done.returncode == 1, done.stdout[-4000:]
+    report = json.loads((user / "shapes.json").read_text())
+    failed = {o["backend"] for o in report["outcomes"].values() if o["outcome"] == "failed"}
+    assert failed == {"rms_norm_bad", "RMSNormBad", "userlib.rms_norm_bad", "partial_bad"}, failed
+    assert {r["backend"] for r in report["pick"]["rows"] if r["verdict"] == "PASS"} == \
+        {"rms_norm", "RMSNorm", "userlib.rms_norm", "partial_norm"}
+    assert summary.read_text().startswith("### RMSNorm conformance: FAIL")
+    replay = next(line.split("replay: ", 1)[1] for line in done.stdout.splitlines()
+                  if line.startswith("  replay: pytest") and "RMSNormBad" in line)
+    again = venv.run(replay, user)
+    assert again.returncode == 1 and "contract rule axis_a.batch_size (batch size) broken" in again.stdout
+
+
+def check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv: Venv, base: Path) -> None:
+    # The example's CI steps (ci/gate.sh, which ci.yml runs), from a copy of the example: install builds the
+    # harness's wheel from its source and installs it with the kernel (offline here, torch kept), gate gates.
+    example = base / "example-ci"
+    shutil.copytree(EXAMPLE, example, ignore=COPY_IGNORE)
+    summary = base / "step-summary.md"
+    env = {"HARNESS": str(base / "src" / "rmsnorm-conformance"), "TORCH_INSTALL": "",
+           "PIP_FLAGS": "-q --no-index --no-build-isolation",
+           "GATE_ARGS": "--sweep=ci --dtype=bfloat16 --max-examples=3", "GITHUB_STEP_SUMMARY": str(summary)}
+    for step in ("install", "gate"):
+        done = venv.run(["bash", "ci/gate.sh", step], example, env=env, timeout=600)
+        assert done.returncode == 0, f"{step}: {done.stdout[-4000:]}"
     assert "RMSNorm conformance: PASS" in done.stdout
     assert "my_rmsnorm has no backward" in done.stdout  # its gradient rules are reported as not run
-    report = json.loads((empty / "conformance.json").read_text())
+    report = json.loads((example / "conformance.json").read_text())
     assert report["verdict"] == "PASS" and report["totals"]["checks"] > 0
     assert report["environment"]["backends"] == "my_rmsnorm"
-    assert (empty / "conformance.md").read_text().startswith("# RMSNorm conformance report: PASS")
+    assert (example / "conformance.md").read_text().startswith("# RMSNorm conformance report: PASS")
+    assert (example / "conformance.xml").is_file()
+    assert summary.read_text().startswith("### RMSNorm conformance: PASS")
 
 
 def check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv: Venv, own: Path) -> None:

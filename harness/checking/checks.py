@@ -87,11 +87,17 @@ class Subject:
         return self.dtype if self.weight_dtype == self.dtype else f"{self.dtype}-w_{self.weight_dtype}"
 
     def with_weight_dtype(self, case: Any) -> Any:
-        """``case`` with its batch's weight in the subject's weight dtype: strategies draw x's dtype only."""
+        """``case`` with its batch's weight in the subject's weight dtype: strategies draw x's dtype only. For a
+        kernel that takes no eps (``fixed_eps``, see running/adapters.py), the batch's eps is the one it uses."""
         batch = getattr(case, "batch", None)
-        if batch is None or batch.weight_dtype == self.weight_dtype:
+        fixed_eps = getattr(self.backend.impl, "fixed_eps", None) if hasattr(self.backend, "impl") else None
+        changes = {"weight_dtype": self.weight_dtype} if batch is not None and batch.weight_dtype != self.weight_dtype \
+            else {}
+        if batch is not None and fixed_eps is not None and batch.eps != fixed_eps:
+            changes["eps"] = fixed_eps
+        if not changes:
             return case
-        return dataclasses.replace(case, batch=dataclasses.replace(batch, weight_dtype=self.weight_dtype))
+        return dataclasses.replace(case, batch=dataclasses.replace(batch, **changes))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))

@@ -52,8 +52,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--backend", default=None, metavar="SPEC",
         help="backends to hold to the contract: a name (" + ", ".join(known_backend_names()) + "), a comma "
-             "list, 'all', or module.path:attr naming a class, factory or instance, importable from the "
-             "current directory (default: each of native, triton, cuda that can run here).")
+             "list, 'all', or module.path:attr naming a backend class, factory or instance, a function "
+             "(x, weight, eps), an nn.Module class, a torch.library op (module.path:namespace::name) or a partial, "
+             "importable from the current directory (default: each of native, triton, cuda that can run here).")
     group.addoption(
         "--device", default=None, metavar="DEVICE",
         help="devices to run on: cpu, cuda, cuda:N, all, or a comma list (default: the CPU and every GPU).")
@@ -118,6 +119,10 @@ def pytest_configure(config: pytest.Config) -> None:
     run = ConformanceRun(config)
     config.stash[RUN] = run
     config.pluginmanager.register(run, "rmsnorm-conformance-run")
+    if not hasattr(config, "workerinput"):  # CI output (step summary, annotations) from the reporting process only
+        from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
+
+        config.pluginmanager.register(CiOutput(run), "rmsnorm-conformance-ci-output")
     if run.explicit() or run.targets_suites():
         run.resolve()
 
@@ -359,7 +364,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
     subject = item.stash.get(SUBJECT, None)
-    if subject is not None:
+    if subject is not None and report.when == "teardown":
+        # The teardown report's properties are what JUnit XML writes: flat strings, not the records' dicts.
+        report.user_properties += _junit_properties(item, subject)
+    elif subject is not None:
         report.user_properties.append((SUBJECT_PROPERTY, subject))
     if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut):
         report.longrepr = f"{item.name}: {call.excinfo.value}"
@@ -376,3 +384,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     failure = item.stash.get(FAILURE, None)
     if failure is not None and report.failed:
         report.user_properties.append((FAILURE_PROPERTY, failure))
+
+
+def _junit_properties(item: pytest.Item, subject: dict) -> list[tuple[str, str]]:
+    """rule, backend, device, dtype, severity, replay and interface warnings of a test, for its <testcase>."""
+    from rmsnorm_conformance.harness.reporting.ci_output import junit_properties
+
+    marker = item.get_closest_marker("conformance")
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.get("subject") if callspec is not None else None
+    dtype = ""
+    if isinstance(params, tuple) and len(params) == 4:  # (backend, device, x dtype, weight dtype)
+        dtype = params[2] if params[3] == params[2] else f"{params[2]}-w_{params[3]}"
+    elif isinstance(params, tuple) and len(params) == 2:  # the parity gate's (pair, dtype)
+        dtype = str(params[1])
+    return junit_properties(rules=tuple(marker.kwargs.get("rules", ())) if marker else (),
+                            backend=subject["backend"], device=subject["device"], dtype=dtype,
+                            failure=item.stash.get(FAILURE, None), records=item.stash.get(RECORDS, None))

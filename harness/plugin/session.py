@@ -209,6 +209,10 @@ class ConformanceRun:
             "command": "pytest " + shlex.join(config.invocation_params.args),
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
         })
+        from rmsnorm_conformance.harness.running.adapters import adapted_notes  # kernels in shipped shapes
+
+        if adapted_notes(self.backends):
+            self.collector.environment["adapted kernels"] = adapted_notes(self.backends)
         isolation.WATCHDOG.on_hang = self._hung
 
     def _resolve_parity(self, specs: list[str], modes_option: str | None) -> list[ParityPair]:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rmsnorm_conformance.contract import TARGET_DIMS
 
 FORMAT = "rmsnorm-conformance-report/1"
+# The JSON Schema of that format, shipped beside this module; CHANGELOG.md records each release's changes to it.
+SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 _TARGET_DIM_NAMES = {v: k for k, v in TARGET_DIMS.items()}
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import html
+import importlib.util
 import json
 import os
 import re
+import shlex
 import tempfile
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
@@ -236,19 +238,69 @@ def failures(c: Collector) -> list[tuple[str, dict[str, str]]]:
     return [(nodeid, o) for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
 
 
+def pyargs_id(nodeid: str) -> str:
+    """A conformance test's id as ``pytest --pyargs`` takes it from any directory
+    (``rmsnorm_conformance.suites.test_axis_a::test_batch_size[...]``): the file part of a node id is relative to
+    wherever pytest chose its rootdir, an installed package's site-packages included, so it cannot be pasted back.
+    Other ids are returned as they are."""
+    path, sep, rest = nodeid.partition("::")
+    stem = PurePosixPath(path).stem
+    if not sep or not path.endswith(".py") or not stem.startswith("test_"):
+        return nodeid
+    if importlib.util.find_spec(f"rmsnorm_conformance.suites.{stem}") is None:
+        return nodeid
+    return f"rmsnorm_conformance.suites.{stem}::{rest}"
+
+
+# Options of a run that a re-run of one test leaves out: the reports it would overwrite, the workers it needs not.
+_RERUN_DROPPED = ("--report", "--junitxml", "--junit-xml", "--rule", "-n", "--numprocesses", "--bench-json",
+                  "--replay", "--lf", "--last-failed", "-x", "--exitfirst")
+
+
+def rerun_command(nodeid: str, replay: str, command: str) -> str:
+    """One command that re-runs just this test (its whole sweep) from the directory the run started in: the
+    replay's options where there is one, else the run's own, without its targets, reports and workers."""
+    target = pyargs_id(nodeid)
+    if target == nodeid:
+        return ""
+    words = shlex.split(replay.split(" --replay=", 1)[0]) if replay else shlex.split(command or "pytest")
+    options, skip_value = [], False
+    for word in words[1:]:
+        if skip_value:
+            skip_value = False
+            continue
+        name = word.split("=", 1)[0]
+        if name in _RERUN_DROPPED:
+            skip_value = "=" not in word and name not in ("--lf", "--last-failed", "-x", "--exitfirst")
+            continue
+        if not word.startswith("-"):  # a target: a path or a package the run collected from
+            continue
+        options.append(word)
+    options = [o for o in options if o != "--pyargs"]
+    return shlex.join(["pytest", "--pyargs", target, *options])
+
+
 def failure_lines(c: Collector, *, markdown: bool) -> list[str]:
-    """Failures as a list, not a table: the replay command must survive copy and paste whole."""
+    """Failures as a list, not a table: the replay command must survive copy and paste whole. Each test's id is
+    given as ``pytest --pyargs`` takes it, with the command that re-runs it."""
     lines = []
     for nodeid, o in failures(c):
+        shown = pyargs_id(nodeid) if o.get("backend") else nodeid
+        rerun = rerun_command(nodeid, o.get("replay", ""), c.environment.get("command", "")) \
+            if o.get("backend") else ""
         if markdown:
-            lines.append(f"- {md_code(nodeid)} ({o['outcome']}): {md_cell(o.get('reason', ''))}")
+            lines.append(f"- {md_code(shown)} ({o['outcome']}): {md_cell(o.get('reason', ''))}")
             if o.get("replay"):
                 lines.append(f"  - replay: {md_code(o['replay'])}")
+            if rerun:
+                lines.append(f"  - re-run the test: {md_code(rerun)}")
         else:
-            lines.append(f"{o['outcome'].upper()} {nodeid}")
+            lines.append(f"{'FAILED' if o['outcome'] == 'failed' else 'ERROR'} {shown}")
             lines.append(f"  {o.get('reason', '')}")
             if o.get("replay"):
                 lines.append(f"  replay: {o['replay']}")
+            if rerun:
+                lines.append(f"  re-run the test: {rerun}")
     return lines
 
 
@@ -352,17 +404,99 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     for title, headers, rows_of in TABLES:
         if not verbose and not title.startswith(quiet_tables):
             continue
-        rows = rows_of(c)
+        terminal_rows = {not_run_rows: not_run_terminal_rows, warning_rows: warning_terminal_rows}
+        rows = terminal_rows.get(rows_of, rows_of)(c)
         if rows:
             yield ""
             yield title
-            # Every column but the last keeps its width; the last wraps in what is left of the terminal.
-            fixed = sum(max(len(str(h)), *(len(str(r[i])) for r in rows)) + 2
-                        for i, h in enumerate(headers[:-1]))
-            widths = [None] * (len(headers) - 1) + [max(24, width - fixed - 2)]
-            yield tabulate(rows, headers, tablefmt="simple", maxcolwidths=widths)
+            headers, rows, replays = _replays_out(headers, rows)
+            yield fitted_table(rows, headers, width)
+            yield from replays
     lines = failure_lines(c, markdown=False)
     if lines:
         yield ""
         yield FAILURES_TITLE
         yield from lines
+
+
+# Columns are never narrowed below this: a narrower one wraps into a column of single words.
+MIN_COLUMN = 10
+# Words up to this long (rule ids, test ids) keep a column from narrowing below them.
+MAX_WORD = 32
+# The terminal's "Did not run" names at most this many characters of the tests a reason applies to.
+WHAT_CHARS = 40
+
+
+def fitted_table(rows: list[list[Any]], headers: list[str], width: int) -> str:
+    """A plain table no wider than ``width``: the widest columns wrap until it fits."""
+    # tabulate pads every header by 2 (its MIN_PADDING): a column is never narrower than that.
+    natural = [max(len(str(h)) + 2, *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    room = max(width - 2 * (len(headers) - 1), MIN_COLUMN * len(headers))
+    widths = list(natural)
+    # Free text wraps first; the first column (what a row is about) and short columns only if they must.
+    order = sorted(range(len(headers)), key=lambda i: (i == 0, -natural[i]))
+    for keep_words in (True, False):  # words (rule ids, devices) are split only where nothing else fits
+        for i in order:
+            excess = sum(widths) - room
+            if excess <= 0:
+                break
+            longest = min(MAX_WORD, max((len(w) for r in rows for w in str(r[i]).split()), default=0))
+            floor = max(MIN_COLUMN if i else 2 * MIN_COLUMN, len(str(headers[i])) + 2, longest if keep_words else 0)
+            widths[i] = max(min(floor, widths[i]), widths[i] - excess)
+    limits = [w if w < n else None for w, n in zip(widths, natural, strict=True)]
+    return tabulate(rows, headers, tablefmt="simple", maxcolwidths=limits, disable_numparse=True)
+
+
+def _replays_out(headers: list[str], rows: list[list[Any]]) -> tuple[list[str], list[list[Any]], list[str]]:
+    """A table's replay column as references ([1], [2], ...) and the commands as lines below it: a replay wrapped
+    inside a cell cannot be pasted."""
+    if "replay" not in headers:
+        return headers, rows, []
+    i = headers.index("replay")
+    lines, out = [], []
+    for row in rows:
+        row = list(row)
+        if row[i] and row[i] != "–":
+            lines.append(f"[{len(lines) + 1}] {row[i]}")
+            row[i] = f"[{len(lines)}]"
+        out.append(row)
+    return headers, out, (["replay:", *lines] if lines else [])
+
+
+def not_run_terminal_rows(c: Collector) -> list[list[Any]]:
+    """'Did not run' folded by reason for the terminal: what it applies to (clipped), the reason, how many tests."""
+    folded: dict[str, list[Any]] = {}
+    for what, reason, count in not_run_rows(c):
+        row = folded.setdefault(reason, [[], reason, 0])
+        row[0].append(what)
+        row[2] = "all" if count == "all" or row[2] == "all" else row[2] + count
+    rows = []
+    for whats, reason, count in folded.values():
+        text = ", ".join(dict.fromkeys(whats))
+        if len(text) > WHAT_CHARS:
+            text = whats[0][: WHAT_CHARS - 12] + f" and {len(set(whats)) - 1} more"
+        rows.append([text, reason, count])
+    return rows
+
+
+# A detail in a terminal table is cut here: the report files keep it whole.
+TERMINAL_DETAIL = 160
+
+
+def warning_terminal_rows(c: Collector) -> list[list[Any]]:
+    """Interface warnings folded over dims for the terminal: one row per (backend, device, dtype, rule), with the
+    smallest case's detail (clipped) and replay."""
+    folded: dict[tuple[str, ...], Summary] = {}
+    for s in sorted(c.summaries.values(), key=lambda s: s.key):
+        if not s.warnings:
+            continue
+        key = (s.backend, s.device, s.dtype, s.rule)
+        agg = folded.setdefault(key, Summary(s.backend, s.device, s.dtype, "all", s.rule))
+        agg.merge(s)
+    rows = []
+    for s in folded.values():
+        detail = " ".join(s.failing_detail.split()) or "–"
+        if len(detail) > TERMINAL_DETAIL:
+            detail = detail[: TERMINAL_DETAIL - 1] + "…"
+        rows.append([s.backend, s.device, s.dtype, s.rule, s.warnings, detail, s.replay or "–"])
+    return rows

@@ -2,7 +2,8 @@
 ``get_op("rms_norm", device=...)`` by per-device priority, and the resolution of ``--backend`` specs.
 
 Third-party backends join without editing this file: through the ``rmsnorm_conformance.backends``
-entry-point group, or as ``module.path:attr`` naming a class, a zero-argument factory or an instance.
+entry-point group, or as ``module.path:attr`` naming any shape ``adapters`` accepts (a backend class, factory or
+instance, a function, an nn.Module class, a torch.library op, a partial), or ``module.path:namespace::name``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def import_object(path: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ImportError(f"cannot import module {module_name!r} for backend {path!r}: {exc}") from exc
+    if "::" in attr:  # module:namespace::name, a torch.library op that importing the module registers
+        from rmsnorm_conformance.harness.running.adapters import resolve_op_name
+
+        return resolve_op_name(attr)
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -94,7 +99,10 @@ def load_backend(spec: str) -> Backend:
             f"unknown backend {spec!r}; known: {', '.join(known_backend_names())}, "
             f"or give 'module.path:attr'"
         )
-    backend = Backend(instantiate(import_object(path)), spec=spec)
+    from rmsnorm_conformance.harness.running.adapters import adapt
+
+    # Any shape a kernel ships in: a backend object or class, a function, an nn.Module class, an op, a partial.
+    backend = Backend(adapt(import_object(path), spec=spec), spec=spec)
     if spec in BUILTIN_BACKENDS or spec in _entry_point_paths():
         backend.name = spec
     return backend
