@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import event, given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
@@ -28,7 +28,7 @@ from rmsnorm_conformance.harness.checking.comparison import (
 )
 from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, torch_dtype
-from rmsnorm_conformance.harness.plugin.session import active_settings
+from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running import isolation
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError
@@ -308,12 +308,22 @@ def conformance(rules: str | Sequence[str], case_type: type | tuple[type, ...],
         test.__qualname__ = check.__qualname__
         test.__module__ = check.__module__
         test.__doc__ = check.__doc__
-        hypothesis_test = active_settings()(given(data=st.data())(test))
+        hypothesis_test = sweep_settings("dev")(given(data=st.data())(test))
         case_types = case_type if isinstance(case_type, tuple) else (case_type,)
         marker = pytest.mark.conformance(rules=declared, case_types=tuple(t.__name__ for t in case_types))
         return marker(hypothesis_test)
 
     return decorate
+
+
+def apply_sweep(test: Callable[..., Any], sweep: settings) -> None:
+    """Hold a collected conformance test to the run's sweep (``--sweep``, ``--max-examples``, ``--replay``).
+
+    The suites are imported before any run's options are known, so a test is defined under the ``dev`` sweep and
+    the plugin sets the run's settings on it at collection. Hypothesis reads them from the test when it runs;
+    ``@settings`` itself refuses a second application, hence the attribute.
+    """
+    test._hypothesis_internal_use_settings = sweep  # type: ignore[attr-defined]
 
 
 def _in_weight_dtype(cases: Callable[[Subject], st.SearchStrategy[Any]]) -> Callable[[Subject], st.SearchStrategy]:

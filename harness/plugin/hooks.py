@@ -1,7 +1,8 @@
 """The pytest plugin, loaded through the ``pytest11`` entry point: the option group, the fixtures that
 conformance tests run against, and the parametrization over (backend, device, dtype).
 
-The run's state and its report hooks live in ``session.ConformanceRun``, registered apart.
+What the options resolved to lives in ``options.RunOptions`` (in ``config.stash``, in every process); the
+report's hooks in ``reporter.Reporter``, registered on the controller only.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rmsnorm_conformance.contract import (
     WEIGHTLESS_RULES,
     profile,
 )
-from rmsnorm_conformance.harness.checking.checks import Subject
+from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import (
     CPU_SWEEP_ELEMENTS,
@@ -28,20 +29,23 @@ from rmsnorm_conformance.harness.drawing.budget import (
     sweep_elements,
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
-from rmsnorm_conformance.harness.plugin.session import (
+from rmsnorm_conformance.harness.plugin.options import (
     DEFAULT_CASE_TIMEOUT,
-    FAILURE_PROPERTY,
-    RECORDS_PROPERTY,
-    SUBJECT_PROPERTY,
-    ConformanceRun,
+    RunOptions,
+    explicit,
+    resolve,
+    targets_suites,
 )
+from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY
+from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
+from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.isolation import CaseTimedOut
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
-RUN = pytest.StashKey[ConformanceRun]()
+OPTIONS = pytest.StashKey[RunOptions]()
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
@@ -115,11 +119,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _check_hypothesis_profile(config)
     config.addinivalue_line("markers", "conformance(rules): a contract check run once per (backend, device, dtype)")
-    run = ConformanceRun(config)
-    config.stash[RUN] = run
-    config.pluginmanager.register(run, "rmsnorm-conformance-run")
-    if run.explicit() or run.targets_suites():
-        run.resolve()
+    if explicit(config) or targets_suites(config):
+        run_options(config)
+
+
+def run_options(config: pytest.Config) -> RunOptions:
+    """The run's resolved options, resolved on first use. Resolving makes this a conformance run: the controller
+    (or the only process) then registers the reporter. A usage error still replaces the report files it can,
+    with a NOT RUN report that says why."""
+    if OPTIONS not in config.stash:
+        try:
+            options = resolve(config)
+        except pytest.UsageError as exc:
+            write_usage_error(config.getoption("--report"), str(exc))
+            raise
+        config.stash[OPTIONS] = options
+        if not hasattr(config, "workerinput"):
+            config.pluginmanager.register(Reporter(config, options), "rmsnorm-conformance-reporter")
+    return config.stash[OPTIONS]
 
 
 def _check_hypothesis_profile(config: pytest.Config) -> None:
@@ -138,18 +155,10 @@ def _check_hypothesis_profile(config: pytest.Config) -> None:
                                 "sweeps are chosen with --sweep=dev|ci|thorough)") from None
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    from rmsnorm_conformance.harness.plugin import session
-
-    if RUN in config.stash and config.stash[RUN].resolved and session._ACTIVE_SETTINGS:
-        session._ACTIVE_SETTINGS.pop()
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "subject" not in metafunc.fixturenames and "parity" not in metafunc.fixturenames:
         return
-    run = metafunc.config.stash[RUN]
-    run.resolve()
+    run = run_options(metafunc.config)
     marker = metafunc.definition.get_closest_marker("conformance")
     if marker is not None and "parity.bitwise" in marker.kwargs.get("rules", ()):
         pairs = [(pair, dtype) for pair in run.parity_pairs for dtype in run.dtypes]
@@ -187,8 +196,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--rule`` keeps the tests whose ``conformance`` marker names a matching rule; ``--replay`` keeps the
     tests that take the replayed case's type and dtype."""
-    run = config.stash[RUN]
-    if not run.resolved or not (run.rules or run.replay_case is not None):
+    if OPTIONS not in config.stash:
+        return
+    run = config.stash[OPTIONS]
+    for item in items:
+        if item.get_closest_marker("conformance") is not None:
+            apply_sweep(item.obj, run.settings)
+    if not (run.rules or run.replay_case is not None):
         return
     from fnmatch import fnmatchcase
 
@@ -234,7 +248,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     """The (backend, device, dtype) a conformance test runs against; skipped with the reason if it cannot run.
     For the parity gate, a pair of them: the subject calls the left side, ``subject.other`` the right."""
     config = request.config
-    run = config.stash[RUN]
+    run = config.stash[OPTIONS]
     if len(request.param) == 2:
         return _pair_subject(request, run)
     backend, device, dtype, weight_dtype = request.param
@@ -260,7 +274,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     device_option = str(request.param[1])
 
     def replay(rule_id: str, case: Any) -> str:
-        return run.replay_command(backend, device_option, dtype, rule_id, case)
+        return replay_command(backend, device_option, dtype, rule_id, case, run.contract_profile)
 
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
@@ -273,7 +287,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    case_timeout=run.case_timeout)
 
 
-def _pair_subject(request: pytest.FixtureRequest, run: ConformanceRun) -> Subject:
+def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
     pair, dtype = request.param
     config = request.config
     sides = []
@@ -298,7 +312,7 @@ def _pair_subject(request: pytest.FixtureRequest, run: ConformanceRun) -> Subjec
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
     def replay(rule_id: str, case: Any) -> str:
-        return run.parity_replay_command(pair, dtype, case)
+        return parity_replay_command(pair, dtype, case)
 
     def make(backend: Any, device: torch.device) -> Subject:
         return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,
@@ -327,7 +341,7 @@ def parity(request: pytest.FixtureRequest) -> Parity:
     """The backends to compare with each other on one (device, dtype); skipped when fewer than two can run."""
     device, dtype = request.param
     device = worker_device(device)
-    run = request.config.stash[RUN]
+    run = request.config.stash[OPTIONS]
     reason = device_unavailable_reason(device)
     if reason:
         pytest.skip(reason)
@@ -345,7 +359,7 @@ def _runs_on(backend: Any, device: torch.device) -> bool:
         return False  # its own tests fail with the probe's error
 
 
-def _test_records(request: pytest.FixtureRequest, run: ConformanceRun) -> Collector:
+def _test_records(request: pytest.FixtureRequest, run: RunOptions) -> Collector:
     """A collector for one test's checks. They travel to the report inside the test's own report
     (``user_properties``), so pytest-xdist carries them to the controller as each test ends, and an
     interrupted run still reports every test that finished."""
