@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -61,6 +62,7 @@ class Subject:
     rules: tuple[str, ...] = ()
     strict_interface: bool = False
     case_timeout: float = 0.0
+    run_ends_at: float = 0.0  # time.time() at which the run's --deadline passes (0: none)
     current_case: Any = None
     # The last output returned and a copy taken at once: the next call must not change it (fresh_output).
     _last_output: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -340,10 +342,19 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     subject.current_case = case
     subject._last_output = None
     what = f"{subject.backend.name} on {subject.device}, {subject.dtype_label}, {case!r}"
+    seconds, cut_by_run = subject.case_timeout, False
+    if subject.run_ends_at:
+        left = subject.run_ends_at - time.time()
+        if left <= 0:
+            raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed before {what}")
+        if not seconds or left < seconds:
+            seconds, cut_by_run = left, True
     try:
-        with isolation.deadline(subject.case_timeout, what):
+        with isolation.deadline(seconds, what):
             check()
     except isolation.CaseTimedOut as exc:
+        if cut_by_run:  # the run's deadline, not the case's: no finding about the backend
+            raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed during {what}") from None
         # Recorded, then raised past Hypothesis: shrinking would run more cases that may hang as long.
         detail = f"{subject.backend.name} {exc}"
         subject.record(declared[0], case, _dim(case), False, detail)

@@ -7,6 +7,11 @@ report's hooks in ``reporter.Reporter``, registered on the controller only.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +36,7 @@ from rmsnorm_conformance.harness.drawing.budget import (
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin.options import (
     DEFAULT_CASE_TIMEOUT,
+    WORKER_RUN_ENDS_AT,
     RunOptions,
     explicit,
     resolve,
@@ -40,12 +46,19 @@ from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORD
 from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.running import isolation
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
-from rmsnorm_conformance.harness.running.isolation import CaseTimedOut
+from rmsnorm_conformance.harness.running.hangs import HangLedger
+from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, RunDeadlineReached
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
 OPTIONS = pytest.StashKey[RunOptions]()
+HANGS = pytest.StashKey[HangLedger]()
+# The report key ({"backend", "device"}) and subject of the test running now, for the watchdog.
+RUNNING = pytest.StashKey[tuple[dict, Subject]]()
+# The key under which a pytest-xdist controller hands its workers the hang ledger's file.
+WORKER_HANGS = "rmsnorm_conformance_hangs"
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
@@ -106,8 +119,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")
     group.addoption(
         "--case-timeout", type=float, default=None, metavar="SECONDS",
-        help="fail a backend's check when one case runs longer than this; the run goes on (default: "
-             f"{DEFAULT_CASE_TIMEOUT:g}; 0: no deadline).")
+        help="fail a backend's check when one case runs longer than this; the backend's other tests on that "
+             f"device are then not run, and the run goes on (default: {DEFAULT_CASE_TIMEOUT:g}; 0: no deadline).")
+    group.addoption(
+        "--deadline", type=float, default=None, metavar="SECONDS",
+        help="end the whole run after this many seconds, with a report of what finished and what did not: "
+             "FAIL if something failed by then, else INCOMPLETE (default: no limit). Set it below the CI "
+             "job's own timeout, so the report is written before the job is killed.")
     group.addoption(
         "--max-elements", type=int, default=None, metavar="N",
         help=f"largest batch (rows x dim) a case may draw, and the threshold checks build (default: on a GPU a "
@@ -134,9 +152,59 @@ def run_options(config: pytest.Config) -> RunOptions:
             write_usage_error(config.getoption("--report"), str(exc))
             raise
         config.stash[OPTIONS] = options
-        if not hasattr(config, "workerinput"):
+        workerinput = getattr(config, "workerinput", None)
+        config.stash[HANGS] = HangLedger(workerinput.get(WORKER_HANGS) if workerinput else None)
+        if workerinput is None:
             config.pluginmanager.register(Reporter(config, options), "rmsnorm-conformance-reporter")
+        else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
+            isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
     return config.stash[OPTIONS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, for each worker: the hang ledger's file and the run's end, shared by all."""
+    config = node.config
+    if OPTIONS not in config.stash:
+        return
+    ledger = config.stash[HANGS]
+    if ledger.path is None:
+        ledger.path = Path(tempfile.mkdtemp(prefix="rmsnorm-conformance-")) / "hangs.jsonl"
+    node.workerinput[WORKER_HANGS] = str(ledger.path)
+    if config.stash[OPTIONS].run_ends_at:
+        node.workerinput[WORKER_RUN_ENDS_AT] = config.stash[OPTIONS].run_ends_at
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    ledger = config.stash.get(HANGS, None)
+    if ledger is not None and ledger.path is not None and not hasattr(config, "workerinput"):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(ledger.path.parent)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Past the run's --deadline, no test starts: the run stops, and the report says what never ran."""
+    options = item.config.stash.get(OPTIONS, None)
+    if options is None or not options.run_ends_at or time.time() < options.run_ends_at:
+        return None
+    item.session.shouldstop = f"the run's deadline (--deadline={options.deadline:g}) passed"
+    return True
+
+
+def _note_hang(config: pytest.Config, key: dict, subject: Subject | None, test: str = "") -> None:
+    """Put the backend (or parity pair) on the hang ledger, with the case it hung at."""
+    if not key or subject is None:
+        return
+    where = repr(subject.current_case) + (f" in {test}" if test else "")
+    config.stash[HANGS].note(key["backend"], key["device"], where)
+
+
+def _skip_if_hung(request: pytest.FixtureRequest) -> None:
+    key = request.node.stash[SUBJECT]
+    where = request.config.stash[HANGS].hung(key["backend"], key["device"])
+    if where:
+        pytest.skip(f"not run: {key['backend']} hung on {key['device']} at {where}")
 
 
 def _check_hypothesis_profile(config: pytest.Config) -> None:
@@ -253,6 +321,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
         return _pair_subject(request, run)
     backend, device, dtype, weight_dtype = request.param
     request.node.stash[SUBJECT] = {"backend": backend.name, "device": str(device)}
+    _skip_if_hung(request)
     device = worker_device(device)
     try:
         reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
@@ -279,12 +348,14 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
-    return Subject(backend=backend, device=device, dtype=dtype, weight_dtype=weight_dtype,
+    made = Subject(backend=backend, device=device, dtype=dtype, weight_dtype=weight_dtype,
                    profile=profile(config.getoption("--contract-profile")),
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
                    manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
-                   case_timeout=run.case_timeout)
+                   case_timeout=run.case_timeout, run_ends_at=run.run_ends_at)
+    config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
+    return made
 
 
 def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
@@ -303,6 +374,7 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
             pytest.skip(f"parity {pair.label}: {backend.name} does not support {dtype}")
         sides.append((backend, device))
     request.node.stash[SUBJECT] = {"backend": pair.label, "device": pair.device_label}
+    _skip_if_hung(request)
     records = _test_records(request, run)
     profile_ = profile(config.getoption("--contract-profile"))
     max_elements = min(sweep_elements(d, interpreted=bool(getattr(b.impl, "interpreted", False)),
@@ -318,11 +390,13 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
         return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,
                        nodeid=request.node.nodeid, replay=replay, on_failure=on_failure, max_elements=max_elements,
                        replay_case=run.replay_case, manifest=run.manifest, case_timeout=run.case_timeout,
+                       run_ends_at=run.run_ends_at,
                        strict_interface=config.getoption("--strict-interface"))
 
     left, right = make(*sides[0]), make(*sides[1])
     left.other = right
     left.record_as = (pair.label, pair.device_label)
+    config.stash[RUNNING] = (request.node.stash[SUBJECT], left)
     return left
 
 
@@ -377,6 +451,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         report.user_properties.append((SUBJECT_PROPERTY, subject))
     if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut):
         report.longrepr = f"{item.name}: {call.excinfo.value}"
+        if report.when == "call":
+            _note_hang(item.config, item.stash.get(SUBJECT, {}), item.funcargs.get("subject"), item.name)
+    if call.excinfo is not None and isinstance(call.excinfo.value, RunDeadlineReached):
+        # Cut short by the run's deadline: not finished, and no finding about the backend.
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"not finished: {call.excinfo.value}")
     if report.when != "call":
         return
     notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo is not None else None

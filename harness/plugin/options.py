@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -43,6 +44,8 @@ DEFAULT_CASE_TIMEOUT = 300.0
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.
 BYTES_PER_ELEMENT = 64
+# The key under which a pytest-xdist controller hands its workers the time the run's --deadline passes.
+WORKER_RUN_ENDS_AT = "rmsnorm_conformance_run_ends_at"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class RunOptions:
     max_examples: int | None
     case_timeout: float
     deadline: float  # seconds the whole run may take (0: no limit)
+    run_ends_at: float  # time.time() at which that deadline passes (0: no limit)
     contract_profile: str
     strict_interface: bool
     reports: tuple[str, ...]
@@ -129,6 +133,9 @@ def resolve(config: pytest.Config) -> RunOptions:
     deadline = config.getoption("--deadline", None) or 0.0
     if deadline < 0:
         raise pytest.UsageError(f"--deadline={deadline:g}: must be 0 (no limit) or more seconds")
+    # The clock starts when the first process resolves the options; workers take the controller's end.
+    run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) or (
+        time.time() + deadline if deadline else 0.0)
     dtypes = _parse_choice_list(config.getoption("--dtype"), DTYPES, "--dtype")
     from rmsnorm_conformance.contract import ALL_RULES
 
@@ -161,7 +168,8 @@ def resolve(config: pytest.Config) -> RunOptions:
     return RunOptions(
         backends=tuple(backends), devices=devices, dtypes=dtypes, rules=rules, sweep=sweep,
         settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(replay)), max_examples=max_examples,
-        case_timeout=case_timeout, deadline=deadline, contract_profile=config.getoption("--contract-profile"),
+        case_timeout=case_timeout, deadline=deadline, run_ends_at=run_ends_at,
+        contract_profile=config.getoption("--contract-profile"),
         strict_interface=bool(config.getoption("--strict-interface")), reports=reports, replay_case=replay_case,
         manifest=manifest, named_backends=tuple(names) if option else (),
         parity_pairs=tuple(_resolve_parity(backends, devices, config.getoption("--require-parity"),

@@ -132,15 +132,28 @@ class Reporter:
         c.not_started = max(0, session.testscollected - finished - len(self.running))
         c.unfinished = list(self.running)
         status = session.exitstatus
-        if status == pytest.ExitCode.INTERRUPTED or self.interrupted_by:
-            c.incomplete = self.interrupted_by or "interrupted (Ctrl-C or a signal)"
+        o = self.options
+        cut = sum(x["outcome"] == "skipped" and x["reason"].startswith("not finished:") for x in outcomes)
+        left = f"{c.not_started} of {session.testscollected} collected tests never ran"
+        stopped_by = session.shouldstop if isinstance(session.shouldstop, str) else ""
+        if self.interrupted_by:
+            c.incomplete = self.interrupted_by
+        elif o.run_ends_at and time.time() >= o.run_ends_at and (c.unfinished or c.not_started or cut):
+            c.incomplete = (f"the run's deadline (--deadline={o.deadline:g}) passed: {cut} tests were cut short, "
+                            + left)
+        elif status == pytest.ExitCode.INTERRUPTED:
+            c.incomplete = f"stopped: {stopped_by}; {left}" if stopped_by else "interrupted (Ctrl-C or a signal)"
         elif c.unfinished or c.not_started:
-            c.incomplete = (f"stopped early (exit status {int(status)}): {c.not_started} of "
-                            f"{session.testscollected} collected tests never ran")
+            c.incomplete = f"stopped early (exit status {int(status)}): {left}"
         else:
             c.incomplete = ""
+        # The exit status follows the verdict: FAIL 1 (also when the run stopped early after the failure),
+        # INCOMPLETE 2, NOT RUN 1 or 5.
         verdict = c.verdict()
-        if verdict == "INCOMPLETE" and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        if verdict == "FAIL" and status in (pytest.ExitCode.OK, pytest.ExitCode.INTERRUPTED,
+                                            pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif verdict == "INCOMPLETE" and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.INTERRUPTED
         elif verdict == "NOT RUN" and status == pytest.ExitCode.OK:
             # A named backend ran no check, or nothing ran at all: nothing was shown to hold.
@@ -177,9 +190,9 @@ class Reporter:
         if c.verdict() == "NOT RUN":
             terminalreporter.write_line("")
             terminalreporter.write_line("no conformance check ran (see 'Did not run'): exit status 5", red=True)
-        if c.verdict() == "INCOMPLETE":
+        if c.incomplete and not c.usage_error:
             terminalreporter.write_line("")
-            terminalreporter.write_line(f"the run is INCOMPLETE: {c.incomplete}", red=True)
+            terminalreporter.write_line(f"the run is {c.verdict()} and did not finish: {c.incomplete}", red=True)
         for name in c.named_but_not_run():
             terminalreporter.write_line(f"backend {name!r} was named with --backend but ran no check: NOT RUN",
                                         red=True)

@@ -205,16 +205,16 @@ class Collector:
     def verdict(self) -> str:
         """PASS only when the run finished, nothing failed, and every named backend ran checks.
 
-        INCOMPLETE: interrupted, timed out or killed before the end (whatever had failed by then);
-        FAIL: a gating check failed, or a test failed or raised; NOT RUN: a named backend ran nothing, or no
-        conformance check ran at all.
+        FAIL: a gating check failed, or a test failed or raised, whether or not the run finished (a finished run
+        cannot undo a failure); INCOMPLETE: interrupted, stopped early or killed before the end with nothing
+        failed by then; NOT RUN: a named backend ran nothing, or no conformance check ran at all.
         """
         if self.usage_error:
             return "NOT RUN"
-        if self.incomplete:
-            return "INCOMPLETE"
         if self.failed_tests() or self.failed_checks:
             return "FAIL"
+        if self.incomplete:
+            return "INCOMPLETE"
         if self.named_but_not_run() or (self.conformance_tests and not self.checks):
             return "NOT RUN"
         return "PASS"

@@ -115,6 +115,11 @@ class CaseTimedOut(BaseException):
     more cases that may hang as long."""
 
 
+class RunDeadlineReached(BaseException):
+    """The run's own deadline (``--deadline``) passed during a case: the case is not finished, and says nothing
+    about the backend (a BaseException for the reason :class:`CaseTimedOut` is)."""
+
+
 class Watchdog:
     """The last resort for a backend stuck inside native code, where no Python signal handler runs: past the
     deadline plus a grace period it calls ``on_hang`` (which writes the report), then ends the process, so
