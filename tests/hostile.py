@@ -227,3 +227,16 @@ class HangsAboveRows(NativeRMSNormOp):
         if x.numel() // max(x.shape[-1], 1) > 64:
             time.sleep(float(os.environ.get("HOSTILE_SLEEP", "3600")))
         return super().forward(x, weight, eps)
+
+
+class WrongOnFirstCalls(NativeRMSNormOp):
+    """Adds 1 to its output on its first three calls in a process, then is right: a rerun of its failing test
+    passes, as a kernel whose first launches read uninitialised memory would."""
+
+    name = "wrong_on_first_calls"
+    calls = 0
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        type(self).calls += 1
+        y = super().forward(x, weight, eps)
+        return y + 1 if type(self).calls <= 3 else y

@@ -272,10 +272,12 @@ def test_a_hang_in_native_code_is_ended_with_an_incomplete_report(tmp_path):
                   "--case-timeout=1")
     out, _ = proc.communicate(timeout=300)
     assert time.monotonic() - started < 120, "the watchdog must end the hang"
-    assert proc.returncode == 2, out
+    assert proc.returncode == 1, out
     data = _strict_json(report.read_text())
-    assert data["verdict"] == "INCOMPLETE" and "hung past its deadline" in data["incomplete"]
+    assert data["verdict"] == "FAIL" and "hung past its deadline" in data["incomplete"]
     assert any("test_output" in n for n in data["unfinished"])
+    (hang,) = data["outcomes"].values()
+    assert hang["rule"] == "axis_b.output" and "--replay=" in hang["replay"]
 
 
 # --- global state and reused buffers ------------------------------------------------------------------------

@@ -219,7 +219,10 @@ def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
         pytest.xfail(f"expected breach ({expected}): {message}")
     if not subject.gates(rule_id):
         # An interface breach: in the report as a warning, with the same detail and replay; the test goes on.
-        warnings.warn(InterfaceWarning(message), stacklevel=3)
+        # Shown, never raised: -W error or filterwarnings=error must not turn it into a failure of the check.
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", InterfaceWarning)
+            warnings.warn(InterfaceWarning(message), stacklevel=3)
         return
     subject.on_failure(rule_id, f"contract rule {rule_id} ({r.title}): {what}", replay)
     pytest.fail(message, pytrace=False)
@@ -371,6 +374,16 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
                   f"{where.lineno})")
         recorded = subject.record(declared[0], case, _dim(case), False, detail)
         _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
+    except BaseException as exc:
+        if not getattr(exc, "ended_by_timer", False):
+            raise
+        # Another plugin's timer (pytest-timeout) ended the case (its handler ran and said so): the case is
+        # recorded against the declared rule with its replay, as a case timeout is, and the test ends here.
+        detail = f"{subject.backend.name} was ended by a test timeout during {case!r}: {exc}"
+        subject.record(declared[0], case, _dim(case), False, detail)
+        subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
+                           subject.replay_command(case, declared[0]))
+        raise isolation.EndedByTimer(detail) from exc
 
 
 def case_events(case: Any) -> list[str]:

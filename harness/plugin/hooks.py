@@ -50,7 +50,7 @@ from rmsnorm_conformance.harness.running import isolation
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
-from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, RunDeadlineReached
+from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
 OPTIONS = pytest.StashKey[RunOptions]()
@@ -155,7 +155,9 @@ def run_options(config: pytest.Config) -> RunOptions:
         workerinput = getattr(config, "workerinput", None)
         config.stash[HANGS] = HangLedger(workerinput.get(WORKER_HANGS) if workerinput else None)
         if workerinput is None:
-            config.pluginmanager.register(Reporter(config, options), "rmsnorm-conformance-reporter")
+            reporter = Reporter(config, options)
+            config.pluginmanager.register(reporter, "rmsnorm-conformance-reporter")
+            isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
     return config.stash[OPTIONS]
@@ -198,6 +200,16 @@ def _note_hang(config: pytest.Config, key: dict, subject: Subject | None, test: 
         return
     where = repr(subject.current_case) + (f" in {test}" if test else "")
     config.stash[HANGS].note(key["backend"], key["device"], where)
+
+
+def _running_failure(config: pytest.Config, message: str) -> dict[str, str] | None:
+    """The running case as a failure of its test's rule, with its replay, for a process about to be ended."""
+    key, subject = config.stash.get(RUNNING, ({}, None))
+    if subject is None or not subject.rules:
+        return None
+    rule, case = subject.rules[0], subject.current_case
+    return {"nodeid": subject.nodeid, "rule": rule, "replay": subject.replay_command(case, rule),
+            "reason": f"contract rule {rule}: {subject.backend.name} {message}: {case!r}"[:300], **key}
 
 
 def _skip_if_hung(request: pytest.FixtureRequest) -> None:
@@ -449,10 +461,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     subject = item.stash.get(SUBJECT, None)
     if subject is not None:
         report.user_properties.append((SUBJECT_PROPERTY, subject))
-    if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut):
+    if call.excinfo is not None and isinstance(call.excinfo.value, (CaseTimedOut, EndedByTimer)):
         report.longrepr = f"{item.name}: {call.excinfo.value}"
-        if report.when == "call":
-            _note_hang(item.config, item.stash.get(SUBJECT, {}), item.funcargs.get("subject"), item.name)
+    if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut) and report.when == "call":
+        _note_hang(item.config, item.stash.get(SUBJECT, {}), item.funcargs.get("subject"), item.name)
     if call.excinfo is not None and isinstance(call.excinfo.value, RunDeadlineReached):
         # Cut short by the run's deadline: not finished, and no finding about the backend.
         report.outcome = "skipped"

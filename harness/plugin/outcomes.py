@@ -25,16 +25,16 @@ def record_report(collector: Collector, report: pytest.TestReport, backends: tup
         if name == RECORDS_PROPERTY:
             collector.merge_json(value)
     outcomes = collector.outcomes
-    where = _where(report.nodeid)
-    subject = _property(report, SUBJECT_PROPERTY) or subject_from_id(report.nodeid, where, backends)
+    params = where(report.nodeid)
+    subject = _property(report, SUBJECT_PROPERTY) or subject_from_id(report.nodeid, params, backends)
     if hasattr(report, "wasxfail"):  # a breach the known-failure manifest expects
-        outcomes[report.nodeid] = {"outcome": "xfailed", "reason": str(report.wasxfail)[:300], "where": where}
+        outcomes[report.nodeid] = {"outcome": "xfailed", "reason": str(report.wasxfail)[:300], "where": params}
     elif report.passed and report.when == "call":
         collector.passed_tests += 1
     elif report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         outcomes[report.nodeid] = {"outcome": "skipped", "reason": reason.removeprefix("Skipped: "),
-                                   "where": where, **subject}
+                                   "where": params, **subject}
     elif report.failed or report.outcome == "rerun":
         # A failed attempt that pytest-rerunfailures runs again stays a failure: a kernel that is wrong only
         # sometimes is wrong.
@@ -49,20 +49,20 @@ def record_report(collector: Collector, report: pytest.TestReport, backends: tup
             reason = f"failed on an attempt that was then rerun: {reason}"[:300]
         outcomes[report.nodeid] = {"outcome": "failed" if report.when == "call" else "error",
                                    "reason": reason, "replay": failure.get("replay", ""),
-                                   "where": where, **subject, "rule": failure.get("rule") or subject.get("rule", "")}
+                                   "where": params, **subject, "rule": failure.get("rule") or subject.get("rule", "")}
 
 
-def subject_from_id(nodeid: str, where: str, backends: tuple[Backend, ...]) -> dict[str, str]:
+def subject_from_id(nodeid: str, params: str, backends: tuple[Backend, ...]) -> dict[str, str]:
     """Backend, device and rule of a test that left no record of them: a worker that crashed (a segfault in
     a kernel, say) reports only the test id. Its params begin with a selected backend's name and the
     device; its rule is the test's own when it declares one (the suites' markers)."""
-    if not where:
+    if not params:
         return {}
     backend = next((b.name for b in sorted(backends, key=lambda b: -len(b.name))
-                    if where.startswith(f"{b.name}-")), None)
+                    if params.startswith(f"{b.name}-")), None)
     if backend is None:
         return {}
-    subject = {"backend": backend, "device": where[len(backend) + 1:].split("-", 1)[0]}
+    subject = {"backend": backend, "device": params[len(backend) + 1:].split("-", 1)[0]}
     from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 
     test = nodeid.rsplit("/", 1)[-1].split("[", 1)[0]
@@ -79,7 +79,8 @@ def _property(report: pytest.TestReport, key: str) -> Any:
     return None
 
 
-def _where(nodeid: str) -> str:
+def where(nodeid: str) -> str:
+    """The params part of a test id: backend, device and dtype."""
     return nodeid.rsplit("[", 1)[1].rstrip("]") if "[" in nodeid else ""
 
 

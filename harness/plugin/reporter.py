@@ -17,11 +17,11 @@ import pytest
 from rmsnorm_conformance.contract import VERSION
 from rmsnorm_conformance.harness.checking.known_failures import entry_status, manifest_rows
 from rmsnorm_conformance.harness.plugin.options import RunOptions
-from rmsnorm_conformance.harness.plugin.outcomes import record_report
+from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
+from rmsnorm_conformance.harness.plugin.selection import selection
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES, render_terminal, write_report
-from rmsnorm_conformance.harness.running import isolation
 
 # Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
 CONTROLLER_WRITE_INTERVAL = 2.0
@@ -57,7 +57,6 @@ class Reporter:
         self._previous_sigterm: Any = None
         self._last_write = float("-inf")  # time.monotonic() of the last progress write
         self._write_pending = False  # a start not yet written (a pytest-xdist controller throttles its writes)
-        isolation.WATCHDOG.on_hang = self._hung
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         o = self.options
@@ -84,10 +83,15 @@ class Reporter:
         self.interrupted_by = "terminated by SIGTERM"
         raise KeyboardInterrupt("SIGTERM")
 
-    def _hung(self, message: str) -> None:
-        """Called by the watchdog just before it ends a process stuck in native code."""
+    def ended(self, message: str, failure: dict[str, str] | None) -> None:
+        """The last words of a process about to be ended during a case (by the watchdog, stuck in native code,
+        or by a test timeout's thread): the case's failure, with its rule and replay, and what never finished."""
         self.collector.incomplete = f"a case {message}"
         self.collector.unfinished = list(self.running)
+        if failure is not None:
+            self.collector.outcomes[failure["nodeid"]] = {
+                "outcome": "failed", "where": where(failure["nodeid"]),
+                **{k: v for k, v in failure.items() if k != "nodeid"}}
         self._write_reports()
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
@@ -158,6 +162,7 @@ class Reporter:
         elif verdict == "NOT RUN" and status == pytest.ExitCode.OK:
             # A named backend ran no check, or nothing ran at all: nothing was shown to hold.
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if c.checks else pytest.ExitCode.NO_TESTS_COLLECTED
+        c.selection = selection(self.config, self.options, c)
         for name in c.named_but_not_run():
             c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
                                        "reasons above): nothing about it was shown to hold")
