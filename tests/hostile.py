@@ -215,3 +215,28 @@ class HangsInNativeCode(NativeRMSNormOp):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         time.sleep(600)
         return super().forward(x, weight, eps)
+
+
+class HangsAboveRows(NativeRMSNormOp):
+    """Right on small batches; sleeps (an hour by default) on batches of more than 64 rows, as a kernel whose
+    large-batch path deadlocks would. Every test that draws such a batch would wait out its case timeout."""
+
+    name = "hangs_above_64_rows"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.numel() // max(x.shape[-1], 1) > 64:
+            time.sleep(float(os.environ.get("HOSTILE_SLEEP", "3600")))
+        return super().forward(x, weight, eps)
+
+
+class WrongOnFirstCalls(NativeRMSNormOp):
+    """Adds 1 to its output on its first three calls in a process, then is right: a rerun of its failing test
+    passes, as a kernel whose first launches read uninitialised memory would."""
+
+    name = "wrong_on_first_calls"
+    calls = 0
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        type(self).calls += 1
+        y = super().forward(x, weight, eps)
+        return y + 1 if type(self).calls <= 3 else y

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import event, given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
@@ -28,7 +29,7 @@ from rmsnorm_conformance.harness.checking.comparison import (
 )
 from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, torch_dtype
-from rmsnorm_conformance.harness.plugin.session import active_settings
+from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running import isolation
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError
@@ -63,6 +64,7 @@ class Subject:
     rules: tuple[str, ...] = ()
     strict_interface: bool = False
     case_timeout: float = 0.0
+    run_ends_at: float = 0.0  # time.time() at which the run's --deadline passes (0: none)
     current_case: Any = None
     # The last call's method and its outputs, each with a fingerprint taken at once: the next call must not
     # change them (fresh_output).
@@ -251,7 +253,10 @@ def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
         pytest.xfail(f"expected breach ({expected}): {message}")
     if not subject.gates(rule_id):
         # An interface breach: in the report as a warning, with the same detail and replay; the test goes on.
-        warnings.warn(InterfaceWarning(message), stacklevel=3)
+        # Shown, never raised: -W error or filterwarnings=error must not turn it into a failure of the check.
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", InterfaceWarning)
+            warnings.warn(InterfaceWarning(message), stacklevel=3)
         return
     subject.on_failure(rule_id, f"contract rule {rule_id} ({r.title}): {what}", replay)
     pytest.fail(message, pytrace=False)
@@ -342,12 +347,22 @@ def conformance(rules: str | Sequence[str], case_type: type | tuple[type, ...],
         test.__qualname__ = check.__qualname__
         test.__module__ = check.__module__
         test.__doc__ = check.__doc__
-        hypothesis_test = active_settings()(given(data=st.data())(test))
+        hypothesis_test = sweep_settings("dev")(given(data=st.data())(test))
         case_types = case_type if isinstance(case_type, tuple) else (case_type,)
         marker = pytest.mark.conformance(rules=declared, case_types=tuple(t.__name__ for t in case_types))
         return marker(hypothesis_test)
 
     return decorate
+
+
+def apply_sweep(test: Callable[..., Any], sweep: settings) -> None:
+    """Hold a collected conformance test to the run's sweep (``--sweep``, ``--max-examples``, ``--replay``).
+
+    The suites are imported before any run's options are known, so a test is defined under the ``dev`` sweep and
+    the plugin sets the run's settings on it at collection. Hypothesis reads them from the test when it runs;
+    ``@settings`` itself refuses a second application, hence the attribute.
+    """
+    test._hypothesis_internal_use_settings = sweep  # type: ignore[attr-defined]
 
 
 def _in_weight_dtype(cases: Callable[[Subject], st.SearchStrategy[Any]]) -> Callable[[Subject], st.SearchStrategy]:
@@ -364,10 +379,19 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     subject.current_case = case
     subject._last_output = None
     what = f"{subject.backend.name} on {subject.device}, {subject.dtype_label}, {case!r}"
+    seconds, cut_by_run = subject.case_timeout, False
+    if subject.run_ends_at:
+        left = subject.run_ends_at - time.time()
+        if left <= 0:
+            raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed before {what}")
+        if not seconds or left < seconds:
+            seconds, cut_by_run = left, True
     try:
-        with isolation.deadline(subject.case_timeout, what):
+        with isolation.deadline(seconds, what):
             check()
     except isolation.CaseTimedOut as exc:
+        if cut_by_run:  # the run's deadline, not the case's: no finding about the backend
+            raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed during {what}") from None
         # Recorded, then raised past Hypothesis: shrinking would run more cases that may hang as long.
         detail = f"{subject.backend.name} {exc}"
         subject.record(declared[0], case, _dim(case), False, detail)
@@ -384,6 +408,16 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
                   f"{where.lineno})")
         recorded = subject.record(declared[0], case, _dim(case), False, detail)
         _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
+    except BaseException as exc:
+        if not getattr(exc, "ended_by_timer", False):
+            raise
+        # Another plugin's timer (pytest-timeout) ended the case (its handler ran and said so): the case is
+        # recorded against the declared rule with its replay, as a case timeout is, and the test ends here.
+        detail = f"{subject.backend.name} was ended by a test timeout during {case!r}: {exc}"
+        subject.record(declared[0], case, _dim(case), False, detail)
+        subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
+                           subject.replay_command(case, declared[0]))
+        raise isolation.EndedByTimer(detail) from exc
 
 
 def case_events(case: Any) -> list[str]:

@@ -1,11 +1,17 @@
 """The pytest plugin, loaded through the ``pytest11`` entry point: the option group, the fixtures that
 conformance tests run against, and the parametrization over (backend, device, dtype).
 
-The run's state and its report hooks live in ``session.ConformanceRun``, registered apart.
+What the options resolved to lives in ``options.RunOptions`` (in ``config.stash``, in every process); the
+report's hooks in ``reporter.Reporter``, registered on the controller only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +25,7 @@ from rmsnorm_conformance.contract import (
     WEIGHTLESS_RULES,
     profile,
 )
-from rmsnorm_conformance.harness.checking.checks import Subject
+from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import (
     CPU_SWEEP_ELEMENTS,
@@ -28,20 +34,32 @@ from rmsnorm_conformance.harness.drawing.budget import (
     sweep_elements,
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
-from rmsnorm_conformance.harness.plugin.session import (
+from rmsnorm_conformance.harness.plugin.options import (
     DEFAULT_CASE_TIMEOUT,
-    FAILURE_PROPERTY,
-    RECORDS_PROPERTY,
-    SUBJECT_PROPERTY,
-    ConformanceRun,
+    WORKER_RUN_ENDS_AT,
+    RunOptions,
+    explicit,
+    resolve,
+    targets_suites,
 )
+from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY
+from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
+from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
+from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.running import isolation
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
-from rmsnorm_conformance.harness.running.isolation import CaseTimedOut
+from rmsnorm_conformance.harness.running.hangs import HangLedger
+from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
-RUN = pytest.StashKey[ConformanceRun]()
+OPTIONS = pytest.StashKey[RunOptions]()
+HANGS = pytest.StashKey[HangLedger]()
+# The report key ({"backend", "device"}) and subject of the test running now, for the watchdog.
+RUNNING = pytest.StashKey[tuple[dict, Subject]]()
+# The key under which a pytest-xdist controller hands its workers the hang ledger's file.
+WORKER_HANGS = "rmsnorm_conformance_hangs"
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
@@ -103,8 +121,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")
     group.addoption(
         "--case-timeout", type=float, default=None, metavar="SECONDS",
-        help="fail a backend's check when one case runs longer than this; the run goes on (default: "
-             f"{DEFAULT_CASE_TIMEOUT:g}; 0: no deadline).")
+        help="fail a backend's check when one case runs longer than this; the backend's other tests on that "
+             f"device are then not run, and the run goes on (default: {DEFAULT_CASE_TIMEOUT:g}; 0: no deadline).")
+    group.addoption(
+        "--deadline", type=float, default=None, metavar="SECONDS",
+        help="end the whole run after this many seconds, with a report of what finished and what did not: "
+             "FAIL if something failed by then, else INCOMPLETE (default: no limit). Set it below the CI "
+             "job's own timeout, so the report is written before the job is killed.")
     group.addoption(
         "--max-elements", type=int, default=None, metavar="N",
         help=f"largest batch (rows x dim) a case may draw, and the threshold checks build (default: on a GPU a "
@@ -116,15 +139,87 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _check_hypothesis_profile(config)
     config.addinivalue_line("markers", "conformance(rules): a contract check run once per (backend, device, dtype)")
-    run = ConformanceRun(config)
-    config.stash[RUN] = run
-    config.pluginmanager.register(run, "rmsnorm-conformance-run")
-    if not hasattr(config, "workerinput"):  # CI output (step summary, annotations) from the reporting process only
-        from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
+    if explicit(config) or targets_suites(config):
+        run_options(config)
 
-        config.pluginmanager.register(CiOutput(run), "rmsnorm-conformance-ci-output")
-    if run.explicit() or run.targets_suites():
-        run.resolve()
+
+def run_options(config: pytest.Config) -> RunOptions:
+    """The run's resolved options, resolved on first use. Resolving makes this a conformance run: the controller
+    (or the only process) then registers the reporter. A usage error still replaces the report files it can,
+    with a NOT RUN report that says why."""
+    if OPTIONS not in config.stash:
+        try:
+            options = resolve(config)
+        except pytest.UsageError as exc:
+            write_usage_error(config.getoption("--report"), str(exc))
+            raise
+        config.stash[OPTIONS] = options
+        workerinput = getattr(config, "workerinput", None)
+        config.stash[HANGS] = HangLedger(workerinput.get(WORKER_HANGS) if workerinput else None)
+        if workerinput is None:
+            reporter = Reporter(config, options)
+            config.pluginmanager.register(reporter, "rmsnorm-conformance-reporter")
+            config.pluginmanager.register(CiOutput(reporter), "rmsnorm-conformance-ci-output")
+            isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
+        else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
+            isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
+    return config.stash[OPTIONS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, for each worker: the hang ledger's file and the run's end, shared by all."""
+    config = node.config
+    if OPTIONS not in config.stash:
+        return
+    ledger = config.stash[HANGS]
+    if ledger.path is None:
+        ledger.path = Path(tempfile.mkdtemp(prefix="rmsnorm-conformance-")) / "hangs.jsonl"
+    node.workerinput[WORKER_HANGS] = str(ledger.path)
+    if config.stash[OPTIONS].run_ends_at:
+        node.workerinput[WORKER_RUN_ENDS_AT] = config.stash[OPTIONS].run_ends_at
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    ledger = config.stash.get(HANGS, None)
+    if ledger is not None and ledger.path is not None and not hasattr(config, "workerinput"):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(ledger.path.parent)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Past the run's --deadline, no test starts: the run stops, and the report says what never ran."""
+    options = item.config.stash.get(OPTIONS, None)
+    if options is None or not options.run_ends_at or time.time() < options.run_ends_at:
+        return None
+    item.session.shouldstop = f"the run's deadline (--deadline={options.deadline:g}) passed"
+    return True
+
+
+def _note_hang(config: pytest.Config, key: dict, subject: Subject | None, test: str = "") -> None:
+    """Put the backend (or parity pair) on the hang ledger, with the case it hung at."""
+    if not key or subject is None:
+        return
+    where = repr(subject.current_case) + (f" in {test}" if test else "")
+    config.stash[HANGS].note(key["backend"], key["device"], where)
+
+
+def _running_failure(config: pytest.Config, message: str) -> dict[str, str] | None:
+    """The running case as a failure of its test's rule, with its replay, for a process about to be ended."""
+    key, subject = config.stash.get(RUNNING, ({}, None))
+    if subject is None or not subject.rules:
+        return None
+    rule, case = subject.rules[0], subject.current_case
+    return {"nodeid": subject.nodeid, "rule": rule, "replay": subject.replay_command(case, rule),
+            "reason": f"contract rule {rule}: {subject.backend.name} {message}: {case!r}"[:300], **key}
+
+
+def _skip_if_hung(request: pytest.FixtureRequest) -> None:
+    key = request.node.stash[SUBJECT]
+    where = request.config.stash[HANGS].hung(key["backend"], key["device"])
+    if where:
+        pytest.skip(f"not run: {key['backend']} hung on {key['device']} at {where}")
 
 
 def _check_hypothesis_profile(config: pytest.Config) -> None:
@@ -143,18 +238,10 @@ def _check_hypothesis_profile(config: pytest.Config) -> None:
                                 "sweeps are chosen with --sweep=dev|ci|thorough)") from None
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    from rmsnorm_conformance.harness.plugin import session
-
-    if RUN in config.stash and config.stash[RUN].resolved and session._ACTIVE_SETTINGS:
-        session._ACTIVE_SETTINGS.pop()
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "subject" not in metafunc.fixturenames and "parity" not in metafunc.fixturenames:
         return
-    run = metafunc.config.stash[RUN]
-    run.resolve()
+    run = run_options(metafunc.config)
     marker = metafunc.definition.get_closest_marker("conformance")
     if marker is not None and "parity.bitwise" in marker.kwargs.get("rules", ()):
         pairs = [(pair, dtype) for pair in run.parity_pairs for dtype in run.dtypes]
@@ -192,8 +279,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--rule`` keeps the tests whose ``conformance`` marker names a matching rule; ``--replay`` keeps the
     tests that take the replayed case's type and dtype."""
-    run = config.stash[RUN]
-    if not run.resolved or not (run.rules or run.replay_case is not None):
+    if OPTIONS not in config.stash:
+        return
+    run = config.stash[OPTIONS]
+    for item in items:
+        if item.get_closest_marker("conformance") is not None:
+            apply_sweep(item.obj, run.settings)
+    if not (run.rules or run.replay_case is not None):
         return
     from fnmatch import fnmatchcase
 
@@ -239,11 +331,12 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     """The (backend, device, dtype) a conformance test runs against; skipped with the reason if it cannot run.
     For the parity gate, a pair of them: the subject calls the left side, ``subject.other`` the right."""
     config = request.config
-    run = config.stash[RUN]
+    run = config.stash[OPTIONS]
     if len(request.param) == 2:
         return _pair_subject(request, run)
     backend, device, dtype, weight_dtype = request.param
     request.node.stash[SUBJECT] = {"backend": backend.name, "device": str(device)}
+    _skip_if_hung(request)
     device = worker_device(device)
     try:
         reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
@@ -265,20 +358,22 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     device_option = str(request.param[1])
 
     def replay(rule_id: str, case: Any) -> str:
-        return run.replay_command(backend, device_option, dtype, rule_id, case)
+        return replay_command(backend, device_option, dtype, rule_id, case, run.contract_profile)
 
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
-    return Subject(backend=backend, device=device, dtype=dtype, weight_dtype=weight_dtype,
+    made = Subject(backend=backend, device=device, dtype=dtype, weight_dtype=weight_dtype,
                    profile=profile(config.getoption("--contract-profile")),
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
                    manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
-                   case_timeout=run.case_timeout)
+                   case_timeout=run.case_timeout, run_ends_at=run.run_ends_at)
+    config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
+    return made
 
 
-def _pair_subject(request: pytest.FixtureRequest, run: ConformanceRun) -> Subject:
+def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
     pair, dtype = request.param
     config = request.config
     sides = []
@@ -294,6 +389,7 @@ def _pair_subject(request: pytest.FixtureRequest, run: ConformanceRun) -> Subjec
             pytest.skip(f"parity {pair.label}: {backend.name} does not support {dtype}")
         sides.append((backend, device))
     request.node.stash[SUBJECT] = {"backend": pair.label, "device": pair.device_label}
+    _skip_if_hung(request)
     records = _test_records(request, run)
     profile_ = profile(config.getoption("--contract-profile"))
     max_elements = min(sweep_elements(d, interpreted=bool(getattr(b.impl, "interpreted", False)),
@@ -303,17 +399,19 @@ def _pair_subject(request: pytest.FixtureRequest, run: ConformanceRun) -> Subjec
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
     def replay(rule_id: str, case: Any) -> str:
-        return run.parity_replay_command(pair, dtype, case)
+        return parity_replay_command(pair, dtype, case)
 
     def make(backend: Any, device: torch.device) -> Subject:
         return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,
                        nodeid=request.node.nodeid, replay=replay, on_failure=on_failure, max_elements=max_elements,
                        replay_case=run.replay_case, manifest=run.manifest, case_timeout=run.case_timeout,
+                       run_ends_at=run.run_ends_at,
                        strict_interface=config.getoption("--strict-interface"))
 
     left, right = make(*sides[0]), make(*sides[1])
     left.other = right
     left.record_as = (pair.label, pair.device_label)
+    config.stash[RUNNING] = (request.node.stash[SUBJECT], left)
     return left
 
 
@@ -332,7 +430,7 @@ def parity(request: pytest.FixtureRequest) -> Parity:
     """The backends to compare with each other on one (device, dtype); skipped when fewer than two can run."""
     device, dtype = request.param
     device = worker_device(device)
-    run = request.config.stash[RUN]
+    run = request.config.stash[OPTIONS]
     reason = device_unavailable_reason(device)
     if reason:
         pytest.skip(reason)
@@ -350,7 +448,7 @@ def _runs_on(backend: Any, device: torch.device) -> bool:
         return False  # its own tests fail with the probe's error
 
 
-def _test_records(request: pytest.FixtureRequest, run: ConformanceRun) -> Collector:
+def _test_records(request: pytest.FixtureRequest, run: RunOptions) -> Collector:
     """A collector for one test's checks. They travel to the report inside the test's own report
     (``user_properties``), so pytest-xdist carries them to the controller as each test ends, and an
     interrupted run still reports every test that finished."""
@@ -369,8 +467,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         report.user_properties += _junit_properties(item, subject)
     elif subject is not None:
         report.user_properties.append((SUBJECT_PROPERTY, subject))
-    if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut):
+    if call.excinfo is not None and isinstance(call.excinfo.value, (CaseTimedOut, EndedByTimer)):
         report.longrepr = f"{item.name}: {call.excinfo.value}"
+    if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut) and report.when == "call":
+        _note_hang(item.config, item.stash.get(SUBJECT, {}), item.funcargs.get("subject"), item.name)
+    if call.excinfo is not None and isinstance(call.excinfo.value, RunDeadlineReached):
+        # Cut short by the run's deadline: not finished, and no finding about the backend.
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"not finished: {call.excinfo.value}")
     if report.when != "call":
         return
     notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo is not None else None

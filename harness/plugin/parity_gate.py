@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rmsnorm_conformance.harness.running.backend import Backend
 from rmsnorm_conformance.harness.running.modes import MODES
 
 
@@ -32,6 +33,28 @@ class ParitySpec:
 
         return f"{side(self.left, self.left_device)}={side(self.right, self.right_device)}"
 
+
+
+@dataclass(frozen=True)
+class ParityPair:
+    """One required pair on concrete devices, as the parity gate's tests are parametrized."""
+
+    spec: ParitySpec
+    left_backend: Backend
+    right_backend: Backend
+    left_device: torch.device
+    right_device: torch.device
+    mode: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.left_backend.name}={self.right_backend.name}"
+
+    @property
+    def device_label(self) -> str:
+        if self.left_device == self.right_device:
+            return str(self.left_device)
+        return f"{self.left_device}/{self.right_device}"
 
 def parse_parity(value: str) -> ParitySpec:
     """``A:B`` or ``A@dev:B@dev``; the error names what was wrong."""

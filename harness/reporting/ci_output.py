@@ -206,21 +206,22 @@ def junit_properties(*, rules: tuple[str, ...], backend: str, device: str, dtype
 
 
 class CiOutput:
-    """Registered on the reporting process: once the run's records are final, writes the step summary and
-    prints the annotations. ``run`` is the session's ConformanceRun (its collector, backends and bench)."""
+    """Registered beside the run's reporter, on the reporting process only: once the run's records are final,
+    writes the step summary and prints the annotations. ``reporter`` holds the collector and the options."""
 
-    def __init__(self, run: Any) -> None:
-        self.run = run
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
 
     def _ran(self) -> bool:
-        c = self.run.collector
-        return bool(self.run.active and (c.conformance_tests or c.checks or c.parity or c.usage_error))
+        c = self.reporter.collector
+        return bool(c.conformance_tests or c.checks or c.parity or c.usage_error)
 
+    @pytest.hookimpl(trylast=True)  # after the reporter has settled the verdict
     def pytest_sessionfinish(self, session: Any) -> None:
         if not self._ran():
             return
         with contextlib.suppress(OSError):  # a CI file that cannot be written must not change the run's result
-            write_step_summary(self.run.collector, self.run.bench)
+            write_step_summary(self.reporter.collector, self.reporter.options.bench)
 
     @pytest.hookimpl(trylast=True)  # after the report's own summary
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -229,6 +230,6 @@ class CiOutput:
         from rmsnorm_conformance.harness.running.registry import _entry_point_paths
 
         paths = _entry_point_paths()
-        locations = {b.name: source_location(b.spec, paths) for b in self.run.backends}
-        for line in annotations(self.run.collector, locations):
+        locations = {b.name: source_location(b.spec, paths) for b in self.reporter.options.backends}
+        for line in annotations(self.reporter.collector, locations):
             terminalreporter.write_line(line)

@@ -167,6 +167,8 @@ class Collector:
     usage_error: str = ""
     # Informational: per backend, device, dtype and entry point, how many rows match each rounding class.
     rounding: list[dict[str, Any]] = field(default_factory=list)
+    # What the run selected, and under "full_gate_adds" what the full gate would add ({} : not known).
+    selection: dict[str, Any] = field(default_factory=dict)
 
     def add(self, check: Check) -> None:
         if 0 <= check.expected < len(self.expected):
@@ -205,19 +207,29 @@ class Collector:
     def failed_tests(self) -> list[str]:
         return [nodeid for nodeid, o in self.outcomes.items() if o["outcome"] in ("failed", "error")]
 
+    @property
+    def partial(self) -> bool:
+        """Did the run leave out rules, dtypes, devices, tests or thresholds the full gate checks?"""
+        return bool(self.selection.get("full_gate_adds"))
+
+    def verdict_label(self) -> str:
+        """The verdict as a report's headline shows it: a pass of a selection reads ``PASS (partial)``."""
+        verdict = self.verdict()
+        return f"{verdict} (partial)" if verdict == "PASS" and self.partial else verdict
+
     def verdict(self) -> str:
         """PASS only when the run finished, nothing failed, and every named backend ran checks.
 
-        INCOMPLETE: interrupted, timed out or killed before the end (whatever had failed by then);
-        FAIL: a gating check failed, or a test failed or raised; NOT RUN: a named backend ran nothing, or no
-        conformance check ran at all.
+        FAIL: a gating check failed, or a test failed or raised, whether or not the run finished (a finished run
+        cannot undo a failure); INCOMPLETE: interrupted, stopped early or killed before the end with nothing
+        failed by then; NOT RUN: a named backend ran nothing, or no conformance check ran at all.
         """
         if self.usage_error:
             return "NOT RUN"
-        if self.incomplete:
-            return "INCOMPLETE"
         if self.failed_tests() or self.failed_checks:
             return "FAIL"
+        if self.incomplete:
+            return "INCOMPLETE"
         if self.named_but_not_run() or (self.conformance_tests and not self.checks):
             return "NOT RUN"
         return "PASS"
@@ -230,6 +242,8 @@ class Collector:
             "verdict": self.verdict(),
             "environment": self.environment,
             "complete": not self.incomplete and not self.usage_error,
+            "partial": self.partial,
+            "selection": self.selection,
             "usage_error": self.usage_error,
             "incomplete": self.incomplete,
             "unfinished": self.unfinished,
@@ -276,6 +290,10 @@ class Collector:
         self.not_started += data.get("not_started", 0)
         self.named_backends += [n for n in data.get("named_backends", []) if n not in self.named_backends]
         self.rounding += data.get("rounding", [])
+        if data.get("selection"):
+            adds = self.selection.get("full_gate_adds", [])
+            self.selection = {**data["selection"], **self.selection, "full_gate_adds": adds + [
+                a for a in data["selection"].get("full_gate_adds", []) if a not in adds]}
         for i, entry in enumerate(data.get("expected", [])):
             if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
                     **self.expected[i], "breached": 0, "passed": 0}:

@@ -335,7 +335,7 @@ def environment_rows(c: Collector) -> list[list[Any]]:
 
 
 def headline(c: Collector) -> str:
-    text = (f"RMSNorm conformance: {c.verdict()} ({c.checks} checks, {c.failed_checks} failed"
+    text = (f"RMSNorm conformance: {c.verdict_label()} ({c.checks} checks, {c.failed_checks} failed"
             + (f", {c.warned_checks} interface warnings" if c.warned_checks else "") + ")")
     return text
 
@@ -355,6 +355,14 @@ def incomplete_lines(c: Collector) -> list[str]:
     return lines
 
 
+def partial_lines(c: Collector) -> list[str]:
+    """What a partial run left out: a selection's PASS must say it is not the full gate's."""
+    adds = c.selection.get("full_gate_adds", [])
+    if not adds:
+        return []
+    return ["This run checked a selection; the full gate would add:", *(f"- {line}" for line in adds)]
+
+
 PICTURES_TITLE = "Pictures"
 
 
@@ -371,8 +379,9 @@ def pictures_lines(pictures: Pictures | None) -> list[str]:
 
 
 def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictures: Pictures | None = None) -> str:
-    lines = [f"# RMSNorm conformance report: {c.verdict()}", ""]
+    lines = [f"# RMSNorm conformance report: {c.verdict_label()}", ""]
     lines += [md_cell(line) for line in incomplete_lines(c)] + ([""] if c.incomplete else [])
+    lines += [md_cell(line) for line in partial_lines(c)] + ([""] if c.partial else [])
     lines += [f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings; "
               f"{c.passed_tests} tests passed, {len(c.failed_tests())} failed, "
               f"{sum(o['outcome'] == 'skipped' for o in c.outcomes.values())} skipped.", ""]
@@ -396,6 +405,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     with ``verbose``, every table. Wide cells wrap so that tables fit ``width`` columns."""
     yield headline(c)
     yield from incomplete_lines(c)
+    yield from partial_lines(c)
     env = c.environment
     yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
         env.get("contract version"), env.get("contract profile"), env.get("sweep"),

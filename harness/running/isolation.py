@@ -97,10 +97,21 @@ class ExitRefused(RuntimeError):
 
 @contextlib.contextmanager
 def no_exit(name: str) -> Iterator[None]:
-    """While a backend runs, ``os._exit`` raises instead of ending the process with status 0 and no report."""
+    """While a backend runs, ``os._exit`` raises instead of ending the process with status 0 and no report.
+
+    Only in the thread that calls the backend: another thread's exit (pytest-timeout's thread method ending a
+    stuck test) goes through, after ``WATCHDOG.on_hang`` has written down the case it ended.
+    """
     real = os._exit
+    owner = threading.current_thread()
 
     def refuse(status: int) -> None:
+        if threading.current_thread() is not owner:
+            if WATCHDOG.on_hang is not None:
+                with contextlib.suppress(Exception):
+                    WATCHDOG.on_hang(f"was ended by os._exit({status}) from thread "
+                                     f"{threading.current_thread().name!r} (a test timeout's thread method)")
+            real(status)
         raise ExitRefused(f"{name} called os._exit({status}) during a call")
 
     os._exit = refuse  # type: ignore[assignment]
@@ -113,6 +124,16 @@ def no_exit(name: str) -> Iterator[None]:
 class CaseTimedOut(BaseException):
     """A case ran past its deadline. A BaseException, so that Hypothesis does not try to shrink it by running
     more cases that may hang as long."""
+
+
+class EndedByTimer(BaseException):
+    """Another plugin's timer (pytest-timeout) ended a case; raised from its exception, past Hypothesis, which
+    would otherwise replay the case to shrink it, now with no timer left to end it."""
+
+
+class RunDeadlineReached(BaseException):
+    """The run's own deadline (``--deadline``) passed during a case: the case is not finished, and says nothing
+    about the backend (a BaseException for the reason :class:`CaseTimedOut` is)."""
 
 
 class Watchdog:
@@ -153,7 +174,7 @@ class Watchdog:
                 if self.on_hang is not None:
                     with contextlib.suppress(Exception):
                         self.on_hang(message)
-                _REAL_EXIT(2)  # pytest's "interrupted" status; under xdist, a crashed worker
+                _REAL_EXIT(1)  # the hang is the backend's failure; under xdist, a crashed worker
 
 
 WATCHDOG = Watchdog()
@@ -164,32 +185,53 @@ def deadline(seconds: float, what: str) -> Iterator[None]:
     """Raise :class:`CaseTimedOut` in this thread if the block runs longer than ``seconds`` (0: no deadline).
 
     A SIGALRM timer interrupts Python code, sleeps and waits; the watchdog covers native code. An alarm another
-    plugin had pending is restored afterwards.
+    plugin set (pytest-timeout's signal method) passes through: if it is due first, its own handler runs when it
+    is due, and whatever that raises is marked ``ended_by_timer`` so the check records the case it ended; if
+    not, it is set again afterwards with the time it had left.
     """
-    if seconds <= 0:
-        yield
-        return
     use_signal = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
-    WATCHDOG.arm(seconds, what)
     if not use_signal:
+        if seconds > 0:
+            WATCHDOG.arm(seconds, what)
         try:
             yield
         finally:
             WATCHDOG.disarm()
         return
+    started = time.monotonic()
+    previous_handler = signal.getsignal(signal.SIGALRM)
+    theirs, their_interval = signal.getitimer(signal.ITIMER_REAL)
+    if seconds <= 0 and theirs <= 0:
+        yield
+        return
+    theirs_first = theirs > 0 and (seconds <= 0 or theirs <= seconds)
+    fired = False
 
     def expire(signum: int, frame: Any) -> None:
-        raise CaseTimedOut(f"did not return within {seconds:g} s (--case-timeout): {what}")
+        nonlocal fired
+        if not theirs_first:
+            raise CaseTimedOut(f"did not return within {seconds:g} s (--case-timeout): {what}")
+        fired = True
+        signal.signal(signal.SIGALRM, previous_handler)
+        if not callable(previous_handler):
+            signal.raise_signal(signal.SIGALRM)  # the default action, or none, as without the harness
+            return
+        try:
+            previous_handler(signum, frame)
+        except BaseException as exc:
+            exc.ended_by_timer = True  # type: ignore[attr-defined]
+            raise
 
-    started = time.monotonic()
-    previous_handler = signal.signal(signal.SIGALRM, expire)
-    previous_timer = signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, theirs if theirs_first else seconds)
+    if seconds > 0:
+        WATCHDOG.arm(seconds, what)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_handler)
         WATCHDOG.disarm()
-        if previous_timer[0] > 0:
-            remaining = max(previous_timer[0] - (time.monotonic() - started), 0.001)
-            signal.setitimer(signal.ITIMER_REAL, remaining, previous_timer[1])
+        if theirs > 0 and not fired:
+            remaining = max(theirs - (time.monotonic() - started), 0.001)
+            signal.setitimer(signal.ITIMER_REAL, remaining, their_interval)

@@ -1,0 +1,340 @@
+"""What the harness's command-line options resolved to: one frozen ``RunOptions``, kept in ``config.stash`` in
+every process (controller and pytest-xdist workers alike), so fixtures, hooks and the reporter read the same
+values and nothing about the run lives in a module global.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import settings
+
+from rmsnorm_conformance.contract import DTYPES
+from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
+from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
+from rmsnorm_conformance.harness.drawing.sweeps import default_sweep, sweep_settings
+from rmsnorm_conformance.harness.plugin.parity_gate import ParityPair, ParitySpec, parse_modes, parse_parity
+from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
+from rmsnorm_conformance.harness.running.adapters import adapted_notes
+from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
+from rmsnorm_conformance.harness.running.devices import (
+    device_unavailable_reason,
+    parse_device_option,
+    worker_cpu_threads,
+)
+from rmsnorm_conformance.harness.running.modes import ModeBackend
+from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
+
+# Options whose presence on the command line makes a run a conformance run from the start.
+CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
+                       "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes",
+                       "bench_json", "deadline")
+# Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
+DEFAULT_CASE_TIMEOUT = 300.0
+# Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
+# references, gradients, copies): the element budget must leave this much room in memory.
+BYTES_PER_ELEMENT = 64
+# The key under which a pytest-xdist controller hands its workers the time the run's --deadline passes.
+WORKER_RUN_ENDS_AT = "rmsnorm_conformance_run_ends_at"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The run's options, parsed and checked once."""
+
+    backends: tuple[Backend, ...]
+    devices: tuple[torch.device, ...]
+    dtypes: tuple[str, ...]
+    rules: tuple[str, ...]
+    sweep: str
+    settings: settings  # the Hypothesis settings every conformance test of this run sweeps under
+    max_examples: int | None
+    case_timeout: float
+    deadline: float  # seconds the whole run may take (0: no limit)
+    run_ends_at: float  # time.time() at which that deadline passes (0: no limit)
+    contract_profile: str
+    strict_interface: bool
+    reports: tuple[str, ...]
+    replay_case: Any = None
+    manifest: Manifest | None = None
+    named_backends: tuple[str, ...] = ()  # named with --backend: each must run a check
+    parity_pairs: tuple[ParityPair, ...] = ()
+    bench: dict[str, Any] | None = None  # --bench-json's data, for the report's speed columns and pictures
+    # (backend, device, reason) for default backends that cannot run on any selected device.
+    not_run: tuple[tuple[str, str, str], ...] = ()
+
+    def environment(self, config: pytest.Config) -> dict[str, str]:
+        """The run's settings as the report's environment table shows them."""
+        return {
+            "contract profile": self.contract_profile,
+            "interface rules": "gate (--strict-interface)" if self.strict_interface else "warn",
+            "sweep": self.sweep + (f", {self.max_examples} examples a test" if self.max_examples else ""),
+            "backends": ", ".join(b.name for b in self.backends) or "none",
+            "command": "pytest " + shlex.join(config.invocation_params.args),
+            "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
+            **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
+            **({"adapted kernels": adapted_notes(self.backends)} if adapted_notes(self.backends) else {}),
+        }
+
+
+def explicit(config: pytest.Config) -> bool:
+    """Did the user give any of the harness's options?"""
+    return any(config.getoption(name, None) not in (None, [], False) for name in CONFORMANCE_OPTIONS)
+
+
+def targets_suites(config: pytest.Config) -> bool:
+    """Do the run's arguments name the conformance suites (by package or by path)?"""
+    from rmsnorm_conformance import suites
+
+    suites_dir = Path(suites.__file__).resolve().parent
+    for arg in config.args:
+        target = arg.split("::", 1)[0]
+        if target.startswith("rmsnorm_conformance"):
+            return True
+        path = Path(config.invocation_params.dir, target).resolve()
+        if path == suites_dir or suites_dir in path.parents or path in suites_dir.parents:
+            return True
+    return False
+
+
+def resolve(config: pytest.Config) -> RunOptions:
+    """Parse and check every option; a usage error names the option and the value."""
+    threads = worker_cpu_threads()
+    if threads is not None:  # before any backend call: the global-state snapshots start from this
+        torch.set_num_threads(threads)
+    try:
+        devices = tuple(parse_device_option(config.getoption("--device")))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--device: {exc}") from exc
+    if config.getoption("--device"):
+        # A device the user named must exist: a gate that asked for cuda:7 must not pass on the CPU alone.
+        for device in devices:
+            reason = device_unavailable_reason(device)
+            if reason:
+                raise pytest.UsageError(f"--device={config.getoption('--device')}: {device}: {reason}")
+    reports = tuple(config.getoption("--report"))
+    _check_reports(reports)
+    bench = load_bench(config.getoption("--bench-json"))
+    _check_budget(config.getoption("--max-elements"), devices)
+    case_timeout = config.getoption("--case-timeout")
+    if case_timeout is None:
+        case_timeout = DEFAULT_CASE_TIMEOUT
+    if case_timeout < 0:
+        raise pytest.UsageError(f"--case-timeout={case_timeout:g}: must be 0 (no deadline) or more")
+    deadline = config.getoption("--deadline", None) or 0.0
+    if deadline < 0:
+        raise pytest.UsageError(f"--deadline={deadline:g}: must be 0 (no limit) or more seconds")
+    # The clock starts when the first process resolves the options; workers take the controller's end.
+    run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) or (
+        time.time() + deadline if deadline else 0.0)
+    dtypes = _parse_choice_list(config.getoption("--dtype"), DTYPES, "--dtype")
+    from rmsnorm_conformance.contract import ALL_RULES
+
+    rules = _parse_choice_list(config.getoption("--rule"), tuple(r.id for r in ALL_RULES), "--rule", patterns=True)
+    sweep = config.getoption("--sweep") or default_sweep()
+    max_examples = config.getoption("--max-examples")
+    if max_examples is not None and max_examples < 1:
+        raise pytest.UsageError(f"--max-examples={max_examples}: must be at least 1")
+    replay = config.getoption("--replay")
+    replay_case = None
+    if replay:
+        try:
+            replay_case = parse_case(replay)
+        except ReplayError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+    manifest = None
+    manifest_path = config.getoption("--known-failures")
+    if manifest_path:
+        try:
+            manifest = load_manifest(manifest_path)
+        except (OSError, ValueError) as exc:
+            raise pytest.UsageError(f"--known-failures: {exc}") from exc
+    option = config.getoption("--backend")
+    backends, not_run = _resolve_backends(config, option, devices)
+    names = [b.name for b in backends]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise pytest.UsageError(f"--backend: two backends share the name {', '.join(map(repr, duplicates))}; "
+                                "names key the report, so each must be unique")
+    return RunOptions(
+        backends=tuple(backends), devices=devices, dtypes=dtypes, rules=rules, sweep=sweep,
+        settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(replay)), max_examples=max_examples,
+        case_timeout=case_timeout, deadline=deadline, run_ends_at=run_ends_at,
+        contract_profile=config.getoption("--contract-profile"),
+        strict_interface=bool(config.getoption("--strict-interface")), reports=reports, replay_case=replay_case,
+        manifest=manifest, named_backends=tuple(names) if option else (),
+        parity_pairs=tuple(_resolve_parity(backends, devices, config.getoption("--require-parity"),
+                                           config.getoption("--modes"))),
+        bench=bench, not_run=tuple(not_run))
+
+
+def _unloadable(spec: str, reason: str) -> Backend:
+    class Unloadable:
+        name = spec
+        devices = None
+
+        def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+            raise RuntimeError(reason)
+
+        def unavailable_reason(self, device: torch.device) -> str:
+            return reason
+
+    return Backend(Unloadable(), spec=spec)
+
+
+def _interpreter_needed(specs: list[str]) -> bool:
+    """Triton reads TRITON_INTERPRET when its kernels are defined: set it only for a selected Triton backend on
+    a machine with no GPU, and never when the user set it themselves."""
+    return "triton" in specs and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available()
+
+
+def _resolve_backends(config: pytest.Config, option: str | None, devices: tuple[torch.device, ...],
+                      ) -> tuple[list[Backend], list[tuple[str, str, str]]]:
+    # By default: this project's own backends. Adapters and entry-point backends run when named or with 'all'.
+    specs = parse_backend_option(option) if option else list(BUILTIN_BACKENDS)
+    if _interpreter_needed(specs):
+        os.environ["TRITON_INTERPRET"] = "1"
+    # module:attr specs name the user's own code: import it from where pytest was started.
+    invocation_dir = str(config.invocation_params.dir)
+    if any(":" in s for s in specs) and invocation_dir not in sys.path:
+        sys.path.insert(0, invocation_dir)
+    chosen: list[Backend] = []
+    not_run: list[tuple[str, str, str]] = []
+    for spec in specs:
+        try:
+            backend = load_backend(spec)
+        except DeclarationError as exc:
+            raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
+        except (ImportError, RuntimeError, OSError) as exc:
+            if ":" in spec:  # the user's own module: a typo should stop the run, not skip it
+                raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
+            backend = _unloadable(spec, f"{spec} cannot be loaded: {exc}")
+        except (ValueError, TypeError) as exc:
+            raise pytest.UsageError(f"--backend: {exc}") from exc
+        if option:
+            chosen.append(backend)
+            continue
+        try:
+            reasons = {str(d): device_unavailable_reason(d) or backend.unavailable_reason(d) for d in devices}
+        except BackendError:
+            chosen.append(backend)  # its tests fail with the probe's error: never a quiet skip
+            continue
+        if any(r is None for r in reasons.values()):
+            chosen.append(backend)
+        else:
+            not_run += [(backend.name, device, str(reason)) for device, reason in reasons.items()]
+    return chosen, not_run
+
+
+def _resolve_parity(backends: list[Backend], devices: tuple[torch.device, ...], specs: list[str],
+                    modes_option: str | None) -> list[ParityPair]:
+    """Every required pair on every device it runs on; names must be among the selected backends."""
+    by_name = {b.name: b for b in backends}
+    try:
+        parsed = [parse_parity(v) for v in specs]
+        modes = parse_modes(modes_option)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    for spec in parsed:
+        for name in (spec.left, spec.right):
+            if name not in by_name:
+                raise pytest.UsageError(f"--require-parity={spec.label.replace('=', ':')}: {name!r} is not a "
+                                        f"selected backend (selected: {', '.join(by_name) or 'none'}); "
+                                        "add it to --backend")
+    pairs: list[ParityPair] = []
+    for spec in parsed:
+        for left_device, right_device in _pair_devices(spec, devices):
+            pairs.append(ParityPair(spec, by_name[spec.left], by_name[spec.right], left_device, right_device))
+    for mode in modes:
+        for backend in backends:
+            moded = Backend(ModeBackend(backend, mode), spec=backend.spec)
+            spec = ParitySpec(backend.name, moded.name)
+            for device in devices:
+                pairs.append(ParityPair(spec, backend, moded, device, device, mode=mode))
+    return pairs
+
+
+def _pair_devices(spec: ParitySpec, devices: tuple[torch.device, ...]) -> list[tuple[torch.device, torch.device]]:
+    if spec.left_device and spec.right_device:
+        return [(torch.device(spec.left_device), torch.device(spec.right_device))]
+    fixed = spec.left_device or spec.right_device
+    if fixed:
+        return [(torch.device(fixed), torch.device(fixed))]
+    return [(d, d) for d in devices]
+
+
+def _check_reports(paths: tuple[str, ...]) -> None:
+    """Every --report path: a known suffix and a writable place, checked before the run, not after it."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            raise pytest.UsageError(f"--report={raw}: is a directory")
+        if path.suffix not in REPORT_SUFFIXES:
+            raise pytest.UsageError(f"--report={raw}: unknown suffix {path.suffix or '(none)'!r}; use "
+                                    + " or ".join(REPORT_SUFFIXES))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            probe = path.parent / f".{path.name}.probe"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise pytest.UsageError(f"--report={raw}: cannot write there: {exc.strerror or exc}") from None
+
+
+def _check_budget(max_elements: int | None, devices: tuple[torch.device, ...]) -> None:
+    if max_elements is None:
+        return
+    bound = _memory_bound(devices)
+    if not 1 <= max_elements <= bound:
+        raise pytest.UsageError(f"--max-elements={max_elements}: must be between 1 and {bound} (the devices' "
+                                f"memory at {BYTES_PER_ELEMENT} bytes an element)")
+
+
+def load_bench(path: str | None) -> dict[str, Any] | None:
+    """--bench-json's data; a missing or malformed file is a usage error before the run, not a report without
+    the speed columns the user asked for."""
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"--bench-json={path}: cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise pytest.UsageError(f"--bench-json={path}: not a benchmark JSON (benchmarks/bench.py writes "
+                                "{'records': [...], 'environment': {...}})")
+    return data
+
+
+def _memory_bound(devices: tuple[torch.device, ...]) -> int:
+    """The largest element budget every device's memory can hold."""
+    sizes = []
+    for device in devices:
+        if device.type == "cuda" and torch.cuda.is_available():
+            sizes.append(torch.cuda.get_device_properties(device.index or 0).total_memory)
+        else:
+            with contextlib.suppress(ValueError, OSError, AttributeError):
+                sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return max(1, min(sizes or [1 << 36]) // BYTES_PER_ELEMENT)
+
+
+def _parse_choice_list(value: str | None, known: tuple[str, ...], option: str, *,
+                       patterns: bool = False) -> tuple[str, ...]:
+    if not value:
+        return known if not patterns else ()
+    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
+    for item in chosen:
+        ok = any(fnmatchcase(k, item) for k in known) if patterns else item in known
+        if not ok:
+            raise pytest.UsageError(f"{option}={item}: unknown; known: {', '.join(known)}")
+    return chosen

@@ -1,0 +1,89 @@
+"""How a test's report becomes part of the run's records: its checks (carried in ``user_properties``, so they
+travel from pytest-xdist workers), and the outcome of a test that did not pass, pinned on its backend, device
+and rule with the replay of its failing case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.running.backend import Backend
+
+RECORDS_PROPERTY = "rmsnorm_conformance_records"
+FAILURE_PROPERTY = "rmsnorm_conformance_failure"
+SUBJECT_PROPERTY = "rmsnorm_conformance_subject"
+
+
+def record_report(collector: Collector, report: pytest.TestReport, backends: tuple[Backend, ...]) -> None:
+    """Fold one test report (setup, call or teardown) into ``collector``."""
+    if report.when == "setup" and "conformance" in report.keywords:
+        collector.conformance_tests += 1
+    for name, value in report.user_properties:
+        if name == RECORDS_PROPERTY:
+            collector.merge_json(value)
+    outcomes = collector.outcomes
+    params = where(report.nodeid)
+    subject = _property(report, SUBJECT_PROPERTY) or subject_from_id(report.nodeid, params, backends)
+    if hasattr(report, "wasxfail"):  # a breach the known-failure manifest expects
+        outcomes[report.nodeid] = {"outcome": "xfailed", "reason": str(report.wasxfail)[:300], "where": params}
+    elif report.passed and report.when == "call":
+        collector.passed_tests += 1
+    elif report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        outcomes[report.nodeid] = {"outcome": "skipped", "reason": reason.removeprefix("Skipped: "),
+                                   "where": params, **subject}
+    elif report.failed or report.outcome == "rerun":
+        # A failed attempt that pytest-rerunfailures runs again stays a failure: a kernel that is wrong only
+        # sometimes is wrong.
+        failure = dict(_property(report, FAILURE_PROPERTY) or {})
+        if not failure:
+            lines = [_plain(ln) for ln in (report.longreprtext or "").splitlines() if _plain(ln)]
+            failure = {"reason": lines[-1] if lines else "", "replay": ""}
+        if report.nodeid in outcomes and outcomes[report.nodeid]["outcome"] in ("failed", "error"):
+            return  # a teardown error after a failed call, or a later attempt: the first failure is the one to show
+        reason = failure["reason"][:300]
+        if report.outcome == "rerun":
+            reason = f"failed on an attempt that was then rerun: {reason}"[:300]
+        outcomes[report.nodeid] = {"outcome": "failed" if report.when == "call" else "error",
+                                   "reason": reason, "replay": failure.get("replay", ""),
+                                   "where": params, **subject, "rule": failure.get("rule") or subject.get("rule", "")}
+
+
+def subject_from_id(nodeid: str, params: str, backends: tuple[Backend, ...]) -> dict[str, str]:
+    """Backend, device and rule of a test that left no record of them: a worker that crashed (a segfault in
+    a kernel, say) reports only the test id. Its params begin with a selected backend's name and the
+    device; its rule is the test's own when it declares one (the suites' markers)."""
+    if not params:
+        return {}
+    backend = next((b.name for b in sorted(backends, key=lambda b: -len(b.name))
+                    if params.startswith(f"{b.name}-")), None)
+    if backend is None:
+        return {}
+    subject = {"backend": backend, "device": params[len(backend) + 1:].split("-", 1)[0]}
+    from rmsnorm_conformance.harness.checking.rule_index import rule_tests
+
+    test = nodeid.rsplit("/", 1)[-1].split("[", 1)[0]
+    rules = [rule for rule, tests in rule_tests().items() if test in tests]
+    if len(rules) == 1:
+        subject["rule"] = rules[0]
+    return subject
+
+
+def _property(report: pytest.TestReport, key: str) -> Any:
+    for name, value in report.user_properties:
+        if name == key:
+            return dict(value)
+    return None
+
+
+def where(nodeid: str) -> str:
+    """The params part of a test id: backend, device and dtype."""
+    return nodeid.rsplit("[", 1)[1].rstrip("]") if "[" in nodeid else ""
+
+
+def _plain(line: str) -> str:
+    """A failure line without the `| ` margins pytest draws around exception groups."""
+    return line.strip().lstrip("|+-").strip()

@@ -1,0 +1,207 @@
+"""The run's reporter, registered on the controller only (as pytest's junitxml is): it folds every test's report
+into the records, keeps the report files on disk current as the run goes (so a crash, a hang or SIGTERM still
+leaves a report that says how far it got), and prints the terminal summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmsnorm_conformance.contract import VERSION
+from rmsnorm_conformance.harness.checking.known_failures import entry_status, manifest_rows
+from rmsnorm_conformance.harness.plugin.options import RunOptions
+from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
+from rmsnorm_conformance.harness.plugin.selection import selection
+from rmsnorm_conformance.harness.reporting.environment import fingerprint
+from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES, render_terminal, write_report
+
+# Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
+CONTROLLER_WRITE_INTERVAL = 2.0
+
+
+def write_usage_error(paths: list[str], message: str) -> None:
+    """Replace each report file it can with a NOT RUN report naming the usage error: a stale PASS must never
+    look current."""
+    collector = Collector(usage_error=message)
+    for raw in paths:
+        if Path(raw).suffix in REPORT_SUFFIXES and not Path(raw).is_dir():
+            with contextlib.suppress(OSError):
+                write_report(collector, raw)
+
+
+class Reporter:
+    """The records of the run so far, and the hooks that feed, write and print them."""
+
+    def __init__(self, config: pytest.Config, options: RunOptions) -> None:
+        self.config = config
+        self.options = options
+        self.collector = Collector()
+        c = self.collector
+        if options.manifest is not None:
+            c.expected = manifest_rows(options.manifest)
+        c.named_backends = list(options.named_backends)
+        for backend, device, reason in options.not_run:
+            c.add_not_run(backend, device, reason)
+        c.environment = fingerprint(list(options.devices), options.environment(config))
+        self.written: list[str] = []
+        self.running: list[str] = []
+        self.interrupted_by = ""
+        self._previous_sigterm: Any = None
+        self._last_write = float("-inf")  # time.monotonic() of the last progress write
+        self._write_pending = False  # a start not yet written (a pytest-xdist controller throttles its writes)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        o = self.options
+        names = ", ".join(b.name for b in o.backends) or "none"
+        lines = [f"rmsnorm-conformance: contract {VERSION}, profile {o.contract_profile}, sweep {o.sweep}",
+                 f"rmsnorm-conformance: backends {names}; devices {', '.join(map(str, o.devices))}; "
+                 f"dtypes {', '.join(o.dtypes)}"]
+        if o.rules:
+            lines.append(f"rmsnorm-conformance: rules {', '.join(o.rules)}")
+        if o.replay_case is not None:
+            lines.append(f"rmsnorm-conformance: replaying {o.replay_case!r}")
+        return lines
+
+    # --- progress: the report on disk always says how far the run got --------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.collector.incomplete = "the run started and has not finished"
+        self._write_reports()  # replaces a previous run's report at once: nothing stale looks current
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._terminate)
+
+    def _terminate(self, signum: int, frame: Any) -> None:
+        """SIGTERM (a CI timeout, `timeout`): stop as Ctrl-C does, so the report is written and the exit is not 0."""
+        self.interrupted_by = "terminated by SIGTERM"
+        raise KeyboardInterrupt("SIGTERM")
+
+    def ended(self, message: str, failure: dict[str, str] | None) -> None:
+        """The last words of a process about to be ended during a case (by the watchdog, stuck in native code,
+        or by a test timeout's thread): the case's failure, with its rule and replay, and what never finished."""
+        self.collector.incomplete = f"a case {message}"
+        self.collector.unfinished = list(self.running)
+        if failure is not None:
+            self.collector.outcomes[failure["nodeid"]] = {
+                "outcome": "failed", "where": where(failure["nodeid"]),
+                **{k: v for k, v in failure.items() if k != "nodeid"}}
+        self._write_reports()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.running.append(nodeid)
+        self.collector.unfinished = list(self.running)
+        # In one process every start is written: a crash that kills the process (a segfault, os._exit, SIGKILL)
+        # leaves a report that says INCOMPLETE and names the test it died in. A pytest-xdist controller outlives
+        # its workers' crashes and records them itself, so it writes at most every CONTROLLER_WRITE_INTERVAL
+        # seconds: rendering the whole report at each of a thousand starts takes CPU from the workers.
+        if self._distributed() and time.monotonic() - self._last_write < CONTROLLER_WRITE_INTERVAL:
+            self._write_pending = True
+            return
+        self._write_reports()
+
+    def _distributed(self) -> bool:
+        return getattr(self.config.option, "dist", "no") != "no"
+
+    def _write_reports(self) -> None:
+        self._last_write = time.monotonic()
+        self._write_pending = False
+        for path in self.options.reports:
+            with contextlib.suppress(OSError):  # checked writable at the start; a full disk must not stop the run
+                write_report(self.collector, path, bench=self.options.bench)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown" and report.nodeid in self.running:
+            self.running.remove(report.nodeid)
+            self.collector.unfinished = list(self.running)
+            if self._write_pending and time.monotonic() - self._last_write >= CONTROLLER_WRITE_INTERVAL:
+                self._write_reports()
+        record_report(self.collector, report, self.options.backends)
+
+    # --- the end of the run ----------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        c = self.collector
+        outcomes = c.outcomes.values()
+        finished = len(outcomes) + c.passed_tests
+        c.not_started = max(0, session.testscollected - finished - len(self.running))
+        c.unfinished = list(self.running)
+        status = session.exitstatus
+        o = self.options
+        cut = sum(x["outcome"] == "skipped" and x["reason"].startswith("not finished:") for x in outcomes)
+        left = f"{c.not_started} of {session.testscollected} collected tests never ran"
+        stopped_by = session.shouldstop if isinstance(session.shouldstop, str) else ""
+        if self.interrupted_by:
+            c.incomplete = self.interrupted_by
+        elif o.run_ends_at and time.time() >= o.run_ends_at and (c.unfinished or c.not_started or cut):
+            c.incomplete = (f"the run's deadline (--deadline={o.deadline:g}) passed: {cut} tests were cut short, "
+                            + left)
+        elif status == pytest.ExitCode.INTERRUPTED:
+            c.incomplete = f"stopped: {stopped_by}; {left}" if stopped_by else "interrupted (Ctrl-C or a signal)"
+        elif c.unfinished or c.not_started:
+            c.incomplete = f"stopped early (exit status {int(status)}): {left}"
+        else:
+            c.incomplete = ""
+        # The exit status follows the verdict: FAIL 1 (also when the run stopped early after the failure),
+        # INCOMPLETE 2, NOT RUN 1 or 5.
+        verdict = c.verdict()
+        if verdict == "FAIL" and status in (pytest.ExitCode.OK, pytest.ExitCode.INTERRUPTED,
+                                            pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif verdict == "INCOMPLETE" and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+        elif verdict == "NOT RUN" and status == pytest.ExitCode.OK:
+            # A named backend ran no check, or nothing ran at all: nothing was shown to hold.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if c.checks else pytest.ExitCode.NO_TESTS_COLLECTED
+        c.selection = selection(self.config, self.options, c)
+        for name in c.named_but_not_run():
+            c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
+                                       "reasons above): nothing about it was shown to hold")
+        seed = self.config.getoption("--hypothesis-seed", None)
+        c.environment["hypothesis seed"] = (
+            seed or ("derandomized" if self.options.settings.derandomize
+                     else "random: printed by Hypothesis on failure"))
+        c.environment["exit status"] = int(session.exitstatus)
+        for path in self.options.reports:
+            try:
+                # The last write: now the pictures are drawn beside a markdown report (never an error).
+                self.written.append(str(write_report(c, path, bench=self.options.bench, plots=True)))
+            except OSError as exc:  # one unwritable report must not lose the others
+                self.written.append(f"{path} could NOT be written: {exc.strerror or exc}")
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        c = self.collector
+        if not (c.conformance_tests or c.checks or c.parity):
+            return
+        verbose = self.config.getoption("verbose", 0) > 0
+        terminalreporter.write_sep("=", "rmsnorm conformance report")
+        width = getattr(terminalreporter, "_tw", None)
+        for line in render_terminal(c, verbose=verbose, width=width.fullwidth if width is not None else 120):
+            terminalreporter.write_line(line)
+        for e in c.expected:
+            if not e["breached"]:
+                terminalreporter.write_line(
+                    f"warning: known-failure entry for {e['backend']} on {e['device']}, {e['rule']}: "
+                    f"{entry_status(e['breached'], e['passed'])}", yellow=True)
+        if c.verdict() == "NOT RUN":
+            terminalreporter.write_line("")
+            terminalreporter.write_line("no conformance check ran (see 'Did not run'): exit status 5", red=True)
+        if c.incomplete and not c.usage_error:
+            terminalreporter.write_line("")
+            terminalreporter.write_line(f"the run is {c.verdict()} and did not finish: {c.incomplete}", red=True)
+        for name in c.named_but_not_run():
+            terminalreporter.write_line(f"backend {name!r} was named with --backend but ran no check: NOT RUN",
+                                        red=True)
+        for path in self.written:
+            terminalreporter.write_line(f"report written: {path}")
+        if not verbose and not self.written:
+            terminalreporter.write_line("full tolerance tables: -v, or --report=PATH.md / PATH.json")

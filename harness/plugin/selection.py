@@ -1,0 +1,72 @@
+"""What a run selected, against what the full gate checks: the rules, dtypes, devices and tests it left out, and
+the thresholds its element budget did not reach. A run that left anything out can pass only as ``PASS
+(partial)``: the report says what the full gate would add, and the JSON carries the selection as data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmsnorm_conformance.contract import DTYPES
+from rmsnorm_conformance.harness.plugin.options import RunOptions
+from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.running.devices import default_devices
+
+
+def selection(config: pytest.Config, options: RunOptions, collector: Collector) -> dict[str, Any]:
+    """The run's selection as data, with ``full_gate_adds``: one line per thing the full gate would add."""
+    adds: list[str] = []
+    if options.rules:
+        adds.append(f"rules: only {', '.join(options.rules)} ran; the full gate checks every rule")
+    missing_dtypes = [d for d in DTYPES if d not in options.dtypes]
+    if missing_dtypes:
+        adds.append(f"dtypes: {', '.join(missing_dtypes)}")
+    types = {d.type for d in options.devices}
+    missing_devices = [str(d) for d in default_devices() if d.type not in types]
+    if missing_devices:
+        adds.append(f"devices: {', '.join(missing_devices)}")
+    tests = narrowed_tests(config)
+    if tests:
+        adds.append(f"tests left out by {', '.join(tests)}")
+    if options.replay_case is not None:
+        adds.append("the sweeps: --replay ran one case")
+    own = set(options.not_run)
+    for entry in collector.not_run:  # what tests of this run said they left out (the threshold plans' budget)
+        if (entry["backend"], entry["device"], entry["reason"]) not in own:
+            adds.append(f"{entry['backend']} on {entry['device']}: {entry['reason']}")
+    return {"rules": list(options.rules) or "all", "dtypes": list(options.dtypes),
+            "devices": [str(d) for d in options.devices], "tests": tests,
+            "replay": repr(options.replay_case) if options.replay_case is not None else None,
+            "full_gate_adds": adds}
+
+
+def narrowed_tests(config: pytest.Config) -> list[str]:
+    """The options and arguments that left conformance tests out: -k, -m, --lf, --sw, --deselect, and
+    arguments that name less than the whole suites."""
+    found = []
+    if config.getoption("keyword", ""):
+        found.append(f"-k {config.getoption('keyword')!r}")
+    if config.getoption("markexpr", ""):
+        found.append(f"-m {config.getoption('markexpr')!r}")
+    for name, flag in (("lf", "--lf"), ("stepwise", "--sw"), ("stepwise_skip", "--sw-skip")):
+        if config.getoption(name, False):
+            found.append(flag)
+    if config.getoption("deselect", None):
+        found.append("--deselect")
+    found += [arg for arg in config.args if not _whole_suites(arg, config)]
+    return found
+
+
+def _whole_suites(arg: str, config: pytest.Config) -> bool:
+    if "::" in arg:
+        return False
+    if arg in ("rmsnorm_conformance", "rmsnorm_conformance.suites"):
+        return True
+    from rmsnorm_conformance import suites
+
+    suites_dir = Path(suites.__file__).resolve().parent
+    path = Path(config.invocation_params.dir, arg).resolve()
+    return path == suites_dir or path in suites_dir.parents

@@ -1,0 +1,60 @@
+"""Which backends hung in this run. A case that does not return within ``--case-timeout`` is the backend's
+verdict on that path: the first one fails its test, and the backend's later tests on that device are not run,
+so one hanging kernel costs a run one case timeout, not one per test.
+
+Under pytest-xdist every worker appends to and reads one file the controller names, so a hang seen by one
+worker spares the others the wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+# Timeouts a backend may have on one device before its remaining tests there are not run: the first one is
+# enough, a hang is a finding about the backend.
+HANGS_BEFORE_GIVING_UP = 1
+
+
+class HangLedger:
+    """Hung (backend, device) pairs and where each first hung, kept in memory and, if given, in a shared file."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else None
+        self._seen: dict[tuple[str, str], list[str]] = {}
+
+    def note(self, backend: str, device: str, where: str) -> None:
+        """Record that ``backend`` on ``device`` did not return from the case described by ``where``."""
+        self._seen.setdefault((backend, device), []).append(where)
+        if self.path is not None:
+            line = json.dumps({"backend": backend, "device": device, "where": where}) + "\n"
+            # One short append per hang: O_APPEND writes of this size land whole, so workers need no lock.
+            with contextlib.suppress(OSError):
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+
+    def hung(self, backend: str, device: str) -> str | None:
+        """Where ``backend`` on ``device`` first hung, once it has hung often enough to be given up on."""
+        seen = self._read().get((backend, device), [])
+        return seen[0] if len(seen) >= HANGS_BEFORE_GIVING_UP else None
+
+    def _read(self) -> dict[tuple[str, str], list[str]]:
+        if self.path is None:
+            return self._seen
+        try:
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            return self._seen
+        seen: dict[tuple[str, str], list[str]] = {}
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                seen.setdefault((entry["backend"], entry["device"]), []).append(entry["where"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a line another worker is still writing
+        return seen
