@@ -20,6 +20,7 @@ from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
 from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.harness.checking import bounds
 from rmsnorm_conformance.harness.checking.comparison import (
     BitwiseResult,
     ToleranceResult,
@@ -30,12 +31,13 @@ from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, torch_dtype
 from rmsnorm_conformance.harness.plugin.session import active_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
-from rmsnorm_conformance.harness.running import isolation
+from rmsnorm_conformance.harness.running import device_faults, isolation
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
 # Rules every backend call is held to, whichever test makes the call.
-CROSS_CUTTING_RULES = frozenset({"semantics.global_state", "semantics.fresh_output"})
+CROSS_CUTTING_RULES = frozenset({"semantics.global_state", "semantics.fresh_output", "semantics.bounds",
+                                 "semantics.device_fault"})
 
 
 def _dim(case: Any) -> int:
@@ -122,7 +124,7 @@ class Subject:
         put back and fails ``semantics.global_state``."""
         __tracebackhide__ = True
         before = isolation.global_state()
-        with isolation.no_exit(self.backend.name):
+        with isolation.no_exit(self.backend.name), device_faults.watch(self.backend.name, self.device, what):
             yield
         after = isolation.global_state()
         diff = isolation.changed(before, after)
@@ -136,8 +138,11 @@ class Subject:
         it returned last time. A backend that reuses its output buffer thus fails ``semantics.fresh_output`` at
         its next call, before any Axis-A comparison could blame the overwritten bits on the batch."""
         __tracebackhide__ = True
+        guarded = bounds.GuardedCall(method, args)  # every tensor argument inside guard zones (semantics.bounds)
         with self.isolated(method):
-            out = getattr(self.backend, method)(*args)
+            out = getattr(self.backend, method)(*guarded.args)
+        self._check_bounds(method, guarded.breaches(out))
+        out = guarded.release(out)
         tensors = out if isinstance(out, tuple) else (out,)
         for t in tensors:
             if not isinstance(t, torch.Tensor):
@@ -145,6 +150,13 @@ class Subject:
         self._check_fresh(method)
         self._last_output = (tensors[0], isolation.fingerprint(tensors[0]))
         return out
+
+    def _check_bounds(self, method: str, breaches: list[str]) -> None:
+        __tracebackhide__ = True
+        if breaches:
+            assert_holds(self, self.current_case, ok=False, rule="semantics.bounds", dim=_dim(self.current_case),
+                         what=f"{self.backend.name}.{method} wrote outside the tensors it was given: "
+                              + "; ".join(breaches))
 
     def _check_fresh(self, method: str) -> None:
         __tracebackhide__ = True
@@ -340,6 +352,10 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
                            subject.replay_command(case, declared[0]))
         raise
+    except device_faults.DeviceFault as fault:
+        # Recorded against the backend that raised it, then past Hypothesis: the process ends after this test.
+        record_device_fault(subject, declared, case, fault)
+        raise
     except (HypothesisException, UnsatisfiedAssumption):
         raise
     except Exception as exc:
@@ -348,8 +364,30 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         where = traceback.extract_tb(exc.__traceback__)[-1]
         detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
                   f"{where.lineno})")
+        lost = device_faults.context_lost(subject.device, exc)
+        if lost is not None:  # raised outside any backend call, on a context already gone: nobody's check fails
+            device_faults.declare_lost(device_faults.Lost(f"{detail}; {lost}", device=str(subject.device),
+                                                          nodeid=subject.nodeid))
+            pytest.skip(f"{device_faults.NOT_RUN_REASON} ({detail})")
+        if device_faults.out_of_memory(exc):
+            detail += " (out of memory: the cache was emptied and the run goes on)"
         recorded = subject.record(declared[0], case, _dim(case), False, detail)
+        device_faults.start_clean(exc, subject.device)
         _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
+
+
+def record_device_fault(subject: Subject, declared: tuple[str, ...], case: Any,
+                        fault: device_faults.DeviceFault) -> None:
+    """``semantics.device_fault`` failed, for the backend that raised the fault (one side of a parity pair is
+    named as itself), with the error, the case and a replay; the process is marked lost."""
+    replay = subject.replay_command(case, declared[0])
+    rule_id = "semantics.device_fault"
+    subject.collector.add(Check(fault.backend, fault.device, subject.dtype_label, _dim(case), rule_id, False,
+                                case=repr(case), detail=fault.describe(), replay=replay, size=case_size(case),
+                                severity=contract_rule(rule_id).severity, gating=True))
+    subject.on_failure(rule_id, f"contract rule {rule_id} ({contract_rule(rule_id).title}): {fault.describe()}",
+                       replay)
+    device_faults.declare_lost(device_faults.Lost(fault.describe(), fault.backend, fault.device, subject.nodeid))
 
 
 def case_events(case: Any) -> list[str]:

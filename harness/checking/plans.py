@@ -22,7 +22,8 @@ from rmsnorm_conformance.harness.running.entry_points import entry_points
 PlanMaker = Callable[..., Plan]
 
 
-def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_here: bool = False
+def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_here: bool = False,
+                   room: Callable[..., tuple[int, str]] | None = None
                    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Declare a test that runs ``check(subject, case, memo)`` on every case of ``plan``, in order, each as a
     sweep's example runs (its own deadline; a backend's exception fails the rule with that case's replay).
@@ -32,7 +33,8 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
     whole plan, so consecutive cases of one batch compute the whole batch once (``memo["plan"]`` lists every
     case, for checks that run several at once). Under ``--replay`` the
     replayed case runs here if ``replayed_here``, else in the sweep test of the same rule and case type,
-    and this test is skipped.
+    and this test is skipped. ``room(device, interpreted=, option=)`` gives the budget and its source where a plan's
+    memory needs differ from the threshold checks' (default: ``threshold_elements`` and ``describe``).
     """
     rule(rule_id)  # an unknown id fails at import, naming the known ones
 
@@ -45,10 +47,12 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
             else:
                 option = request.config.getoption("--max-elements")
                 interpreted = bool(getattr(subject.backend.impl, "interpreted", False))
-                budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
-                made = plan(subject.dtype, subject.device, budget,
-                            describe(subject.device, interpreted=interpreted, option=option),
-                            entry_points(subject.backend))
+                if room is None:
+                    budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
+                    source = describe(subject.device, interpreted=interpreted, option=option)
+                else:
+                    budget, source = room(subject.device, interpreted=interpreted, option=option)
+                made = plan(subject.dtype, subject.device, budget, source, entry_points(subject.backend))
                 if made.skipped:
                     subject.collector.add_not_run(subject.backend.name, str(subject.device), made.skipped)
                 # Plans are made in x's dtype; the weight's (of a declared pair) goes into each case, as in sweeps.

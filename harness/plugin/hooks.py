@@ -28,6 +28,7 @@ from rmsnorm_conformance.harness.drawing.budget import (
     sweep_elements,
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
+from rmsnorm_conformance.harness.plugin.device_lost import DeviceLossGuard
 from rmsnorm_conformance.harness.plugin.session import (
     DEFAULT_CASE_TIMEOUT,
     FAILURE_PROPERTY,
@@ -118,6 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run = ConformanceRun(config)
     config.stash[RUN] = run
     config.pluginmanager.register(run, "rmsnorm-conformance-run")
+    config.pluginmanager.register(DeviceLossGuard(config), "rmsnorm-conformance-device-loss")
     if run.explicit() or run.targets_suites():
         run.resolve()
 

@@ -12,6 +12,9 @@ from typing import Any
 from rmsnorm_conformance.contract import TARGET_DIMS
 
 FORMAT = "rmsnorm-conformance-report/1"
+# How checks read that could not run because another backend's device fault took the device: never FAIL. A "Did
+# not run" entry whose reason starts so makes its backend's row, and the run, INCOMPLETE rather than PASS.
+DEVICE_LOST = "not run: the device was lost"
 _TARGET_DIM_NAMES = {v: k for k, v in TARGET_DIMS.items()}
 
 
@@ -196,8 +199,13 @@ class Collector:
                    if s.backend == backend or backend in s.backend.split("="))
 
     def named_but_not_run(self) -> list[str]:
-        """Backends the user named that ran no check on any device."""
-        return [name for name in self.named_backends if not self.checks_of(name)]
+        """Backends the user named that ran no check on any device (and were not kept from it by a lost device)."""
+        lost = {e["backend"] for e in self.device_lost()}
+        return [name for name in self.named_backends if not self.checks_of(name) and name not in lost]
+
+    def device_lost(self) -> list[dict[str, str]]:
+        """The "Did not run" entries of checks a lost device kept from running."""
+        return [e for e in self.not_run if e["reason"].startswith(DEVICE_LOST)]
 
     def failed_tests(self) -> list[str]:
         return [nodeid for nodeid, o in self.outcomes.items() if o["outcome"] in ("failed", "error")]
@@ -211,7 +219,7 @@ class Collector:
         """
         if self.usage_error:
             return "NOT RUN"
-        if self.incomplete:
+        if self.incomplete or self.device_lost():
             return "INCOMPLETE"
         if self.failed_tests() or self.failed_checks:
             return "FAIL"
