@@ -134,7 +134,12 @@ def guard(t: torch.Tensor, name: str) -> Zone:
     lead = (guard_bytes + t.data_ptr() % align) // size
     extent = span(t)
     buffer = torch.empty(lead + extent + guard_bytes // size, dtype=t.dtype, device=t.device)
-    buffer.view(bits_dtype).fill_(canary)
+    bits = buffer.view(bits_dtype)
+    if t.is_contiguous():  # the copy fills the view whole: canaries go only around it
+        bits[:lead].fill_(canary)
+        bits[lead + extent:].fill_(canary)
+    else:
+        bits.fill_(canary)
     view = buffer.as_strided(t.shape, t.stride(), lead)
     with torch.no_grad():
         view.copy_(t)

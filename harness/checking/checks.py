@@ -368,7 +368,9 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         if lost is not None:  # raised outside any backend call, on a context already gone: nobody's check fails
             device_faults.declare_lost(device_faults.Lost(f"{detail}; {lost}", device=str(subject.device),
                                                           nodeid=subject.nodeid))
-            pytest.skip(f"{device_faults.NOT_RUN_REASON} ({detail})")
+            reason = f"{device_faults.NOT_RUN_REASON} before {subject.nodeid} ({detail}; {lost})"
+            subject.collector.add_not_run(subject.backend.name, str(subject.device), reason)
+            pytest.skip(reason)
         if device_faults.out_of_memory(exc):
             detail += " (out of memory: the cache was emptied and the run goes on)"
         recorded = subject.record(declared[0], case, _dim(case), False, detail)

@@ -60,7 +60,7 @@ class DeviceLossGuard:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
         outcome = yield
         error = call.excinfo.value if call.excinfo is not None else None
-        if isinstance(error, device_faults.DeviceFault | device_faults.DeviceLost):
+        if isinstance(error, device_faults.DeviceFault):
             outcome.get_result().longrepr = f"{item.name}: {error}"
 
     @pytest.hookimpl(trylast=True)

@@ -52,10 +52,6 @@ class DeviceFault(BaseException):
                 f"device's context is lost ({self.probe}), so this process ends after this test")
 
 
-class DeviceLost(BaseException):
-    """The device was found lost outside any backend call: nothing to blame, and nothing more runs here."""
-
-
 @dataclass(frozen=True)
 class Lost:
     """Why this process's device context is gone: the fault, the backend that caused it (or "") and the test."""
@@ -119,7 +115,7 @@ def watch(backend: str, device: torch.device, what: str) -> Iterator[None]:
     try:
         yield
         settle(device)
-    except (DeviceFault, DeviceLost):
+    except DeviceFault:
         raise
     except Exception as error:
         probe = context_lost(device, error)
