@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU evidence in reports/h200/, in one go: conformance of the project's backends with each pytest-xdist
 # worker on its own GPU, the third-party adapters, and the bandwidth benchmark against a device copy.
-#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites gate modes bench adapters zoo; default suites bench adapters)
+#   OUT=reports/h200 bash benchmarks/h200_run.sh [stage ...]      (stages: suites gate modes bench adapters zoo faults
+#   bounds offsets; default suites bench adapters)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200}
@@ -51,6 +52,34 @@ for stage in $stages; do
       python3 "$ROOT/benchmarks/bench.py" --out "$OUT/bench.json" ;;
     zoo)
       cd "$ROOT" && python3 benchmarks/zoo_on_device.py --device cuda --jobs 8 --out "$OUT/zoo.md" ;;
+    faults|bounds|offsets)
+      # The planted faults of tests/defects_faults.py, imported from this folder as --backend=module:attr (the tree's
+      # own folder would shadow the installed package).
+      cp "$ROOT/tests/defects_faults.py" "$SCRATCH/fault_defects.py"
+      case $stage in
+        faults)
+          # One kernel's device fault fails that kernel alone: a Triton store that fires a device-side assert above
+          # 300 rows, beside native and Triton, on four workers. Each fault ends its worker after the test's report is
+          # out and a fresh worker runs the rest (hence the restarts allowed). Expected: triton_device_assert FAIL
+          # with semantics.device_fault only; native and Triton PASS with no check failed.
+          timeout -s INT "${FAULTS_LIMIT:-560}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
+            --backend=native,triton,fault_defects:TritonDeviceAssert --device=cuda -n 4 --max-worker-restart=1000 \
+            -q -p no:cacheprovider --sweep=ci --report="$OUT/faults.md" --report="$OUT/faults.json" ;;
+        bounds)
+          # Guard zones on the GPU: a fused add that writes one row past its output view (semantics.bounds), and a
+          # kernel that asks for a terabyte above 4096 rows (its own check fails; native beside it passes).
+          timeout -s INT "${BOUNDS_LIMIT:-560}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
+            --backend=native,triton,fault_defects:WritesRowPastOutput,fault_defects:AsksForATerabyte --device=cuda \
+            -n 4 -q -p no:cacheprovider --sweep=ci --rule=semantics.bounds,semantics.device_fault,axis_a.batch_size \
+            -k "not past_int32" --report="$OUT/bounds.md" --report="$OUT/bounds.json" ;;
+        offsets)
+          # 32-bit offsets: the last rows of 524,304 x 4096 and of a strided view whose last rows start past 2^31
+          # elements, bf16, in one process (about 64 GiB at the peak); native, Triton, and a kernel whose row
+          # offset wraps at 2^31 (caught by axis_a.batch_size, axis_a.strided_rows and axis_b.output).
+          timeout -s INT "${OFFSETS_LIMIT:-560}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
+            --backend=native,triton,fault_defects:Int32OffsetWrap --device=cuda --dtype=bfloat16 -q \
+            -p no:cacheprovider --sweep=ci -k past_int32 --report="$OUT/offsets.md" --report="$OUT/offsets.json" ;;
+      esac ;;
   esac
   echo "stage $stage: exit $?, $(( $(date +%s) - start )) s"
 done

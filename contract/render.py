@@ -55,6 +55,11 @@ def _thresholds() -> str:
         f"- **Dims:** {', '.join(map(str, c.THRESHOLD_DIMS))}.",
         f"- **QK-norm:** `[T, H, {c.TARGET_DIMS['head_dim']}]` with H in {', '.join(map(str, c.QK_NORM_HEADS))} "
         f"and T in {', '.join(map(str, c.QK_NORM_TOKENS))}.",
+        f"- **32-bit offsets:** the last {c.INT32_OFFSET_ROWS_CHECKED} rows of a batch of "
+        f"{c.INT32_OFFSET_LIMIT // c.INT32_OFFSET_DIM + c.INT32_OFFSET_ROWS_CHECKED} x {c.INT32_OFFSET_DIM} (their "
+        f"offsets at or past 2^{c.INT32_OFFSET_LIMIT.bit_length() - 1} elements), and of a strided view of rows "
+        f"{2 * c.INT32_OFFSET_DIM} elements apart whose last rows start past it, under Axis-A (batch size) and "
+        "Axis-B, where the device's memory holds them (else under \"Did not run\" with the reason).",
     ])
 
 

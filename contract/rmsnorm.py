@@ -76,6 +76,15 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "or read out of bounds."),
     Rule("semantics.purity", "purity",
          "Inputs are unchanged, nothing outside the output is written, and the output aliases no input."),
+    Rule("semantics.bounds", "guard zones",
+         "A call writes nothing outside the tensors it writes: every input and in-place output lies in a larger "
+         "allocation with canaries (signalling-NaN bits) before and after the view and in the gaps of strided and "
+         "padded layouts, and after the call every canary is unchanged (forward, the variants, an in-place fused "
+         "add's x and residual, and the backward's grad_output and inputs)."),
+    Rule("semantics.device_fault", "device fault",
+         "A call leaves the device usable: no device-side assert, illegal memory access or launch failure after "
+         "which the context is lost. A fault is the failure of the backend and case that raised it alone; "
+         "the process ends, and checks of other backends that could not run read 'not run: the device was lost'."),
     Rule("semantics.empty_batch", "empty batch",
          "Zero rows (any leading dims with a zero) give an empty output of x's shape and dtype."),
     Rule("semantics.dim_one", "dim 1",
@@ -299,6 +308,13 @@ THRESHOLD_ROWS: tuple[int, ...] = (
     32767, 32768,                  # Liger-Kernel packs 16 rows per program from 32768 rows at dim <= 256
     65536, 131072,                 # long-context prefill at head_dim 128 (QK-norm sees tokens x heads rows)
 )
+# 32-bit offsets: a kernel that forms row * row_stride in int32 reads and writes the wrong rows once an offset
+# passes 2^31 elements. Checked on rows near the end of a contiguous batch past 2^31 elements (524,304 rows of
+# 4096: its last 16 rows start at or past 2^31) and of a strided view whose last rows start past 2^31 while the
+# view holds half as many elements, where memory allows; listed under "Did not run" elsewhere.
+INT32_OFFSET_LIMIT = 2**31
+INT32_OFFSET_DIM = 4096
+INT32_OFFSET_ROWS_CHECKED = 16
 # Launch grids sized by the GPU: k x its SM count.
 THRESHOLD_SM_MULTIPLES: tuple[int, ...] = (1, 2, 3, 4)
 DEFAULT_SM_COUNT = 132  # an H200's: the SM count the multiples use where no GPU is present

@@ -401,14 +401,14 @@ class MutatesInput(NativeRMSNormOp):
 
 
 class WritesBesideInput(NativeRMSNormOp):
-    """Breaks semantics.purity: stores each row's rstd in the memory just past the end of x.
+    """Breaks semantics.bounds: stores each row's rstd in the memory just past the end of x.
 
     A fused kernel that keeps its backward statistics in a workspace it assumes the caller allocated
     right after x: called on a plain tensor, it overwrites whatever lies there. The output itself is right.
     """
 
     name = "writes_beside_input"
-    breaks = "semantics.purity"
+    breaks = "semantics.bounds"
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         out = super().forward_fp32(x, weight, eps)

@@ -21,6 +21,7 @@ from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
 from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.harness.checking import bounds
 from rmsnorm_conformance.harness.checking.comparison import (
     BitwiseResult,
     ToleranceResult,
@@ -31,14 +32,14 @@ from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, torch_dtype
 from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
-from rmsnorm_conformance.harness.running import isolation
+from rmsnorm_conformance.harness.running import device_faults, isolation
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
 # Rules every backend call is held to, whichever test makes the call.
 CROSS_CUTTING_RULES = frozenset({"semantics.global_state", "semantics.fresh_output", "semantics.purity",
-                                 "variants.purity"})
+                                 "variants.purity", "semantics.bounds", "semantics.device_fault"})
 
 
 def _dim(case: Any) -> int:
@@ -135,7 +136,7 @@ class Subject:
         put back and fails ``semantics.global_state``."""
         __tracebackhide__ = True
         before = isolation.global_state()
-        with isolation.no_exit(self.backend.name):
+        with isolation.no_exit(self.backend.name), device_faults.watch(self.backend.name, self.device, what):
             yield
         after = isolation.global_state()
         diff = isolation.changed(before, after)
@@ -153,8 +154,11 @@ class Subject:
         __tracebackhide__ = True
         entry = ENTRY_POINTS.get(method)
         watched = [(i, a, isolation.fingerprint(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        guarded = bounds.GuardedCall(method, args)  # every tensor argument inside guard zones (semantics.bounds)
         with self.isolated(method):
-            out = getattr(self.backend, method)(*args)
+            out = getattr(self.backend, method)(*guarded.args)
+        self._check_bounds(method, guarded.breaches(out))
+        out = guarded.release(out)  # what the call wrote into its arguments reaches the caller's tensors
         tensors = tuple(out) if isinstance(out, tuple | list) else (out,)
         for t in tensors:
             if not isinstance(t, torch.Tensor):
@@ -179,6 +183,13 @@ class Subject:
             assert_holds(self, self.current_case, ok=False, rule=entry.purity_rule, dim=_dim(self.current_case),
                          what=f"{self.backend.name}.{entry.name} changed its input {', '.join(changed)} during the "
                               "call, and does not declare that it writes it")
+
+    def _check_bounds(self, method: str, breaches: list[str]) -> None:
+        __tracebackhide__ = True
+        if breaches:
+            assert_holds(self, self.current_case, ok=False, rule="semantics.bounds", dim=_dim(self.current_case),
+                         what=f"{self.backend.name}.{method} wrote outside the tensors it was given: "
+                              + "; ".join(breaches))
 
     def _check_fresh(self, method: str) -> None:
         __tracebackhide__ = True
@@ -398,6 +409,10 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
                            subject.replay_command(case, declared[0]))
         raise
+    except device_faults.DeviceFault as fault:
+        # Recorded against the backend that raised it, then past Hypothesis: the process ends after this test.
+        record_device_fault(subject, declared, case, fault)
+        raise
     except (HypothesisException, UnsatisfiedAssumption):
         raise
     except Exception as exc:
@@ -406,7 +421,17 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         where = traceback.extract_tb(exc.__traceback__)[-1]
         detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
                   f"{where.lineno})")
+        lost = device_faults.context_lost(subject.device, exc)
+        if lost is not None:  # raised outside any backend call, on a context already gone: nobody's check fails
+            device_faults.declare_lost(device_faults.Lost(f"{detail}; {lost}", device=str(subject.device),
+                                                          nodeid=subject.nodeid))
+            reason = f"{device_faults.NOT_RUN_REASON} before {subject.nodeid} ({detail}; {lost})"
+            subject.collector.add_not_run(subject.backend.name, str(subject.device), reason)
+            pytest.skip(reason)
+        if device_faults.out_of_memory(exc):
+            detail += " (out of memory: the cache was emptied and the run goes on)"
         recorded = subject.record(declared[0], case, _dim(case), False, detail)
+        device_faults.start_clean(exc, subject.device)
         _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
     except BaseException as exc:
         if not getattr(exc, "ended_by_timer", False):
@@ -418,6 +443,20 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
                            subject.replay_command(case, declared[0]))
         raise isolation.EndedByTimer(detail) from exc
+
+
+def record_device_fault(subject: Subject, declared: tuple[str, ...], case: Any,
+                        fault: device_faults.DeviceFault) -> None:
+    """``semantics.device_fault`` failed, for the backend that raised the fault (one side of a parity pair is
+    named as itself), with the error, the case and a replay; the process is marked lost."""
+    replay = subject.replay_command(case, declared[0])
+    rule_id = "semantics.device_fault"
+    subject.collector.add(Check(fault.backend, fault.device, subject.dtype_label, _dim(case), rule_id, False,
+                                case=repr(case), detail=fault.describe(), replay=replay, size=case_size(case),
+                                severity=contract_rule(rule_id).severity, gating=True))
+    subject.on_failure(rule_id, f"contract rule {rule_id} ({contract_rule(rule_id).title}): {fault.describe()}",
+                       replay)
+    device_faults.declare_lost(device_faults.Lost(fault.describe(), fault.backend, fault.device, subject.nodeid))
 
 
 def case_events(case: Any) -> list[str]:

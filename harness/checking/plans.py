@@ -24,7 +24,8 @@ PlanMaker = Callable[..., Plan]
 
 def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_here: bool = False,
                    entries: Callable[[Any], Sequence[str]] = entry_points, budget_share: int = 1,
-                   skip_reason: Callable[[Any], str | None] | None = None
+                   skip_reason: Callable[[Any], str | None] | None = None,
+                   room: Callable[..., tuple[int, str]] | None = None
                    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Declare a test that runs ``check(subject, case, memo)`` on every case of ``plan``, in order, each as a
     sweep's example runs (its own deadline; a backend's exception fails the rule with that case's replay).
@@ -36,7 +37,9 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
     replayed case runs here if ``replayed_here``, else in the sweep test of the same rule and case type,
     and this test is skipped. ``entries(backend)`` gives the entry points the plan is made for (default: the
     plain norm's), ``budget_share`` divides the threshold budget, and ``skip_reason`` says why a subject is
-    not held to the plan, as for sweeps.
+    not held to the plan, as for sweeps. ``room(device, interpreted=, option=)`` gives the budget and its source
+    where a plan's memory needs differ from the threshold checks' (default: ``threshold_elements`` and
+    ``describe``).
     """
     rule(rule_id)  # an unknown id fails at import, naming the known ones
 
@@ -52,11 +55,17 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
             else:
                 option = request.config.getoption("--max-elements")
                 interpreted = bool(getattr(subject.backend.impl, "interpreted", False))
-                budget = threshold_elements(subject.device, interpreted=interpreted, option=option) // budget_share
-                source = describe(subject.device, interpreted=interpreted, option=option)
+                if room is None:
+                    budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
+                    source = describe(subject.device, interpreted=interpreted, option=option)
+                else:
+                    budget, source = room(subject.device, interpreted=interpreted, option=option)
+                budget //= budget_share
                 if budget_share > 1:
                     source += f", 1/{budget_share} of it for this entry point"
                 made = plan(subject.dtype, subject.device, budget, source, tuple(entries(subject.backend)))
+                if made.skipped and not made.cases:  # nothing in reach: a skip with the reason, not a vacuous pass
+                    pytest.skip(made.skipped)
                 if made.skipped:
                     subject.collector.add_not_run(subject.backend.name, str(subject.device), made.skipped)
                 # Plans are made in x's dtype; the weight's (of a declared pair) goes into each case, as in sweeps.

@@ -87,3 +87,23 @@ def describe(device: torch.device, *, interpreted: bool, option: int | None) -> 
     if device.type == "cuda":
         return f"{BYTES_PER_ELEMENT} bytes an element of the memory free on {device}"
     return "the CPU's fixed budget for " + ("interpreted backends" if interpreted else "compiled backends")
+
+
+# --- the 32-bit offset cases ------------------------------------------------------------------------------
+# Bytes per element of the batch past 2^31 elements: x, its guarded copy and the output in x's dtype (up to fp32),
+# and a reference backend's fp32 temporaries over the whole batch (upcast, squares, the tree, the product). At
+# 2^31 elements that is 64 GiB: one or two processes per H200, not four.
+OFFSET_BYTES_PER_ELEMENT = 32
+
+
+def offset_room(device: torch.device, *, interpreted: bool, option: int | None = None) -> tuple[int, str]:
+    """The largest batch the 32-bit offset cases may build, and where that figure comes from: ``--max-elements``
+    if given; on a GPU its share of the free memory at ``OFFSET_BYTES_PER_ELEMENT``; on a CPU the thresholds'."""
+    if option:
+        return option, "--max-elements"
+    if device.type == "cuda":
+        share = free_bytes(device) // workers_per_gpu()
+        return (share // OFFSET_BYTES_PER_ELEMENT,
+                f"{OFFSET_BYTES_PER_ELEMENT} bytes an element of {share / 2**30:.1f} GiB, this process's share of "
+                f"the memory free on {device}")
+    return threshold_elements(device, interpreted=interpreted), describe(device, interpreted=interpreted, option=None)

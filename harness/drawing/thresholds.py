@@ -17,6 +17,9 @@ import torch
 from rmsnorm_conformance.contract import TARGET_DIMS
 from rmsnorm_conformance.contract.rmsnorm import (
     DEFAULT_SM_COUNT,
+    INT32_OFFSET_DIM,
+    INT32_OFFSET_LIMIT,
+    INT32_OFFSET_ROWS_CHECKED,
     QK_NORM_HEADS,
     QK_NORM_TOKENS,
     THRESHOLD_DIMS,
@@ -173,3 +176,31 @@ def qk_fused_heads_plan(dtype: str, device: torch.device, budget: int, source: s
                          heads=h, entry=entry)
              for entry in entries for t, h in shapes]
     return Plan(cases, _skipped_note("QK-norm shapes", budget, source, beyond))
+
+
+def _offset_note(what: str, elements: int, budget: int, source: str) -> str:
+    return (f"32-bit offset case ({what}, {elements} elements, rows past {INT32_OFFSET_LIMIT} elements) beyond the "
+            f"room of {budget} elements ({source}), not checked. Run it where memory allows: a GPU with room for it "
+            "in one or two processes, or --max-elements")
+
+
+def int32_batch_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+    """The last rows of a contiguous batch whose offsets reach past 2^31 elements: BatchSizeCases of those rows."""
+    dim, n = INT32_OFFSET_DIM, INT32_OFFSET_ROWS_CHECKED
+    rows = INT32_OFFSET_LIMIT // dim + n
+    if rows * dim > budget:
+        return Plan([], _offset_note(f"{rows} x {dim}", rows * dim, budget, source))
+    batch = _batch(dim, rows, dtype, salt=31)
+    return Plan([BatchSizeCase(batch, n, start=rows - n, entry=entry) for entry in entries])
+
+
+def int32_strided_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+    """A view of rows 2 x dim elements apart (a half of a fused projection) whose last rows start past 2^31
+    elements, while the view itself holds about 2^30."""
+    dim, n = INT32_OFFSET_DIM, INT32_OFFSET_ROWS_CHECKED
+    rows = INT32_OFFSET_LIMIT // (2 * dim) + n
+    if 2 * rows * dim > budget:
+        return Plan([], _offset_note(f"a strided view of {rows} x {dim}, rows {2 * dim} apart", 2 * rows * dim,
+                                     budget, source))
+    batch = _batch(dim, rows, dtype, salt=32)
+    return Plan([StridedCase(batch, "row_stride", extra=dim, entry=entry) for entry in entries])

@@ -34,6 +34,7 @@ from rmsnorm_conformance.harness.drawing.budget import (
     sweep_elements,
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
+from rmsnorm_conformance.harness.plugin.device_lost import DeviceLossGuard
 from rmsnorm_conformance.harness.plugin.options import (
     DEFAULT_CASE_TIMEOUT,
     WORKER_RUN_ENDS_AT,
@@ -139,6 +140,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _check_hypothesis_profile(config)
     config.addinivalue_line("markers", "conformance(rules): a contract check run once per (backend, device, dtype)")
+    config.pluginmanager.register(DeviceLossGuard(config), "rmsnorm-conformance-device-loss")
     if explicit(config) or targets_suites(config):
         run_options(config)
 

@@ -15,6 +15,9 @@ from rmsnorm_conformance.contract import TARGET_DIMS
 FORMAT = "rmsnorm-conformance-report/1"
 # The JSON Schema of that format, shipped beside this module; CHANGELOG.md records each release's changes to it.
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
+# How checks read that could not run because another backend's device fault took the device: never FAIL. A "Did
+# not run" entry whose reason starts so makes its backend's row, and the run, INCOMPLETE rather than PASS.
+DEVICE_LOST = "not run: the device was lost"
 _TARGET_DIM_NAMES = {v: k for k, v in TARGET_DIMS.items()}
 
 
@@ -201,8 +204,13 @@ class Collector:
                    if s.backend == backend or backend in s.backend.split("="))
 
     def named_but_not_run(self) -> list[str]:
-        """Backends the user named that ran no check on any device."""
-        return [name for name in self.named_backends if not self.checks_of(name)]
+        """Backends the user named that ran no check on any device (and were not kept from it by a lost device)."""
+        lost = {e["backend"] for e in self.device_lost()}
+        return [name for name in self.named_backends if not self.checks_of(name) and name not in lost]
+
+    def device_lost(self) -> list[dict[str, str]]:
+        """The "Did not run" entries of checks a lost device kept from running."""
+        return [e for e in self.not_run if e["reason"].startswith(DEVICE_LOST)]
 
     def failed_tests(self) -> list[str]:
         return [nodeid for nodeid, o in self.outcomes.items() if o["outcome"] in ("failed", "error")]
@@ -222,10 +230,13 @@ class Collector:
 
         FAIL: a gating check failed, or a test failed or raised, whether or not the run finished (a finished run
         cannot undo a failure); INCOMPLETE: interrupted, stopped early or killed before the end with nothing
-        failed by then; NOT RUN: a named backend ran nothing, or no conformance check ran at all.
+        failed by then, or checks left unrun because a device fault lost the device (the faulting backend's own
+        row still reads FAIL); NOT RUN: a named backend ran nothing, or no conformance check ran at all.
         """
         if self.usage_error:
             return "NOT RUN"
+        if self.device_lost():  # another backend took the device: what it left unrun makes the run unfinished
+            return "INCOMPLETE"
         if self.failed_tests() or self.failed_checks:
             return "FAIL"
         if self.incomplete:

@@ -128,8 +128,10 @@ def backend_rows(c: Collector) -> list[list[Any]]:
         note = ", ".join(failed_rules) or "–"
         if expected_rules:
             note += " (expected: " + ", ".join(expected_rules) + ")"
+        lost = any((e["backend"], e["device"]) == (backend, device) for e in c.device_lost())
         rows.append([backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
-                     "FAIL" if failed_rules else "PASS", note, ", ".join(warned_rules) or "–"])
+                     "FAIL" if failed_rules else "INCOMPLETE" if lost else "PASS", note,
+                     ", ".join(warned_rules) or "–"])
     for entry in c.not_run:
         if (entry["backend"], entry["device"]) not in by:
             rows.append([entry["backend"], entry["device"], 0, 0, "NOT RUN", entry["reason"], "–"])

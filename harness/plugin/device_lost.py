@@ -1,0 +1,119 @@
+"""What a run does once a device fault has taken this process's device (``running/device_faults.py``): the
+faulting test's report goes out with its ``semantics.device_fault`` record, then the process ends.
+
+Under pytest-xdist the worker exits as soon as that test's reports are sent, and the controller replaces it: the
+remaining tests run in a fresh process with a fresh context, and no other backend's check fails for a context
+someone else broke. In a single process the run stops after that test; the report is INCOMPLETE, names the fault,
+and lists the tests that did not run under "Did not run" ("not run: the device was lost").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY
+from rmsnorm_conformance.harness.running import device_faults, isolation
+
+# Test ids a "Did not run" entry names before it says how many more there are.
+LISTED_TESTS = 20
+# Marks the report pytest-xdist makes for a worker that ended after a device fault (not a failure of its own).
+ENDED_PROPERTY = "rmsnorm_conformance_worker_ended"
+# The name the run's reporter is registered under, on the controller (or the only process).
+REPORTER = "rmsnorm-conformance-reporter"
+
+
+class DeviceLossGuard:
+    """Registered in every process of a run: ends it after the test in which its device was lost."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.session: pytest.Session | None = None
+        self.faulted: set[str] = set()  # tests whose device fault ended their worker
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    # --- a pytest-xdist controller: the worker that ended after a fault is replaced, not a second failure -------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed and report.when == "call" and any(
+                name == FAILURE_PROPERTY and value.get("rule") == "semantics.device_fault"
+                for name, value in report.user_properties):
+            self.faulted.add(report.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        if crashitem in self.faulted:
+            report.longrepr = (f"{crashitem}: its worker ended after the device fault recorded above, as it must; a "
+                               "fresh worker runs the remaining tests")
+            report.user_properties.append((ENDED_PROPERTY, True))
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        if any(name == ENDED_PROPERTY for name, _ in report.user_properties):
+            return "worker replaced", "R", "WORKER REPLACED"
+        return None
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+        outcome = yield
+        error = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(error, device_faults.DeviceFault):
+            outcome.get_result().longrepr = f"{item.name}: {error}"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        loss = device_faults.lost()
+        if loss is None:
+            return
+        if hasattr(self.config, "workerinput"):
+            # This test's reports, its records inside them, went to the controller as each phase ended (execnet
+            # writes and flushes synchronously): end here, before the next test starts on a dead context.
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            isolation._REAL_EXIT(device_faults.WORKER_EXIT_STATUS)
+        self._stop(nodeid, loss)
+
+    def _stop(self, nodeid: str, loss: device_faults.Lost) -> None:
+        """One process: stop after this test; what did not run is listed against its own backend and device."""
+        session = self.session
+        if session is None:
+            return
+        items = list(session.items)
+        index = next((i for i, item in enumerate(items) if item.nodeid == nodeid), len(items) - 1)
+        remaining = items[index + 1:]
+        where = f"{loss.backend}'s fault" if loss.backend else "a fault"
+        reporter = self.config.pluginmanager.get_plugin(REPORTER)
+        if reporter is not None:
+            by_subject: dict[tuple[str, str], list[str]] = {}
+            for item in remaining:
+                by_subject.setdefault(_subject(item), []).append(item.nodeid.rsplit("/", 1)[-1])
+            for (backend, device), ids in sorted(by_subject.items()):
+                listed = ", ".join(ids[:LISTED_TESTS]) + (f" and {len(ids) - LISTED_TESTS} more"
+                                                          if len(ids) > LISTED_TESTS else "")
+                reporter.collector.add_not_run(backend, device, f"{device_faults.NOT_RUN_REASON} after {where} in "
+                                                                f"{nodeid}: {len(ids)} tests: {listed}")
+            reporter.interrupted_by = (
+                f"the device was lost after {where} in {nodeid}: {loss.detail}; {len(remaining)} tests did not run "
+                "(listed under 'Did not run'); run with pytest-xdist (-n 2 or more) to have a fresh worker run them")
+        session.shouldstop = f"the device was lost after {where} in {nodeid}"
+
+
+def _subject(item: pytest.Item) -> tuple[str, str]:
+    """The (backend, device) a test runs against, from its parameters; ("all", "all") for other tests."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    subject = params.get("subject")
+    if isinstance(subject, tuple) and len(subject) == 4:
+        backend, device = subject[0], subject[1]
+        return getattr(backend, "name", str(backend)), str(device)
+    if isinstance(subject, tuple) and len(subject) == 2 and hasattr(subject[0], "label"):
+        return subject[0].label, subject[0].device_label
+    if "parity" in params:
+        return "cross-backend parity", str(params["parity"][0])
+    return "all", "all"

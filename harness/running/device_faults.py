@@ -1,0 +1,139 @@
+"""Device faults: a CUDA error after which the process's context is lost (a device-side assert, an illegal memory
+access, a launch failure) belongs to the backend call that raised it, and to nothing that runs after it.
+
+Every backend call is watched (``watch``): on a GPU it is synchronized before it counts as finished, so an
+asynchronous fault surfaces in the call that caused it; when backend code raises, ``context_lost`` asks the
+device whether it still works. If not, the call's error becomes a :class:`DeviceFault` of that backend, the
+process is marked lost (``lost``), and the plugin ends it after the test's report is out (a fresh pytest-xdist
+worker runs the rest; a single process stops with an INCOMPLETE report). Out of memory is not a fault of the
+device: it stays a failure of the call, and the caching allocator is emptied so the next check starts clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST
+
+# Set in the environment of a run on a machine without a GPU, this makes the probe report the context lost after
+# an error that reads like a context-poisoning CUDA error: the CPU twins of device faults use it, so CI exercises
+# the whole path (record, end the process, replace the worker) that a GPU run takes.
+SIMULATE_ENV = "RMSNORM_CONFORMANCE_SIMULATE_DEVICE_LOSS"
+# Words of the CUDA errors that leave a context unusable (cudaErrorAssert, cudaErrorIllegalAddress,
+# cudaErrorLaunchFailure, cudaErrorMisalignedAddress, cudaErrorIllegalInstruction, ...), as torch and Triton's
+# launcher print them; used only to recognise a simulated fault, a GPU is asked directly.
+POISONING_WORDS = ("device-side assert triggered", "illegal memory access", "unspecified launch failure",
+                   "misaligned address", "illegal instruction", "an illegal", "context is destroyed",
+                   "hardware stack error", "uncorrectable ECC error")
+# How a check that could not run because another backend's fault took the device reads in reports.
+NOT_RUN_REASON = DEVICE_LOST
+# The status a pytest-xdist worker ends with once its device is lost (EX_TEMPFAIL): the controller replaces it.
+WORKER_EXIT_STATUS = 75
+
+
+class DeviceFault(BaseException):
+    """A backend call left the device's context unusable. A BaseException, so that Hypothesis does not shrink it:
+    every further example would run on a context that fails every call."""
+
+    def __init__(self, backend: str, device: str, what: str, error: BaseException, probe: str) -> None:
+        self.backend, self.device, self.what, self.error, self.probe = backend, device, what, error, probe
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        first = (str(self.error).strip().splitlines() or [""])[0]
+        return (f"{self.backend}.{self.what} on {self.device} raised {type(self.error).__name__}: {first}; the "
+                f"device's context is lost ({self.probe}), so this process ends after this test")
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Why this process's device context is gone: the fault, the backend that caused it (or "") and the test."""
+
+    detail: str
+    backend: str = ""
+    device: str = ""
+    nodeid: str = ""
+
+
+_LOST: list[Lost] = []
+
+
+def lost() -> Lost | None:
+    """The loss this process suffered, or None while its device works."""
+    return _LOST[0] if _LOST else None
+
+
+def declare_lost(loss: Lost) -> None:
+    if not _LOST:
+        _LOST.append(loss)
+
+
+def looks_poisoning(error: BaseException) -> bool:
+    """Does ``error`` read like a CUDA error that poisons the context (torch's AcceleratorError, or the words)?"""
+    accelerator = getattr(torch, "AcceleratorError", None)
+    text = str(error)
+    named = type(error).__name__ == "AcceleratorError" or (accelerator is not None and isinstance(error, accelerator))
+    return (named and "CUDA error" in text) or any(word in text for word in POISONING_WORDS)
+
+
+def context_lost(device: torch.device, error: BaseException) -> str | None:
+    """Why ``device``'s context is unusable after ``error``, or None if it still works.
+
+    On a GPU: ``torch.cuda.synchronize()`` raises once the context is poisoned, whatever raised first. Elsewhere
+    only a simulated loss (``SIMULATE_ENV``) after an error that reads like one. Out of memory never is."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return None
+    if device.type == "cuda" and torch.cuda.is_available():
+        try:
+            torch.cuda.synchronize(device)
+        except Exception as probe:
+            first = (str(probe).strip().splitlines() or [""])[0]
+            return f"torch.cuda.synchronize() raised {type(probe).__name__}: {first}"
+        return None
+    if os.environ.get(SIMULATE_ENV) and looks_poisoning(error):
+        return f"simulated by {SIMULATE_ENV}"
+    return None
+
+
+def settle(device: torch.device) -> None:
+    """Wait for the work queued on ``device``: an asynchronous fault raises here, in the call that queued it."""
+    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def watch(backend: str, device: torch.device, what: str) -> Iterator[None]:
+    """Run backend code; if it (or the device work it queued) raises and the context is lost, raise a
+    :class:`DeviceFault` of ``backend`` instead of the error."""
+    try:
+        yield
+        settle(device)
+    except DeviceFault:
+        raise
+    except Exception as error:
+        probe = context_lost(device, error)
+        if probe is not None:
+            raise DeviceFault(backend, str(device), what, error, probe) from error
+        raise
+
+
+def out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError)
+
+
+def start_clean(error: BaseException, device: torch.device) -> None:
+    """After a failed call (out of memory above all): drop the frames that hold its tensors and give the cached
+    blocks back, so that the next check has the memory this one had."""
+    with contextlib.suppress(Exception):
+        traceback.clear_frames(error.__traceback__)
+    gc.collect()
+    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized():
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()

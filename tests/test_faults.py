@@ -1,0 +1,227 @@
+"""Device faults, stray writes and 32-bit offsets: a context-poisoning kernel fails alone and never another
+backend's check; out of memory fails the kernel that asked and the run goes on; guard zones find writes outside
+a view and say where; the 32-bit offset cases are planned where memory allows and listed where it does not.
+
+The end-to-end cases run the installed plugin in a subprocess against the CPU twins of tests/defects_faults.py,
+with the simulated device loss a GPU's failing ``torch.cuda.synchronize()`` stands for.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmsnorm_conformance.contract.rmsnorm import INT32_OFFSET_LIMIT
+from rmsnorm_conformance.harness.checking.bounds import GuardedCall, guard
+from rmsnorm_conformance.harness.drawing import thresholds
+from rmsnorm_conformance.harness.reporting.pick_a_kernel import pick_rows
+from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST, Check, Collector
+from rmsnorm_conformance.harness.running import device_faults
+
+ROOT = Path(__file__).resolve().parents[1]
+D = "tests.defects_faults"
+# The sweep tests only, under the derandomized ci sweep (its batch-size draws pass 300 rows within a few).
+QUICK = ["--sweep=ci", "--dtype=float32", "--device=cpu", "-p", "no:cacheprovider",
+         "-k", "not _at_thresholds and not past_int32"]
+
+
+@pytest.fixture
+def gate(pytester, monkeypatch):
+    """Run the suites in a subprocess with device loss simulated; return the result and the JSON report."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv(device_faults.SIMULATE_ENV, "1")
+
+    def go(*args: str):
+        result = pytester.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", "--report=r.json",
+                                               "--report=r.md", *args)
+        path = pytester.path / "r.json"
+        return result, json.loads(path.read_text()) if path.exists() else None
+
+    return go
+
+
+def _failed_rules(data: dict, backend: str) -> set[str]:
+    return {s["rule"] for s in data["summaries"] if s["backend"] == backend and s["failures"]}
+
+
+def _checks(data: dict, backend: str) -> int:
+    return sum(s["checks"] for s in data["summaries"] if s["backend"] == backend)
+
+
+def _pick(data: dict, backend: str) -> dict:
+    (row,) = [r for r in data["pick"]["rows"] if r["backend"] == backend]
+    return row
+
+
+# --- a device fault is the fault of the backend that raised it ---------------------------------------------
+
+
+def test_a_device_fault_under_xdist_fails_that_backend_alone_and_a_fresh_worker_runs_the_rest(gate):
+    result, data = gate(f"--backend={D}:DeviceAssertAboveRows,native", "--rule=axis_a.batch_size,axis_b.output",
+                        *QUICK, "-n", "2")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert data["verdict"] == "FAIL" and data["complete"]
+    assert _failed_rules(data, "device_assert_above_300") == {"semantics.device_fault"}
+    fault = next(s for s in data["summaries"] if s["rule"] == "semantics.device_fault")
+    assert "device-side assert triggered" in fault["failing_detail"] and "--replay=" in fault["replay"]
+    assert "replacing crashed worker" in out and "worker replaced" in out
+    # native's tests all ran, in whichever worker, and none failed for a context it did not break
+    assert _checks(data, "native") > 0 and not _failed_rules(data, "native")
+    failed = [n for n, o in data["outcomes"].items() if o["outcome"] in ("failed", "error")]
+    assert failed and all("device_assert_above_300" in n for n in failed)
+    assert _pick(data, "native")["verdict"] == "PASS"
+    row = _pick(data, "device_assert_above_300")
+    assert row["verdict"] == "FAIL" and row["numerics_breached"] == ["semantics.device_fault"]
+
+
+def test_a_device_fault_in_one_process_stops_it_incomplete_naming_the_fault_and_what_did_not_run(gate, pytester):
+    result, data = gate(f"--backend={D}:DeviceAssertAboveRows,native", "--rule=axis_a.batch_size,axis_b.output",
+                        *QUICK, "-p", "no:xdist")
+    assert result.ret == 2, result.stdout.str()[-3000:]
+    assert data["verdict"] == "INCOMPLETE" and not data["complete"]
+    assert "the device was lost after device_assert_above_300's fault" in data["incomplete"]
+    assert "device-side assert triggered" in data["incomplete"]
+    assert _failed_rules(data, "device_assert_above_300") == {"semantics.device_fault"}
+    assert not _failed_rules(data, "native"), "native must not fail for a context it did not break"
+    lost = [e for e in data["not_run"] if e["backend"] == "native"]
+    assert lost and all(e["reason"].startswith(DEVICE_LOST) for e in lost)
+    assert "test_batch_size[native-cpu-float32]" in lost[0]["reason"]
+    assert _pick(data, "native")["verdict"] == "INCOMPLETE"
+    assert data["named_but_not_run"] == []
+    md = (pytester.path / "r.md").read_text()
+    assert md.startswith("# RMSNorm conformance report: INCOMPLETE") and DEVICE_LOST in md
+
+
+def test_out_of_memory_fails_the_kernel_that_asked_and_the_run_goes_on(gate):
+    result, data = gate(f"--backend={D}:AsksForATerabyte,native", "--rule=axis_a.batch_size", "--sweep=ci",
+                        "--max-examples=2", "--dtype=float32", "--device=cpu", "-p", "no:cacheprovider",
+                        "-p", "no:xdist", "-k", "not past_int32")
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    assert data["verdict"] == "FAIL" and data["complete"]
+    assert _failed_rules(data, "asks_for_a_terabyte") == {"axis_a.batch_size"}
+    detail = next(s["failing_detail"] for s in data["summaries"] if s["failures"])
+    assert "OutOfMemoryError" in detail and "the cache was emptied" in detail
+    assert _checks(data, "native") > 0 and not _failed_rules(data, "native")
+    assert not [e for e in data["not_run"] if e["reason"].startswith(DEVICE_LOST)]
+
+
+@pytest.mark.parametrize(("spec", "rule", "env"), [
+    ("WritesRowPastOutput", "semantics.bounds", {}),
+    ("Int32OffsetWrap", "axis_b.output", {"RMSNORM_DEFECT_OFFSET_WRAP": str(1 << 16)}),
+])
+def test_memory_defects_are_caught_by_their_rule_alone(pytester, monkeypatch, spec, rule, env):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = pytester.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", f"--backend={D}:{spec}",
+                                           f"--rule={rule}", "--device=cpu", "--dtype=bfloat16", "--sweep=ci", "-x",
+                                           "-p", "no:cacheprovider", "-p", "no:xdist")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    import re
+
+    assert set(re.findall(r"contract rule (\S+) \(", out)) == {rule}, out[-3000:]
+    assert "replay: pytest" in out
+
+
+# --- guard zones ---------------------------------------------------------------------------------------------
+
+
+def _strided(rows: int = 4, dim: int = 8) -> torch.Tensor:
+    buffer = torch.arange(rows * (dim + 3), dtype=torch.float32).reshape(rows, dim + 3)
+    return buffer[:, :dim]
+
+
+def test_a_guarded_copy_keeps_values_strides_and_alignment():
+    base = torch.zeros(100, dtype=torch.bfloat16)
+    t = base[3:3 + 64].view(8, 8)
+    zone = guard(t, "x")
+    assert torch.equal(zone.view, t) and zone.view.stride() == t.stride()
+    assert zone.view.data_ptr() % 64 == t.data_ptr() % 64
+    strided = _strided()
+    assert guard(strided, "x").view.stride() == strided.stride()
+    assert zone.written() is None
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    ("after", "1 element(s) past the view's last element, at row 4, column 0 of a view of 4 rows"),
+    ("before", "1 element(s) before the view's first element"),
+    ("gap", "in the gap after row 1 of the view, column 9 of a row stride of 11"),
+])
+def test_a_write_outside_the_view_is_found_and_located(where, expected):
+    t = _strided() if where == "gap" else torch.ones(4, 8)
+    zone = guard(t, "x")
+    flat = zone.buffer
+    position = {"after": zone.lead + t.numel(), "before": zone.lead - 1, "gap": zone.lead + 11 + 9}[where]
+    flat[position] = 1.0
+    message = zone.written()
+    assert message is not None and expected in message, message
+    assert "where the canary 0x7FA5A5A5 was" in message
+
+
+def test_writes_into_the_view_go_back_to_the_caller_and_aliases_point_at_its_tensor():
+    x = torch.ones(4, 8)
+    call = GuardedCall("forward", (x, torch.ones(8)))
+    call.args[0].mul_(2)  # an impure kernel writing into its input: purity must still see it
+    out = call.release(call.args[0][1:])
+    assert bool((x == 2).all())
+    assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() and out.storage_offset() == 8
+    assert call.breaches(out) == []
+
+
+def test_an_in_place_copy_of_a_guarded_allocation_is_checked_too():
+    from rmsnorm_conformance.harness.running.backend import same_layout_copy
+
+    x = torch.ones(2, 8)
+    call = GuardedCall("fused_add", (x, torch.ones(2, 8), torch.ones(8)))
+    written = same_layout_copy(call.args[0])  # what an in-place backend adapter writes into
+    written.untyped_storage()  # same size as the guarded allocation
+    flat = written.new_empty(0).set_(written.untyped_storage(), 0, (call.zones[0].buffer.numel(),), (1,))
+    flat[call.zones[0].lead + 16] = 0.5  # one row past
+    (message,) = call.breaches((written, same_layout_copy(call.args[1])))
+    assert message.startswith("x (written in place)") and "row 2, column 0" in message
+
+
+# --- 32-bit offsets ---------------------------------------------------------------------------------------------
+
+
+def test_the_int32_offset_cases_reach_past_2_to_the_31_or_say_why_not():
+    cpu = torch.device("cpu")
+    plan = thresholds.int32_batch_plan("bfloat16", cpu, 1 << 32, "test", ("forward", "forward_fp32"))
+    assert plan.skipped is None and [c.entry for c in plan.cases] == ["forward", "forward_fp32"]
+    case = plan.cases[0]
+    assert case.start * case.batch.dim >= INT32_OFFSET_LIMIT and case.start + case.length == case.batch.rows
+    strided = thresholds.int32_strided_plan("bfloat16", cpu, 1 << 32, "test", ("forward",)).cases[0]
+    last_row_start = (strided.batch.rows - 1) * (strided.batch.dim + strided.extra)
+    assert last_row_start >= INT32_OFFSET_LIMIT > strided.batch.rows * strided.batch.dim
+    small = thresholds.int32_batch_plan("bfloat16", cpu, 1 << 23, "the CPU's budget", ("forward",))
+    assert not small.cases and "beyond the room of 8388608 elements (the CPU's budget)" in small.skipped
+
+
+# --- how a lost device reads -------------------------------------------------------------------------------------
+
+
+def test_checks_kept_from_running_by_a_lost_device_read_incomplete_not_fail_or_pass():
+    c = Collector(named_backends=["native", "bad"])
+    c.add(Check("native", "cuda", "bfloat16", 4096, "axis_b.output", True))
+    c.add(Check("bad", "cuda", "bfloat16", 4096, "semantics.device_fault", False, detail="boom"))
+    c.add_not_run("native", "cuda", f"{DEVICE_LOST} after bad's fault in t: 3 tests: a, b, c")
+    assert c.verdict() == "INCOMPLETE" and c.named_but_not_run() == []
+    rows = {r.backend: r for r in pick_rows(c)}
+    assert rows["native"].verdict == "INCOMPLETE" and rows["bad"].verdict == "FAIL"
+    assert [r.backend for r in pick_rows(c)] == ["native", "bad"]
+
+
+def test_the_probe_tells_a_lost_context_from_an_ordinary_error(monkeypatch):
+    cpu = torch.device("cpu")
+    poisoning = torch.AcceleratorError("CUDA error: device-side assert triggered")
+    monkeypatch.delenv(device_faults.SIMULATE_ENV, raising=False)
+    assert device_faults.context_lost(cpu, poisoning) is None
+    monkeypatch.setenv(device_faults.SIMULATE_ENV, "1")
+    assert device_faults.context_lost(cpu, poisoning)
+    assert device_faults.context_lost(cpu, RuntimeError("grid too large")) is None
+    assert device_faults.context_lost(cpu, torch.OutOfMemoryError("CUDA error: out of memory")) is None
