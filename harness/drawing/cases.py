@@ -7,6 +7,7 @@ the same bits on any machine (device-side ``randn`` would depend on the GPU).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -38,6 +39,9 @@ WEIGHT_LAYOUTS: tuple[str, ...] = (
     "strided",  # every other element of a buffer twice as long: stride 2
     "offset",   # a slice starting one element into a larger buffer: storage offset 1, not 16-byte aligned
 )
+# How strided rows sit in memory (StridedCase.layout), and the non-finite values NonfiniteCase plants.
+STRIDED_LAYOUTS: tuple[str, ...] = ("row_stride", "column_major", "fused_heads")
+NONFINITE_VALUES: tuple[str, ...] = ("nan", "inf", "neg_inf")
 # Fill of the buffer around a non-contiguous weight: a kernel that reads past the view reads NaN.
 _WEIGHT_BUFFER_FILL = math.nan
 
@@ -323,9 +327,21 @@ class GradientCase:
     length: int
 
 
+# The words a case field may hold, by field name wherever the field appears: what a replay accepts. The dtype
+# fields and ``entry`` take the contract's dtypes and the entry points (drawing/replay.py adds those).
+FIELD_VOCABULARY: dict[str, tuple[str, ...]] = {
+    "values": VALUE_FAMILIES,
+    "weight": WEIGHT_FAMILIES,
+    "content": PAD_CONTENTS,
+    "value": NONFINITE_VALUES,
+    "layout": STRIDED_LAYOUTS,
+    "weight_layout": WEIGHT_LAYOUTS,
+}
+
+# Every case type this module defines (a frozen dataclass named ``...Case``), and the batch they hold: what a
+# replay may call. Derived, so a new case type is replayable by being defined here.
 CASE_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (Batch, BatchSizeCase, SliceCase, PaddingCase, PositionCase, PermutationCase,
-                LeadingDimsCase, StridedCase, RepeatCase, GradModeCase, FirstCallCase, AccuracyCase,
-                NonfiniteCase, GradientCase)
+    name: obj for name, obj in list(globals().items())
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == __name__
+    and (name.endswith("Case") or obj is Batch)
 }

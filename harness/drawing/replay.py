@@ -16,14 +16,7 @@ import typing
 from typing import Any
 
 from rmsnorm_conformance.contract import DTYPES
-from rmsnorm_conformance.harness.drawing.cases import (
-    CASE_TYPES,
-    PAD_CONTENTS,
-    VALUE_FAMILIES,
-    WEIGHT_FAMILIES,
-    WEIGHT_LAYOUTS,
-    Batch,
-)
+from rmsnorm_conformance.harness.drawing.cases import CASE_TYPES, FIELD_VOCABULARY, Batch
 from rmsnorm_conformance.harness.running.entry_points import AXIS_A_ENTRY_POINTS
 
 _NAMES = {"inf": math.inf, "nan": math.nan}
@@ -32,13 +25,8 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "weight_dtype": DTYPES,
     "residual_dtype": DTYPES,
-    "values": VALUE_FAMILIES,
-    "weight": WEIGHT_FAMILIES,
-    "content": PAD_CONTENTS,
-    "value": ("nan", "inf", "neg_inf"),
-    "layout": ("row_stride", "column_major", "fused_heads"),
-    "weight_layout": WEIGHT_LAYOUTS,
     "entry": AXIS_A_ENTRY_POINTS,
+    **FIELD_VOCABULARY,
 }
 _MAX_TEXT = 4000  # a case repr is a few hundred characters; anything far longer is not one
 

@@ -16,7 +16,9 @@ from rmsnorm_conformance.contract import DEFAULT_EPS, TARGET_DIMS
 from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS
 from rmsnorm_conformance.harness.drawing.budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
 from rmsnorm_conformance.harness.drawing.cases import (
+    NONFINITE_VALUES,
     PAD_CONTENTS,
+    STRIDED_LAYOUTS,
     VALUE_FAMILIES,
     WEIGHT_FAMILIES,
     WEIGHT_LAYOUTS,
@@ -219,7 +221,7 @@ def leading_dims_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAU
 @st.composite
 def strided_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
                   entries: Sequence[str] = FORWARD_ONLY) -> StridedCase:
-    layout = draw(st.sampled_from(("row_stride", "column_major", "fused_heads")))
+    layout = draw(st.sampled_from(STRIDED_LAYOUTS))
     heads = draw(st.sampled_from(HEAD_COUNTS)) if layout == "fused_heads" else 1
     # Fused heads need at least one token of ``heads`` rows.
     b = draw(batches(dtype=dtype, max_elements=max(heads, max_elements // heads), min_rows=heads,
@@ -255,7 +257,7 @@ def nonfinite_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_
     b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values="normal", any_weight_layout=True))
     rows_hit = draw(st.integers(1, max(1, b.rows // 2)))
     count = draw(st.integers(1, b.dim))
-    return NonfiniteCase(b, draw(st.sampled_from(("nan", "inf", "neg_inf"))), rows_hit, count,
+    return NonfiniteCase(b, draw(st.sampled_from(NONFINITE_VALUES)), rows_hit, count,
                          entry=draw(entry_points(entries)))
 
 
