@@ -257,7 +257,7 @@ def test_the_run_deadline_ends_a_hung_run_incomplete_with_a_report(gate, monkeyp
 
 def test_the_run_deadline_after_a_failure_reads_fail(gate, monkeypatch):
     monkeypatch.setenv("HOSTILE_SLEEP", "600")
-    result, data = gate(f"--backend=tests.defects:OnePlusWeight,{H}:Sleeps", "--case-timeout=0",
+    result, data = gate(f"--backend=rmsnorm_conformance.zoo:OnePlusWeight,{H}:Sleeps", "--case-timeout=0",
                         "--rule=semantics.plain_weight", "--deadline=40")
     assert result.ret == 1
     assert data["verdict"] == "FAIL" and not data["complete"]

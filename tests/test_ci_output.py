@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_conformance.harness.reporting.ci_output import annotations, source_location, step_summary
+from rmsnorm_conformance.harness.reporting.ci_output import source_location, step_summary, workflow_annotations
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.reporting.render import pyargs_id, render_terminal, rerun_command
 
@@ -63,7 +63,7 @@ def test_step_summary_has_the_verdict_the_pick_table_and_the_first_breaches_with
 
 
 def test_annotations_escape_what_github_reads_and_say_how_many_were_left_out():
-    lines = annotations(_collector(breaches=12), {"bad0": ("kern/ops.py", 7)}, limit=10)
+    lines = workflow_annotations(_collector(breaches=12), {"bad0": ("kern/ops.py", 7)}, limit=10)
     errors = [ln for ln in lines if ln.startswith("::error ")]
     assert len(errors) == 11 and errors[-1].endswith("::2 more errors; see the report")
     first = errors[0]
@@ -128,7 +128,7 @@ def test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_pro
     summary = ci_env.path / "summary.md"
     summary.write_text("earlier output of the step\n")
     result = ci_env.runpytest_subprocess(
-        str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu", "--sweep=ci",
+        str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu", "--sweep=ci",
         "-p", "no:cacheprovider", "-k", "(plain_weight or shape_error) and float32", "--junitxml=junit.xml")
     out = result.stdout.str()
     assert result.ret == 1, out[-3000:]
@@ -143,7 +143,7 @@ def test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_pro
     failed = cases["test_plain_weight[one_plus_weight-cpu-float32]"]
     assert failed["rule"] == "semantics.plain_weight" and failed["severity"] == "numerics"
     assert failed["backend"] == "one_plus_weight" and failed["device"] == "cpu" and failed["dtype"] == "float32"
-    assert failed["replay"].startswith("pytest --pyargs rmsnorm_conformance.suites --backend=tests.defects:")
+    assert failed["replay"].startswith("pytest --pyargs rmsnorm_conformance.suites --backend=rmsnorm_conformance.zoo:")
     assert not any(v.startswith("{") for props in cases.values() for v in props.values()), "a Python repr"
     # The replay in the properties reproduces the failure.
     again = subprocess.run([sys.executable, "-m", *shlex.split(failed["replay"]), "-p", "no:cacheprovider"],
@@ -168,7 +168,7 @@ def test_no_summary_or_annotations_outside_ci(pytester, monkeypatch):
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     result = pytester.runpytest_subprocess(
-        str(SUITES / "test_semantics.py"), "--backend=tests.defects:OnePlusWeight", "--device=cpu", "--sweep=ci",
+        str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu", "--sweep=ci",
         "-p", "no:cacheprovider", "-k", "plain_weight and float32")
     assert result.ret == 1
     assert not [ln for ln in result.stdout.str().splitlines() if ln.startswith("::")]

@@ -72,14 +72,14 @@ def test_pytest_timeout_thread_method_ends_the_process_and_the_report_names_the_
 
 @pytest.mark.parametrize("how", [["-W", "error"], ["-o", "filterwarnings=error"]])
 def test_warnings_as_errors_cannot_turn_an_interface_breach_into_a_failure(gate, how):
-    result, data = gate("--backend=tests.defects:ImpoliteRMSNorm", "--rule=interface.shape_error", *how)
+    result, data = gate("--backend=rmsnorm_conformance.zoo:ImpoliteRMSNorm", "--rule=interface.shape_error", *how)
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert data["verdict"] == "PASS" and data["totals"]["failed_checks"] == 0
     assert data["totals"]["warned_checks"] > 0
 
 
 def test_exit_first_after_a_failure_is_fail_with_exit_1_and_says_it_stopped(gate):
-    result, data = gate("--backend=tests.defects:OnePlusWeight", "--rule=semantics.plain_weight,axis_b.output",
+    result, data = gate("--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--rule=semantics.plain_weight,axis_b.output",
                         "-x")
     assert result.ret == 1
     assert data["verdict"] == "FAIL" and not data["complete"] and data["not_started"] > 0
@@ -87,7 +87,7 @@ def test_exit_first_after_a_failure_is_fail_with_exit_1_and_says_it_stopped(gate
 
 
 def test_stepwise_after_a_failure_is_fail_with_exit_1_and_names_stepwise(gate):
-    result, data = gate("--backend=tests.defects:OnePlusWeight", "--rule=semantics.plain_weight,axis_b.output",
+    result, data = gate("--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--rule=semantics.plain_weight,axis_b.output",
                         "--sw", cache=True)
     assert result.ret == 1
     assert data["verdict"] == "FAIL" and not data["complete"]

@@ -154,7 +154,7 @@ def source_location(spec: str, entry_paths: dict[str, str] | None = None,
         return None
 
 
-def annotations(c: Collector, locations: dict[str, tuple[str, int] | None] | None = None, *,
+def workflow_annotations(c: Collector, locations: dict[str, tuple[str, int] | None] | None = None, *,
                 limit: int = MAX_ANNOTATIONS) -> list[str]:
     """GitHub workflow commands: ``::error`` for each gating breach, ``::warning`` for each interface warning,
     on the backend's source where it is in the repository (``locations``: backend name -> (file, line))."""
@@ -231,5 +231,5 @@ class CiOutput:
 
         paths = _entry_point_paths()
         locations = {b.name: source_location(b.spec, paths) for b in self.reporter.options.backends}
-        for line in annotations(self.reporter.collector, locations):
+        for line in workflow_annotations(self.reporter.collector, locations):
             terminalreporter.write_line(line)

@@ -89,7 +89,8 @@ class Matrix:
                pictures: list[str] | None = None) -> str:
         """The matrix, after the "Pick a kernel" section (``pick``'s lines) where given, and the pictures'
         section (``pictures``) at the end."""
-        rows, notes = [], []
+        rows: list[list[Any]] = []
+        notes: list[str] = []
         rules = [r for r in ALL_RULES if any(r.id in cells for cells in self.cells.values())]
         if any(ERRORS in cells for cells in self.cells.values()):
             rules.append(Rule(ERRORS, "errors", "tests that failed without a failing check"))

@@ -220,7 +220,7 @@ def rounding_rows(c: Collector) -> list[list[Any]]:
     rows match ("indistinguishable" where the classes give the same bits, as in fp32)."""
     folded: dict[tuple[str, ...], dict[str, Any]] = {}
     for r in c.rounding:
-        key = (r["backend"], r["device"], r["dtype"], r["variant"])
+        key: tuple[str, ...] = (r["backend"], r["device"], r["dtype"], r["variant"])
         row = folded.setdefault(key, {"rows": 0, "matches": {}, "distinct": False, "declared": r["declared"]})
         row["rows"] += r["rows"]
         row["distinct"] |= r["distinguishable"]
@@ -465,7 +465,8 @@ def _replays_out(headers: list[str], rows: list[list[Any]]) -> tuple[list[str], 
     if "replay" not in headers:
         return headers, rows, []
     i = headers.index("replay")
-    lines, out = [], []
+    lines: list[str] = []
+    out: list[list[Any]] = []
     for row in rows:
         row = list(row)
         if row[i] and row[i] != "–":

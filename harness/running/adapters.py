@@ -293,7 +293,7 @@ def _is_module_class(obj: Any) -> bool:
     return isinstance(obj, type) and issubclass(obj, torch.nn.Module)
 
 
-def _forward_takes_weight(cls: type) -> bool:
+def _forward_takes_weight(cls: Any) -> bool:
     """Does ``cls.forward`` take (x, weight, ...) after self, as the protocol's does?"""
     sig = _signature(cls.forward)
     if sig is None:
