@@ -128,7 +128,8 @@ def test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_pro
     summary = ci_env.path / "summary.md"
     summary.write_text("earlier output of the step\n")
     result = ci_env.runpytest_subprocess(
-        str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu", "--sweep=ci",
+        str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight",
+        "--device=cpu", "--sweep=ci",
         "-p", "no:cacheprovider", "-k", "(plain_weight or shape_error) and float32", "--junitxml=junit.xml")
     out = result.stdout.str()
     assert result.ret == 1, out[-3000:]
@@ -136,7 +137,7 @@ def test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_pro
     assert text.startswith("earlier output of the step\n### RMSNorm conformance: FAIL"), text
     assert "semantics.plain_weight" in text and "```bash" in text
     errors = [ln for ln in out.splitlines() if ln.startswith("::error ")]
-    assert errors and errors[0].startswith("::error file=tests/defects.py,line=")
+    assert errors and errors[0].startswith("::error file=zoo/defects.py,line=")
     assert "title=semantics.plain_weight broken by one_plus_weight on cpu%2C float32" in errors[0]
     cases = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}
              for tc in ET.parse(ci_env.path / "junit.xml").getroot().iter("testcase")}
@@ -168,7 +169,8 @@ def test_no_summary_or_annotations_outside_ci(pytester, monkeypatch):
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     result = pytester.runpytest_subprocess(
-        str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--device=cpu", "--sweep=ci",
+        str(SUITES / "test_semantics.py"), "--backend=rmsnorm_conformance.zoo:OnePlusWeight",
+        "--device=cpu", "--sweep=ci",
         "-p", "no:cacheprovider", "-k", "plain_weight and float32")
     assert result.ret == 1
     assert not [ln for ln in result.stdout.str().splitlines() if ln.startswith("::")]

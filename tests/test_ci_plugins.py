@@ -79,7 +79,8 @@ def test_warnings_as_errors_cannot_turn_an_interface_breach_into_a_failure(gate,
 
 
 def test_exit_first_after_a_failure_is_fail_with_exit_1_and_says_it_stopped(gate):
-    result, data = gate("--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--rule=semantics.plain_weight,axis_b.output",
+    result, data = gate("--backend=rmsnorm_conformance.zoo:OnePlusWeight",
+    "--rule=semantics.plain_weight,axis_b.output",
                         "-x")
     assert result.ret == 1
     assert data["verdict"] == "FAIL" and not data["complete"] and data["not_started"] > 0
@@ -87,7 +88,8 @@ def test_exit_first_after_a_failure_is_fail_with_exit_1_and_says_it_stopped(gate
 
 
 def test_stepwise_after_a_failure_is_fail_with_exit_1_and_names_stepwise(gate):
-    result, data = gate("--backend=rmsnorm_conformance.zoo:OnePlusWeight", "--rule=semantics.plain_weight,axis_b.output",
+    result, data = gate("--backend=rmsnorm_conformance.zoo:OnePlusWeight",
+    "--rule=semantics.plain_weight,axis_b.output",
                         "--sw", cache=True)
     assert result.ret == 1
     assert data["verdict"] == "FAIL" and not data["complete"]
