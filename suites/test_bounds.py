@@ -132,16 +132,19 @@ def test_batch_size_past_int32_offsets(subject, case, memo):
                         f"{case.batch.rows} (their offsets pass 2^31 elements there)")
 
 
-def _forward_only(dtype, device, budget, source, entries):
-    """axis_b.output holds forward (forward_fp32 has its own rule)."""
-    return thresholds.int32_batch_plan(dtype, device, budget, source, ("forward",))
+def _accuracy_plan(dtype, device, budget, source, entries):
+    """The batch of the 32-bit offset case through forward (axis_b.output's entry point; forward_fp32 has its own
+    rule), as an AccuracyCase: its last rows are checked."""
+    plan = thresholds.int32_batch_plan(dtype, device, budget, source, ("forward",))
+    return thresholds.Plan([AccuracyCase(c.batch) for c in plan.cases], plan.skipped)
 
 
-@explicit_cases("axis_b.output", BatchSizeCase, _forward_only, room=offset_room)
+@explicit_cases("axis_b.output", AccuracyCase, _accuracy_plan, room=offset_room)
 def test_output_past_int32_offsets(subject, case, memo):
     """The last rows of a batch past 2^31 elements against the reference of those rows."""
-    x, w, full = _whole(subject, case, memo)
-    a, n = case.start, case.length
+    x, w, full = _whole(subject, BatchSizeCase(case.batch, INT32_OFFSET_ROWS_CHECKED), memo)
+    n = INT32_OFFSET_ROWS_CHECKED
+    a = case.batch.rows - n
     assert_within(subject, case, actual=full[a: a + n], reference=reference_fp32(x[a: a + n], w, case.batch.eps),
                   dim=case.batch.dim, what=f"rows [{a}:{a + n}] of a batch of {case.batch.rows}, whose offsets pass "
                                            "2^31 elements, are off the reference")
