@@ -225,3 +225,20 @@ def test_the_probe_tells_a_lost_context_from_an_ordinary_error(monkeypatch):
     assert device_faults.context_lost(cpu, poisoning)
     assert device_faults.context_lost(cpu, RuntimeError("grid too large")) is None
     assert device_faults.context_lost(cpu, torch.OutOfMemoryError("CUDA error: out of memory")) is None
+
+
+def test_the_int32_offset_checks_pass_a_correct_kernel_and_catch_a_wrap_at_a_scaled_limit(pytester, monkeypatch):
+    """The three 32-bit offset checks, run where a CPU can: the limit scaled to 2^16 elements (16 rows of 4096), the
+    wrapping twin at the same boundary. Native passes each check; the twin fails each, and nothing else."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("RMSNORM_DEFECT_OFFSET_WRAP", str(1 << 16))
+    pytester.makeconftest("from rmsnorm_conformance.harness.drawing import thresholds\n"
+                          "thresholds.INT32_OFFSET_LIMIT = 1 << 16\n")
+    result = pytester.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", "-k", "past_int32",
+                                           f"--backend=native,{D}:Int32OffsetWrap", "--device=cpu",
+                                           "--dtype=bfloat16", "-p", "no:cacheprovider", "-p", "no:xdist",
+                                           "--report=r.json")
+    data = json.loads((pytester.path / "r.json").read_text())
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    assert _checks(data, "native") >= 4 and not _failed_rules(data, "native")
+    assert _failed_rules(data, "int32_offset_wrap") == {"axis_a.batch_size", "axis_a.strided_rows", "axis_b.output"}
