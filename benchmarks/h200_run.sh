@@ -53,9 +53,8 @@ for stage in $stages; do
     zoo)
       cd "$ROOT" && python3 benchmarks/zoo_on_device.py --device cuda --jobs 8 --out "$OUT/zoo.md" ;;
     faults|bounds|offsets)
-      # The planted faults of tests/defects_faults.py, imported from this folder as --backend=module:attr (the tree's
-      # own folder would shadow the installed package).
-      cp "$ROOT/tests/defects_faults.py" "$SCRATCH/fault_defects.py"
+      # The planted faults of zoo/faults.py, from the installed package.
+      F=rmsnorm_conformance.zoo.faults
       case $stage in
         faults)
           # One kernel's device fault fails that kernel alone: a Triton store that fires a device-side assert above
@@ -63,13 +62,13 @@ for stage in $stages; do
           # out and a fresh worker runs the rest (hence the restarts allowed). Expected: triton_device_assert FAIL
           # with semantics.device_fault only; native and Triton PASS with no check failed.
           timeout -s INT "${FAULTS_LIMIT:-560}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
-            --backend=native,triton,fault_defects:TritonDeviceAssert --device=cuda -n 4 --max-worker-restart=1000 \
+            --backend=native,triton,$F:TritonDeviceAssert --device=cuda -n 4 --max-worker-restart=1000 \
             -q -p no:cacheprovider --sweep=ci --report="$OUT/faults.md" --report="$OUT/faults.json" ;;
         bounds)
           # Guard zones on the GPU: a fused add that writes one row past its output view (semantics.bounds), and a
           # kernel that asks for a terabyte above 4096 rows (its own check fails; native beside it passes).
           timeout -s INT "${BOUNDS_LIMIT:-560}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
-            --backend=native,triton,fault_defects:WritesRowPastOutput,fault_defects:AsksForATerabyte --device=cuda \
+            --backend=native,triton,$F:WritesRowPastOutput,$F:AsksForATerabyte --device=cuda \
             -n 4 -q -p no:cacheprovider --sweep=ci --rule=semantics.bounds,semantics.device_fault,axis_a.batch_size \
             -k "not past_int32" --report="$OUT/bounds.md" --report="$OUT/bounds.json" ;;
         offsets)
@@ -77,7 +76,7 @@ for stage in $stages; do
           # elements, bf16, in one process (about 64 GiB at the peak); native, Triton, and a kernel whose row
           # offset wraps at 2^31 (caught by axis_a.batch_size, axis_a.strided_rows and axis_b.output).
           timeout -s INT "${OFFSETS_LIMIT:-560}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
-            --backend=native,triton,fault_defects:Int32OffsetWrap --device=cuda --dtype=bfloat16 -q \
+            --backend=native,triton,$F:Int32OffsetWrap --device=cuda --dtype=bfloat16 -q \
             -p no:cacheprovider --sweep=ci -k past_int32 --report="$OUT/offsets.md" --report="$OUT/offsets.json" ;;
       esac ;;
   esac

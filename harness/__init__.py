@@ -41,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     "reference_fp32": "checking.checks",
     "correctly_rounded": "checking.checks",
     "explicit_cases": "checking.plans",
+    "guard": "checking.bounds",
+    "offset_room": "drawing.budget",
     "compare_bitwise": "checking.comparison",
     "compare_within": "checking.comparison",
     "ulp_distance": "checking.comparison",

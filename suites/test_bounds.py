@@ -8,6 +8,7 @@ rows in a wider buffer, strided and offset weights, each variant, and the backwa
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rmsnorm_conformance.contract.rmsnorm import INT32_OFFSET_ROWS_CHECKED
@@ -23,14 +24,14 @@ from rmsnorm_conformance.harness import (
     conformance,
     entry_points,
     explicit_cases,
+    guard,
     lay_out_weight,
+    offset_room,
     reference_fp32,
     strategies,
     strided_layout,
     thresholds,
 )
-from rmsnorm_conformance.harness.checking.bounds import guard
-from rmsnorm_conformance.harness.drawing.budget import offset_room
 
 SMALL = 1 << 14  # elements: these checks are about where a call writes, not about scale
 SPARE_ROWS = 3  # rows of a padded buffer past the rows a call is given (a captured graph's static input)
@@ -107,6 +108,12 @@ def test_backward_bounds(subject, case):
 # --- 32-bit offsets ------------------------------------------------------------------------------------------
 
 
+def _own_weight_dtype(subject) -> None:
+    """The offsets are x's: the cases run once per x dtype, with the weight in x's dtype, not per declared pair."""
+    if subject.weight_dtype != subject.dtype:
+        pytest.skip("the 32-bit offset cases run with the weight in x's dtype; the offsets are x's")
+
+
 def _whole(subject, case, memo):
     """The whole batch through the case's entry point: its inputs made once per batch (2^31 elements take a while
     to draw), its output once per entry point."""
@@ -124,6 +131,7 @@ def _whole(subject, case, memo):
 @explicit_cases("axis_a.batch_size", BatchSizeCase, thresholds.int32_batch_plan, room=offset_room)
 def test_batch_size_past_int32_offsets(subject, case, memo):
     """The last rows of a batch past 2^31 elements, alone, against the same rows in the batch."""
+    _own_weight_dtype(subject)
     x, w, full = _whole(subject, case, memo)
     a, n = case.start, case.length
     alone = subject.call(case.entry, x[a: a + n].clone(), w, case.batch.eps)
@@ -132,16 +140,20 @@ def test_batch_size_past_int32_offsets(subject, case, memo):
                         f"{case.batch.rows} (their offsets pass 2^31 elements there)")
 
 
-def _forward_only(dtype, device, budget, source, entries):
-    """axis_b.output holds forward (forward_fp32 has its own rule)."""
-    return thresholds.int32_batch_plan(dtype, device, budget, source, ("forward",))
+def _accuracy_plan(dtype, device, budget, source, entries):
+    """The batch of the 32-bit offset case through forward (axis_b.output's entry point; forward_fp32 has its own
+    rule), as an AccuracyCase: its last rows are checked."""
+    plan = thresholds.int32_batch_plan(dtype, device, budget, source, ("forward",))
+    return thresholds.Plan([AccuracyCase(c.batch) for c in plan.cases], plan.skipped)
 
 
-@explicit_cases("axis_b.output", BatchSizeCase, _forward_only, room=offset_room)
+@explicit_cases("axis_b.output", AccuracyCase, _accuracy_plan, room=offset_room)
 def test_output_past_int32_offsets(subject, case, memo):
     """The last rows of a batch past 2^31 elements against the reference of those rows."""
-    x, w, full = _whole(subject, case, memo)
-    a, n = case.start, case.length
+    _own_weight_dtype(subject)
+    x, w, full = _whole(subject, BatchSizeCase(case.batch, INT32_OFFSET_ROWS_CHECKED), memo)
+    n = INT32_OFFSET_ROWS_CHECKED
+    a = case.batch.rows - n
     assert_within(subject, case, actual=full[a: a + n], reference=reference_fp32(x[a: a + n], w, case.batch.eps),
                   dim=case.batch.dim, what=f"rows [{a}:{a + n}] of a batch of {case.batch.rows}, whose offsets pass "
                                            "2^31 elements, are off the reference")
@@ -150,6 +162,7 @@ def test_output_past_int32_offsets(subject, case, memo):
 @explicit_cases("axis_a.strided_rows", StridedCase, thresholds.int32_strided_plan, room=offset_room)
 def test_strided_rows_past_int32_offsets(subject, case, memo):
     """A view whose last rows start past 2^31 elements of its buffer: those rows against a contiguous copy."""
+    _own_weight_dtype(subject)
     b = case.batch
     x, w = subject.inputs(b)
     view = strided_layout(case, x)

@@ -2,7 +2,7 @@
 backend's check; out of memory fails the kernel that asked and the run goes on; guard zones find writes outside
 a view and say where; the 32-bit offset cases are planned where memory allows and listed where it does not.
 
-The end-to-end cases run the installed plugin in a subprocess against the CPU twins of tests/defects_faults.py,
+The end-to-end cases run the installed plugin in a subprocess against the CPU twins of zoo/faults.py,
 with the simulated device loss a GPU's failing ``torch.cuda.synchronize()`` stands for.
 """
 
@@ -22,7 +22,7 @@ from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST, Check, Co
 from rmsnorm_conformance.harness.running import device_faults
 
 ROOT = Path(__file__).resolve().parents[1]
-D = "tests.defects_faults"
+D = "rmsnorm_conformance.zoo.faults"
 # The sweep tests only, under the derandomized ci sweep (its batch-size draws pass 300 rows within a few).
 QUICK = ["--sweep=ci", "--dtype=float32", "--device=cpu", "-p", "no:cacheprovider",
          "-k", "not _at_thresholds and not past_int32"]
@@ -225,3 +225,20 @@ def test_the_probe_tells_a_lost_context_from_an_ordinary_error(monkeypatch):
     assert device_faults.context_lost(cpu, poisoning)
     assert device_faults.context_lost(cpu, RuntimeError("grid too large")) is None
     assert device_faults.context_lost(cpu, torch.OutOfMemoryError("CUDA error: out of memory")) is None
+
+
+def test_the_int32_offset_checks_pass_a_correct_kernel_and_catch_a_wrap_at_a_scaled_limit(pytester, monkeypatch):
+    """The three 32-bit offset checks, run where a CPU can: the limit scaled to 2^16 elements (16 rows of 4096), the
+    wrapping twin at the same boundary. Native passes each check; the twin fails each, and nothing else."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("RMSNORM_DEFECT_OFFSET_WRAP", str(1 << 16))
+    pytester.makeconftest("from rmsnorm_conformance.harness.drawing import thresholds\n"
+                          "thresholds.INT32_OFFSET_LIMIT = 1 << 16\n")
+    result = pytester.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", "-k", "past_int32",
+                                           f"--backend=native,{D}:Int32OffsetWrap", "--device=cpu",
+                                           "--dtype=bfloat16", "-p", "no:cacheprovider", "-p", "no:xdist",
+                                           "--report=r.json")
+    data = json.loads((pytester.path / "r.json").read_text())
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    assert _checks(data, "native") >= 4 and not _failed_rules(data, "native")
+    assert _failed_rules(data, "int32_offset_wrap") == {"axis_a.batch_size", "axis_a.strided_rows", "axis_b.output"}

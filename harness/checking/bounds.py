@@ -85,9 +85,12 @@ class Zone:
         bits = storage.view(self.bits_dtype)
         end = self.lead + span(self.view)
         if self.view.is_contiguous():  # no gaps: the canaries are the two ends
-            head, tail = bits[: self.lead] != self.canary, bits[end:] != self.canary
-            if not bool(head.any()) and not bool(tail.any()):
+            template = canaries(storage.dtype, storage.device, max(self.lead, bits.numel() - end))
+            template = template.view(self.bits_dtype)  # bits: NaNs never compare equal as floats
+            if (torch.equal(bits[: self.lead], template[: self.lead])
+                    and torch.equal(bits[end:], template[: bits.numel() - end])):
                 return None
+            head, tail = bits[: self.lead] != self.canary, bits[end:] != self.canary
             changed = torch.cat([head, torch.zeros(end - self.lead, dtype=torch.bool, device=bits.device), tail])
         else:
             changed = bits != self.canary
@@ -124,6 +127,21 @@ class Zone:
         return f"at element {rel} of the view's span, which holds no element of the view"
 
 
+_TEMPLATES: dict[tuple[torch.dtype, str], torch.Tensor] = {}
+
+
+def canaries(dtype: torch.dtype, device: torch.device, n: int) -> torch.Tensor:
+    """``n`` canaries of ``dtype`` on ``device`` (a view of one cached run: most calls are small, and a few torch
+    ops more per call would cost more than the kernel)."""
+    key = (dtype, str(device))
+    run = _TEMPLATES.get(key)
+    if run is None or run.numel() < n:
+        run = torch.empty(max(n, 1 << 12), dtype=dtype, device=device)
+        run.view(CANARIES[dtype][0]).fill_(CANARIES[dtype][1])
+        _TEMPLATES[key] = run
+    return run[:n]
+
+
 def guard(t: torch.Tensor, name: str) -> Zone:
     """``t``'s values in a guarded allocation, with ``t``'s sizes, strides and alignment."""
     bits_dtype, canary = CANARIES[t.dtype]
@@ -133,13 +151,14 @@ def guard(t: torch.Tensor, name: str) -> Zone:
     guard_bytes = -(-max(MIN_GUARD, row) * size // align) * align
     lead = (guard_bytes + t.data_ptr() % align) // size
     extent = span(t)
-    buffer = torch.empty(lead + extent + guard_bytes // size, dtype=t.dtype, device=t.device)
-    bits = buffer.view(bits_dtype)
-    if t.is_contiguous():  # the copy fills the view whole: canaries go only around it
-        bits[:lead].fill_(canary)
-        bits[lead + extent:].fill_(canary)
-    else:
-        bits.fill_(canary)
+    tail = guard_bytes // size
+    if t.is_contiguous():  # one op: the canaries, the values, the canaries
+        with torch.no_grad():
+            buffer = torch.cat([canaries(t.dtype, t.device, lead), t.detach().reshape(-1),
+                                canaries(t.dtype, t.device, tail)])
+        return Zone(name, t, buffer, buffer.as_strided(t.shape, t.stride(), lead), lead)
+    buffer = torch.empty(lead + extent + tail, dtype=t.dtype, device=t.device)
+    buffer.view(bits_dtype).fill_(canary)
     view = buffer.as_strided(t.shape, t.stride(), lead)
     with torch.no_grad():
         view.copy_(t)
