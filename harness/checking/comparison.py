@@ -187,7 +187,7 @@ class ToleranceResult:
 
 def _nonfinite_class(t: torch.Tensor) -> torch.Tensor:
     """0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
-    cls = torch.zeros(t.shape, dtype=torch.int8)
+    cls = torch.zeros(t.shape, dtype=torch.int8, device=t.device)
     cls[torch.isnan(t)] = 1
     cls[torch.isposinf(t)] = 2
     cls[torch.isneginf(t)] = 3
