@@ -27,7 +27,7 @@ def test_cross_backend_parity(parity, request):
     for seed, (rows, dim) in enumerate(SHAPES):
         batch = Batch(dim=dim, rows=rows, dtype=parity.dtype, values="normal", seed=seed)
         x, w = batch.x().to(parity.device), batch.w().to(parity.device)
-        outputs = {b.name: b.forward(x, w, batch.eps).cpu() for b in parity.backends}
+        outputs = {b.name: parity.forward(b, x, w, batch.eps).cpu() for b in parity.backends}
         for (a, out_a), (b, out_b) in itertools.combinations(outputs.items(), 2):
             ulps = ulp_distance(out_a, out_b)
             parity.collector.parity.append({

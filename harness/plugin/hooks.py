@@ -420,11 +420,26 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
 class Parity:
     """Every selected backend that can run on one device, for the informational cross-backend table."""
 
-    def __init__(self, backends: list, device: torch.device, dtype: str, collector: Collector) -> None:
+    def __init__(self, backends: list, device: torch.device, dtype: str, collector: Collector, *,
+                 case_timeout: float = 0.0, hangs: HangLedger | None = None, device_key: str = "") -> None:
         self.backends = backends
         self.device = device
         self.dtype = dtype
         self.collector = collector
+        self.case_timeout = case_timeout
+        self.hangs = hangs
+        self.device_key = device_key or str(device)
+
+    def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger."""
+        what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
+        try:
+            with isolation.deadline(self.case_timeout, what):
+                return backend.forward(x, w, eps)
+        except CaseTimedOut:
+            if self.hangs is not None:
+                self.hangs.note(backend.name, self.device_key, what)
+            raise
 
 
 @pytest.fixture
@@ -436,11 +451,15 @@ def parity(request: pytest.FixtureRequest) -> Parity:
     reason = device_unavailable_reason(device)
     if reason:
         pytest.skip(reason)
-    runnable = [b for b in run.backends if _runs_on(b, device) and getattr(torch, dtype) in b.dtypes]
+    hangs = request.config.stash[HANGS]
+    key = str(request.param[0])
+    runnable = [b for b in run.backends if _runs_on(b, device) and getattr(torch, dtype) in b.dtypes
+                and not hangs.hung(b.name, key)]
     if len(runnable) < 2:
-        pytest.skip(f"cross-backend parity needs two backends that run on {device}; "
+        pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung); "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
-    return Parity(runnable, device, dtype, _test_records(request, run))
+    return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
+                  device_key=key)
 
 
 def _runs_on(backend: Any, device: torch.device) -> bool:
