@@ -67,6 +67,19 @@ _EXPORTS: dict[str, str] = {
     "first_call_plan": "running.fresh_process",
     "run_fresh": "running.fresh_process",
     "ROUNDED_ENTRY_POINTS": "running.backend",
+    "same_layout_copy": "running.backend",
+    "EntryPoint": "running.entry_points",
+    "ENTRY_POINTS": "running.entry_points",
+    "FUSED_ADD": "running.entry_points",
+    "OFFSET": "running.entry_points",
+    "UNWEIGHTED": "running.entry_points",
+    # the check set every entry point shares, and the tests generated from it
+    "AXIS_A_CHECKS": "checking.entry_checks",
+    "SEMANTIC_CHECKS": "checking.entry_checks",
+    "FORWARD_GROUP": "checking.entry_checks",
+    "VARIANT_BUDGET_SHARE": "checking.entry_checks",
+    "generate_tests": "checking.entry_checks",
+    "variant_group": "checking.entry_checks",
     # reporting
     "Collector": "reporting.records",
 }

@@ -12,17 +12,19 @@ from hypothesis import strategies as st
 from rmsnorm_conformance.contract import profile
 from rmsnorm_conformance.contract.reference import seed_formula_fp32
 from rmsnorm_conformance.harness import (
+    ENTRY_POINTS,
+    FORWARD_GROUP,
+    SEMANTIC_CHECKS,
     AccuracyCase,
     assert_bitwise,
     assert_holds,
     assert_within,
     compare_bitwise,
     conformance,
+    generate_tests,
     reference_fp32,
     strategies,
 )
-from rmsnorm_conformance.harness.checking.entry_checks import FORWARD_GROUP, SEMANTIC_CHECKS, generate_tests
-from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
 SMALL = 1 << 14  # elements: these checks are about behaviour, not scale
 

@@ -24,29 +24,25 @@ from rmsnorm_conformance.contract.reference import (
     rounding_class_outputs,
 )
 from rmsnorm_conformance.harness import (
+    FUSED_ADD,
+    OFFSET,
     ROUNDED_ENTRY_POINTS,
+    UNWEIGHTED,
+    VARIANT_BUDGET_SHARE,
     AccuracyCase,
     Batch,
+    EntryPoint,
     assert_bitwise,
     assert_holds,
     assert_within,
     conformance,
+    generate_tests,
+    missing_reason,
     reference_fp32,
     rounding,
+    same_layout_copy,
     strategies,
-)
-from rmsnorm_conformance.harness.checking.entry_checks import (
-    VARIANT_BUDGET_SHARE,
-    generate_tests,
     variant_group,
-)
-from rmsnorm_conformance.harness.running.backend import same_layout_copy
-from rmsnorm_conformance.harness.running.entry_points import (
-    FUSED_ADD,
-    OFFSET,
-    UNWEIGHTED,
-    EntryPoint,
-    missing_reason,
 )
 
 GUARD = 64  # elements of guard buffer on each side of an input, for purity
