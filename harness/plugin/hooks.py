@@ -48,7 +48,7 @@ from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_com
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
-from rmsnorm_conformance.harness.running import isolation
+from rmsnorm_conformance.harness.running import device_faults, isolation
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
@@ -421,8 +421,10 @@ class Parity:
     """Every selected backend that can run on one device, for the informational cross-backend table."""
 
     def __init__(self, backends: list, device: torch.device, dtype: str, collector: Collector, *,
-                 case_timeout: float = 0.0, hangs: HangLedger | None = None, device_key: str = "") -> None:
+                 case_timeout: float = 0.0, hangs: HangLedger | None = None, device_key: str = "",
+                 nodeid: str = "") -> None:
         self.backends = backends
+        self.nodeid = nodeid
         self.device = device
         self.dtype = dtype
         self.collector = collector
@@ -431,15 +433,25 @@ class Parity:
         self.device_key = device_key or str(device)
 
     def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-        """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger."""
+        """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger, and one whose
+        fault loses the device ends the comparison as not run (its own tests record the fault against it)."""
         what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
         try:
             with isolation.deadline(self.case_timeout, what):
-                return backend.forward(x, w, eps)
+                out = backend.forward(x, w, eps)
+                device_faults.settle(self.device)
+                return out
         except CaseTimedOut:
             if self.hangs is not None:
                 self.hangs.note(backend.name, self.device_key, what)
             raise
+        except Exception as exc:
+            lost = device_faults.context_lost(self.device, exc)
+            if lost is None:
+                raise
+            detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
+            device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
+            pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
 
 
 @pytest.fixture
@@ -459,7 +471,7 @@ def parity(request: pytest.FixtureRequest) -> Parity:
         pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung); "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
     return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
-                  device_key=key)
+                  device_key=key, nodeid=request.node.nodeid)
 
 
 def _runs_on(backend: Any, device: torch.device) -> bool:
