@@ -92,10 +92,11 @@ class Subject:
     def with_weight_dtype(self, case: Any) -> Any:
         """``case`` with its batch's weight in the subject's weight dtype: strategies draw x's dtype only. For a
         kernel that takes no eps (``fixed_eps``, see running/adapters.py), the batch's eps is the one it uses."""
-        batch = getattr(case, "batch", None)
+        batch: Any = getattr(case, "batch", None)
         fixed_eps = getattr(self.backend.impl, "fixed_eps", None) if hasattr(self.backend, "impl") else None
-        changes = {"weight_dtype": self.weight_dtype} if batch is not None and batch.weight_dtype != self.weight_dtype \
-            else {}
+        changes: dict[str, Any] = {}
+        if batch is not None and batch.weight_dtype != self.weight_dtype:
+            changes["weight_dtype"] = self.weight_dtype
         if batch is not None and fixed_eps is not None and batch.eps != fixed_eps:
             changes["eps"] = fixed_eps
         if not changes:
@@ -222,7 +223,7 @@ class Subject:
         """Send the verdict to the report; return the replay command and, if a manifest expects this
         breach, its reason."""
         replay = self.replay_command(case, rule_id)
-        stats = {}
+        stats: dict[str, Any] = {}
         if result is not None and result.problem is None:
             stats = {"max_abs": result.max_abs, "max_rel": result.max_rel, "max_ulp": result.max_ulp,
                      "margin": result.margin}

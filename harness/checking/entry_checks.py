@@ -189,7 +189,7 @@ def check_strided_rows(subject: Subject, case: StridedCase, memo: dict) -> None:
     _assert_same(subject, case, actual=_call(subject, case, views, w), expected=expected,
                  what=f"{case.layout} layout with strides {tuple(views[0].stride())} and a {b.weight_layout} "
                       "weight differs from contiguous copies")
-    if w is None:
+    if w_contiguous is None:
         return
     # Every weight layout, on every case: the layout of the weight is this variant's too.
     for layout in WEIGHT_LAYOUTS[1:]:
@@ -212,8 +212,12 @@ def check_repeat(subject: Subject, case: RepeatCase, memo: dict) -> None:
                      what=f"repeat {attempt} of the same call gave different bits")
 
 
-def _requiring_grad(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.detach().clone().requires_grad_(True)
+def _requiring_grad(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone().requires_grad_(True)
+
+
+def _requiring_grad_weight(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else _requiring_grad(t)
 
 
 def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -227,9 +231,9 @@ def check_grad_mode(subject: Subject, case: GradModeCase, memo: dict) -> None:
     rows, w = _inputs(subject, case)
     plain = _call(subject, case, rows, w)
     with torch.enable_grad():
-        training = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad(w))
+        training = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad_weight(w))
     with torch.no_grad():
-        no_grad = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad(w))
+        no_grad = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad_weight(w))
     with torch.inference_mode():
         sampling = _call(subject, case, [t.clone() for t in rows], _clone(w))
     for mode, out in (("inputs that require grad", training), ("torch.no_grad()", no_grad),

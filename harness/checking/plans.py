@@ -8,6 +8,7 @@ do, record every check, and say in the report what the element budget left out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -72,7 +73,7 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                 cases = [subject.with_weight_dtype(c) for c in made.cases]
             memo: dict[Any, Any] = {"plan": cases}
             for case in cases:
-                run_check(subject, (rule_id,), case, lambda case=case: check(subject, case, memo))
+                run_check(subject, (rule_id,), case, functools.partial(check, subject, case, memo))
 
         test.__name__ = check.__name__
         test.__qualname__ = check.__qualname__

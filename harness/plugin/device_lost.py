@@ -42,7 +42,7 @@ class DeviceLossGuard:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed and report.when == "call" and any(
-                name == FAILURE_PROPERTY and value.get("rule") == "semantics.device_fault"
+                name == FAILURE_PROPERTY and isinstance(value, dict) and value.get("rule") == "semantics.device_fault"
                 for name, value in report.user_properties):
             self.faulted.add(report.nodeid)
 
@@ -59,8 +59,8 @@ class DeviceLossGuard:
         return None
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-        outcome = yield
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+        outcome: Any = yield
         error = call.excinfo.value if call.excinfo is not None else None
         if isinstance(error, device_faults.DeviceFault):
             outcome.get_result().longrepr = f"{item.name}: {error}"

@@ -255,8 +255,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("subject", pairs, ids=[f"{p.label}-{t}" for p, t in pairs], indirect=True)
         return
     if "parity" in metafunc.fixturenames:
-        pairs = [(device, dtype) for device in run.devices for dtype in run.dtypes]
-        metafunc.parametrize("parity", pairs, ids=[f"{d}-{t}" for d, t in pairs], indirect=True)
+        devices = [(device, dtype) for device in run.devices for dtype in run.dtypes]
+        metafunc.parametrize("parity", devices, ids=[f"{d}-{t}" for d, t in devices], indirect=True)
         return
     rules = marker.kwargs.get("rules", ()) if marker else ()
     every_pair = any(r.split(".", 1)[0] in PAIR_SWEPT_AXES and r not in WEIGHTLESS_RULES for r in rules)
@@ -286,12 +286,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     run = config.stash[OPTIONS]
     for item in items:
         if item.get_closest_marker("conformance") is not None:
-            apply_sweep(item.obj, run.settings)
+            apply_sweep(item.obj, run.settings)  # type: ignore[attr-defined]  # a pytest.Function
     if not (run.rules or run.replay_case is not None):
         return
     from fnmatch import fnmatchcase
 
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         marker = item.get_closest_marker("conformance")
         if marker is None:
@@ -503,7 +504,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if call.excinfo is not None and isinstance(call.excinfo.value, (CaseTimedOut, EndedByTimer)):
         report.longrepr = f"{item.name}: {call.excinfo.value}"
     if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut) and report.when == "call":
-        _note_hang(item.config, item.stash.get(SUBJECT, {}), item.funcargs.get("subject"), item.name)
+        _note_hang(item.config, item.stash.get(SUBJECT, {}), getattr(item, "funcargs", {}).get("subject"),
+                   item.name)
     if call.excinfo is not None and isinstance(call.excinfo.value, RunDeadlineReached):
         # Cut short by the run's deadline: not finished, and no finding about the backend.
         report.outcome = "skipped"

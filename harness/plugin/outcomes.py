@@ -5,7 +5,7 @@ and rule with the replay of its failing case.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -23,7 +23,7 @@ def record_report(collector: Collector, report: pytest.TestReport, backends: tup
         collector.conformance_tests += 1
     for name, value in report.user_properties:
         if name == RECORDS_PROPERTY:
-            collector.merge_json(value)
+            collector.merge_json(cast(dict[str, Any], value))
     outcomes = collector.outcomes
     params = where(report.nodeid)
     subject = _property(report, SUBJECT_PROPERTY) or subject_from_id(report.nodeid, params, backends)
@@ -75,7 +75,7 @@ def subject_from_id(nodeid: str, params: str, backends: tuple[Backend, ...]) -> 
 def _property(report: pytest.TestReport, key: str) -> Any:
     for name, value in report.user_properties:
         if name == key:
-            return dict(value)
+            return dict(cast(dict[str, Any], value))
     return None
 
 

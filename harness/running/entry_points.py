@@ -62,16 +62,19 @@ class EntryPoint:
 
 def _forward_reference(backend: Any, rows: Sequence[torch.Tensor], w: torch.Tensor | None,
                        eps: float) -> tuple[torch.Tensor, ...]:
+    assert w is not None  # a weighted entry point is always given its weight
     return (reference.reference_fp32(rows[0], w, eps),)
 
 
 def _fused_add_reference(backend: Any, rows: Sequence[torch.Tensor], w: torch.Tensor | None,
                          eps: float) -> tuple[torch.Tensor, ...]:
+    assert w is not None
     return reference.reference_fused_add(rows[0], rows[1], w, eps)
 
 
 def _offset_reference(backend: Any, rows: Sequence[torch.Tensor], w: torch.Tensor | None,
                       eps: float) -> tuple[torch.Tensor, ...]:
+    assert w is not None
     return (reference.reference_offset(rows[0], w, eps, getattr(backend, "offset_dtype", "float32")),)
 
 
