@@ -216,8 +216,11 @@ def test_a_backend_that_hangs_is_waited_on_once_and_fails_naming_the_hang(gate, 
     (hang,) = hangs
     assert hang["backend"] == "hangs_above_64_rows" and hang["rule"].startswith("axis_a.")
     assert "did not return within 10 s" in hang["reason"] and "--replay=" in hang["replay"]
-    not_run = [o for o in data["outcomes"].values() if o["outcome"] == "skipped"]
-    assert not_run and all("not run: hangs_above_64_rows hung on cpu at" in o["reason"] for o in not_run)
+    # Its later tests read "not run: ... hung"; other skips are of entry points it does not offer (the variants).
+    mine = [o for o in data["outcomes"].values() if o.get("backend") == "hangs_above_64_rows" and o is not hang]
+    assert any("not run: hangs_above_64_rows hung on cpu at" in o["reason"] for o in mine)
+    assert all(o["outcome"] == "skipped" and ("hung on cpu at" in o["reason"] or " has no " in o["reason"])
+               for o in mine), mine
     native = [s for s in data["summaries"] if s["backend"] == "native"]
     assert native and not any(s["failures"] for s in native)
     rows = {r["backend"]: r["verdict"] for r in data["pick"]["rows"]}

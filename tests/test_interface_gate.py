@@ -25,8 +25,8 @@ def run(pytester, monkeypatch):
 def test_impolite_but_correct_kernel_passes_by_default_and_fails_only_when_strict(run, pytester):
     lenient = run(*ARGS, "--report=lenient.json")
     assert lenient.ret == 0, lenient.stdout.str()[-3000:]
-    lenient.stdout.fnmatch_lines(["RMSNorm conformance: PASS*", "Interface warnings*",
-                                  "*impolite*interface.input_errors*", "*impolite*interface.shape_error*"])
+    # The terminal's tables fit their width (rule ids may fold over lines); the JSON below names the rules.
+    lenient.stdout.fnmatch_lines(["RMSNorm conformance: PASS*", "Interface warnings*", "*impolite*cpu*interface.*"])
     report = json.loads((pytester.path / "lenient.json").read_text())
     assert report["verdict"] == "PASS" and report["totals"]["failed_checks"] == 0
     warned = {s["rule"] for s in report["summaries"] if s["warnings"]}

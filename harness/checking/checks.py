@@ -160,7 +160,7 @@ class Subject:
             out = getattr(self.backend, method)(*guarded.args)
         self._check_bounds(method, guarded.breaches(out))
         out = guarded.release(out)  # what the call wrote into its arguments reaches the caller's tensors
-        tensors = tuple(out) if isinstance(out, tuple | list) else (out,)
+        tensors = out if isinstance(out, tuple) else (out,)  # a list is not an output: refused below
         for t in tensors:
             if not isinstance(t, torch.Tensor):
                 raise BackendError(f"{self.backend.name}.{method} returned {type(t).__name__}, not a torch.Tensor")
