@@ -161,25 +161,21 @@ class Backend:
         return value
 
     def _declared_rounding_classes(self) -> dict[str, str]:
-        value = getattr(self.impl, "rounding_class", None)
-        if value is None:
-            return {}
-        want = (f"one of {', '.join(ROUNDING_CLASSES)}, or a mapping from entry points "
-                f"({', '.join(ROUNDED_ENTRY_POINTS)}) to one")
-        claims = dict(value) if isinstance(value, Mapping) else dict.fromkeys(ROUNDED_ENTRY_POINTS, value)
-        if not claims or any(k not in ROUNDED_ENTRY_POINTS or v not in ROUNDING_CLASSES for k, v in claims.items()):
-            raise self._bad("rounding_class", value, want)
-        return claims
+        return self._declared_classes("rounding_class", ROUNDING_CLASSES, ROUNDED_ENTRY_POINTS, "entry points")
 
     def _declared_fp8_rounding_classes(self) -> dict[str, str]:
-        value = getattr(self.impl, "fp8_rounding_class", None)
+        return self._declared_classes("fp8_rounding_class", FP8_ROUNDING_CLASSES, FP8_VARIANTS, "fp8 entry points")
+
+    def _declared_classes(self, attribute: str, classes: Any, entries: Any, what: str) -> dict[str, str]:
+        """A declared rounding class: one of ``classes`` for every entry point, or a mapping from some of
+        ``entries`` to one; anything else is a declaration error naming the attribute."""
+        value = getattr(self.impl, attribute, None)
         if value is None:
             return {}
-        want = (f"one of {', '.join(FP8_ROUNDING_CLASSES)}, or a mapping from fp8 entry points "
-                f"({', '.join(FP8_VARIANTS)}) to one")
-        claims = dict(value) if isinstance(value, Mapping) else dict.fromkeys(FP8_VARIANTS, value)
-        if not claims or any(k not in FP8_VARIANTS or v not in FP8_ROUNDING_CLASSES for k, v in claims.items()):
-            raise self._bad("fp8_rounding_class", value, want)
+        want = f"one of {', '.join(classes)}, or a mapping from {what} ({', '.join(entries)}) to one"
+        claims = dict(value) if isinstance(value, Mapping) else dict.fromkeys(entries, value)
+        if not claims or any(k not in entries or v not in classes for k, v in claims.items()):
+            raise self._bad(attribute, value, want)
         return claims
 
     # --- the variants -------------------------------------------------------------------------------
