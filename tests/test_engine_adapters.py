@@ -7,6 +7,7 @@ be skipped with that reason (a run naming only them ends NOT RUN, never PASS).""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 from pathlib import Path
@@ -87,6 +88,20 @@ def test_engine_adapters_are_registered_by_entry_point():
     for name in ENGINES:
         assert name in known_backend_names()
         assert load_backend(name).name == name
+
+
+def test_the_device_script_imports_each_engine_it_runs():
+    """benchmarks/engines_on_device.sh names an adapter with --backend only after importing the module that
+    adapter calls; every engine in its default list needs that module in its map, and the adapter's source names
+    the same module."""
+    script = (ROOT / "benchmarks" / "engines_on_device.sh").read_text()
+    default = re.search(r"^ENGINES=(\S+)$", script, re.M).group(1).split(",")
+    modules = dict(re.findall(r'"(\w+)": "([\w.]+)"', script[script.index("modules = {"):]))
+    assert {"liger", "fla", "flashinfer", "quack", "xformers"} <= set(default)
+    for name in default:
+        assert name in known_backend_names() and name in modules, name
+        source = sys.modules[type(load_backend(name).impl).__module__].__file__
+        assert modules[name] in Path(source).read_text(), (name, modules[name])
 
 
 # --- vLLM ----------------------------------------------------------------------------------------------------
