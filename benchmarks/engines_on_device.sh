@@ -9,7 +9,8 @@
 # benchmarks/engine_wheels.py downloads the wheels and packs the groups. The run names the project's own
 # backends beside the engines (ENGINES_BESIDE, default native,triton,cuda; empty for the engines alone), on
 # ENGINES_WORKERS pytest-xdist workers (default 8) and in ENGINES_DTYPE (default bfloat16; empty for every
-# dtype), so that it ends within ENGINES_TIME_LIMIT seconds (default 420).
+# dtype), so that it ends within ENGINES_TIME_LIMIT seconds (default 420); ENGINES_ARGS adds pytest options
+# (--require-parity=native:triton, say).
 #
 # Calls on one machine share /tmp while it stays warm: 'stage' each group in back-to-back calls, and 'run' with
 # the last one. A wheel joins once all its parts are there and its sha256 matches; an incomplete one is left out,
@@ -107,7 +108,8 @@ backends=$ready${BESIDE:+,$BESIDE}
 start=$(date +%s)
 timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --backend="$backends" --device=cuda \
   -n "$WORKERS" ${DTYPE:+--dtype="$DTYPE"} -q -p no:cacheprovider --sweep=ci \
-  --report="$OUT/engines.md" --report="$OUT/engines.json" 2>&1 | tee "$OUT/engines-log.txt" | tail -n 60
+  --report="$OUT/engines.md" --report="$OUT/engines.json" ${ENGINES_ARGS:-} 2>&1 | tee "$OUT/engines-log.txt" \
+  | tail -n 60
 status=${PIPESTATUS[0]}
 echo "conformance ($backends, ${DTYPE:-every dtype}, $WORKERS workers): exit $status, $(( $(date +%s) - start )) s"
 exit "$status"
