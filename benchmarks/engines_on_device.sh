@@ -31,7 +31,7 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$STAGE" "$OUT"
 
 # 1. Keep this call's files: whole wheels, parts and checksums.
-find -L .whl-engines -type f 2>/dev/null | while read -r f; do cp -n "$f" "$STAGE/"; done
+find -L .whl-engines -type f 2>/dev/null | while read -r f; do [ -e "$STAGE/$(basename "$f")" ] || cp "$f" "$STAGE/"; done
 echo "staged: $(ls "$STAGE" | wc -l) files, $(du -sh "$STAGE" | cut -f1)"
 [ "$mode" = stage ] && exit 0
 
