@@ -1303,3 +1303,32 @@ class ImpoliteRMSNorm:
         if weight.shape != x.shape[-1:]:
             raise RuntimeError("weight does not match the input")
         return reference_fp32(x.float(), weight.float(), eps).to(x.dtype)
+
+
+class RefusesStridedWeight:
+    """A correct kernel that refuses a strided weight with a clear error, as xformers ("weights must be
+    contiguous") and quack ("Mismatched mW.strides[0]") do, and does not declare it: the reference's numbers on
+    every weight it takes.
+
+    A refusal is not a breach: it must read as refused (its own table, the limits in "Pick a kernel"), pass the
+    default gate, and fail only under --strict-interface; never as an Axis-A batch-size breach.
+    """
+
+    name = "refuses_strided_weight"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return self.forward_fp32(x, weight, eps).to(x.dtype)
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        if not weight.is_contiguous():
+            raise ValueError("weights must be contiguous")
+        return reference_fp32(x, weight, eps)
+
+
+class DeclaresContiguousLayouts(RefusesStridedWeight):
+    """The same kernel declaring what it takes (``layouts = ("contiguous",)``): cases with a strided or
+    misaligned tensor are not run, with the limit as the reason, and nothing reads as refused."""
+
+    name = "declares_contiguous_layouts"
+    layouts = ("contiguous",)
