@@ -203,7 +203,7 @@ class Backend:
             return x_io, residual_io
         out = self.impl.fused_add(x, residual, weight, eps)
         if not (isinstance(out, tuple | list) and len(out) == 2):
-            raise TypeError(f"{self.name}.fused_add returned {type(out).__name__}, not (y, residual_out); a backend "
+            raise BackendError(f"{self.name}.fused_add returned {type(out).__name__}, not (y, residual_out); a backend "
                             "that writes into x and residual declares fused_add_in_place = True")
         return out[0], out[1]
 
