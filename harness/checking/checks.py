@@ -78,6 +78,7 @@ class Subject:
     warmed: set[tuple[Any, ...]] = dataclasses.field(default_factory=set)
     # The last call's exception, when it was a clean refusal of its input (checking/refusals.py).
     refusal: Any = None
+    mode_sample: bool = True  # run the execution-mode sample (axis_a.execution_mode); --modes=none turns it off
 
     def __post_init__(self) -> None:
         self.weight_dtype = self.weight_dtype or self.dtype
@@ -382,7 +383,16 @@ def apply_sweep(test: Callable[..., Any], sweep: settings) -> None:
     the plugin sets the run's settings on it at collection. Hypothesis reads them from the test when it runs;
     ``@settings`` itself refuses a second application, hence the attribute.
     """
+    cap = getattr(test, "_rmsnorm_conformance_max_examples", None)
+    if cap is not None and sweep.max_examples > cap:
+        sweep = settings(sweep, max_examples=cap)
     test._hypothesis_internal_use_settings = sweep  # type: ignore[attr-defined]
+
+
+def cap_examples(test: Callable[..., Any], max_examples: int) -> None:
+    """Hold a sweep test to at most ``max_examples`` drawn examples under any sweep (``apply_sweep`` reads it):
+    for samples whose every example is costly, such as the execution modes' compiles."""
+    test._rmsnorm_conformance_max_examples = max_examples  # type: ignore[attr-defined]
 
 
 def _in_weight_dtype(cases: Callable[[Subject], st.SearchStrategy[Any]]) -> Callable[[Subject], st.SearchStrategy]:
