@@ -18,7 +18,7 @@ import pytest
 
 from rmsnorm_conformance.contract import rule
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import PICK_TITLE, breaches, labelled, pick_rows, pick_table
-from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE, Collector
 
 # A step summary is read on a web page beside the job's log: the verdict, the table and the first breaches only.
 SUMMARY_BREACHES = 5
@@ -201,6 +201,8 @@ def junit_properties(*, rules: tuple[str, ...], backend: str, device: str, dtype
     props = [("rule", rule_id), ("backend", backend), ("device", device), ("dtype", dtype)]
     if rule_id and "," not in rule_id and _known(rule_id):
         props.append(("severity", rule(rule_id).severity))
+    elif rule_id == REFUSED_RULE:  # a test failed by a refused input under --strict-interface
+        props.append(("severity", "refused"))
     if failure and failure.get("replay"):
         props.append(("replay", failure["replay"]))
     if records is not None:
