@@ -80,6 +80,16 @@ def _fp8_facts() -> str:
     ])
 
 
+def _refused() -> str:
+    from . import refusals
+
+    layouts = tabulate([[f"`{name}`", what] for name, what in refusals.LAYOUTS.items()], ["layout", "what it is"],
+                       tablefmt="github")
+    limits = tabulate([[f"`{name}`", what] for name, what in refusals.INPUT_LIMITS.items()],
+                      ["declaration", "what it limits"], tablefmt="github")
+    return f"{limits}\n\n{layouts}\n\n{refusals.REFUSED}"
+
+
 def render_blocks() -> dict[str, str]:
     header = "\n".join([
         f"- **Version:** {c.VERSION}",
@@ -106,6 +116,7 @@ def render_blocks() -> dict[str, str]:
         "semantics": _rules_table(c.SEMANTIC_RULES),
         "gradients": _rules_table(c.GRADIENT_RULES),
         "interface": _rules_table(c.INTERFACE_RULES),
+        "refused": _refused(),
         "parity": _rules_table(c.PARITY_RULES),
         "canonical_order": _canonical_order(),
         "dtype_pairs": _dtype_pairs_table(),

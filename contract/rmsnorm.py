@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.2.0"
+VERSION = "2.3.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6
@@ -47,6 +47,12 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
     Rule("axis_a.grad_mode", "grad mode",
          "The same rows give the same bits with inputs that require grad (training), with plain inputs, under "
          "torch.no_grad() and under torch.inference_mode() (sampling)."),
+    Rule("axis_a.execution_mode", "execution mode",
+         "The same call gives eager's bits under torch.compile, captured in a CUDA graph and replayed (on a GPU), "
+         "under torch.no_grad() and under torch.inference_mode(), through every entry point (forward, "
+         "forward_fp32, the fused add in place or not, offset, no weight), every output. The default gate holds a "
+         "sample to it (1 and 17 rows at the target dims, the weight in x's dtype, and a few drawn cases); --modes "
+         "widens the compiled and captured forward to the full sweep, --modes=none turns the sample off."),
     Rule("axis_a.first_call", "first call",
          "The first call a fresh backend gets for a (dim, dtype), in a fresh process where no cache is warm, "
          "gives the same bits as its later calls and as a long-running process's calls, through every entry point "

@@ -91,16 +91,22 @@ def test_a_device_that_does_not_exist_is_a_usage_error(gate):
 
 # --- exceptions and bad return values count against the backend --------------------------------------------
 
-def test_a_backend_that_raises_fails_with_the_exception_case_and_replay(gate, pytester):
+def test_a_backend_that_raises_is_refused_with_the_exception_case_and_replay(gate, pytester):
+    """A clear exception on a valid input (a fixed grid's limit) is a refusal: listed with the exception, the case
+    and a replay, never passed, and failing the run only under --strict-interface (tests/test_refused.py)."""
     result, data = gate(f"--backend={H}:RaisesAboveRows", "--rule=axis_a.batch_size", "--report=r.md")
-    assert result.ret == 1
-    assert data["verdict"] == "FAIL"
-    row = next(s for s in data["summaries"] if s["failures"])
-    assert "raised RuntimeError: grid too large" in row["failing_detail"]
-    assert row["failing_case"].startswith("BatchSizeCase(") and "--replay=" in row["replay"]
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    assert data["verdict"] == "PASS" and data["refused"]
+    refused = data["refused"][0]
+    assert "RuntimeError: grid too large" in refused["exception"] and not refused["gating"]
+    assert refused["case"].startswith("BatchSizeCase(") and "--replay=" in refused["replay"]
     md = (pytester.path / "r.md").read_text()
-    assert md.startswith("# RMSNorm conformance report: FAIL")
+    assert md.startswith("# RMSNorm conformance report: PASS") and "## Refused inputs" in md
     assert "<b>" not in md, "markup from an exception message must be escaped"
+
+    strict, data = gate(f"--backend={H}:RaisesAboveRows", "--rule=axis_a.batch_size", "--strict-interface")
+    assert strict.ret == 1 and data["verdict"] == "FAIL"
+    assert "raised RuntimeError: grid too large" in strict.stdout.str()
 
 
 @pytest.mark.parametrize(("spec", "type_name"), [("ReturnsNone", "NoneType"), ("ReturnsList", "list")])

@@ -93,6 +93,11 @@ def _every_section() -> Collector:
                  "max_ulp": 1, "equal_rows": 1, "rows": 2}]
     c.rounding = [{"backend": "mine", "device": "cpu", "dtype": "bfloat16", "variant": "forward", "rows": 4,
                    "declared": "", "matches": {"product_fp32": 4}, "distinguishable": True}]
+    c.add_refused({"backend": "mine", "device": "cpu", "dtype": "bfloat16", "rule": "axis_a.batch_size",
+                   "entry": "forward",
+                   "input": "x [2, 64] bfloat16 contiguous, weight [64] bfloat16 strided (stride 2)",
+                   "feature": "strided weight", "exception": "ValueError: weights must be contiguous",
+                   "case": "BatchSizeCase(...)", "replay": "pytest --replay=y", "size": 128, "gating": False})
     return c
 
 

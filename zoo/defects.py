@@ -1147,6 +1147,45 @@ class OffsetInferencePath(NativeRMSNormOp):
         return _lanes_if(not torch.is_grad_enabled(), x, 1.0 + weight.float(), eps).to(x.dtype)
 
 
+class CompiledPathReduction(NativeRMSNormOp):
+    """Breaks axis_a.execution_mode: under torch.compile the norm takes another path that reduces in another
+    order; eager calls run the native kernel.
+
+    Kernel wrappers check ``torch.compiler.is_compiling()`` to hand Dynamo a traceable fallback (a decomposed
+    formula instead of the hand-written kernel Dynamo cannot see into). If the fallback sums in another order, an
+    engine's compiled graph and the trainer's eager calls give every token other bits, and an eager-only gate
+    never sees it.
+    """
+
+    name = "compiled_path_reduction"
+    breaks = "axis_a.execution_mode"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _lanes_if(torch.compiler.is_compiling(), x, weight, eps)
+
+
+class FusedAddInferencePath(NativeRMSNormOp):
+    """Breaks axis_a.fused_add: under torch.inference_mode() the fused add (and only it) runs a leaner kernel
+    that reduces in another order; with grad enabled or under no_grad it is the native kernel.
+
+    Engines dispatch the fused residual add on ``torch.is_inference_mode_enabled()``: the sampler's decode loop
+    runs in inference mode and gets a fused inference kernel, the trainer's forward the autograd path. If the
+    two reduce differently, every layer's normalized hidden state differs between sampling and training.
+    """
+
+    name = "fused_add_inference_path"
+    breaks = "axis_a.fused_add"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        y, residual_out = super().fused_add(x, residual, weight, eps)
+        if not torch.is_inference_mode_enabled():
+            return y, residual_out
+        stored = residual_out.float()
+        return _normalise(stored, weight, eps, sum_of_squares_by_lanes(stored)).to(x.dtype), residual_out
+
+
 class OffsetStridedWeightReadContiguously(NativeRMSNormOp):
     """Breaks variants.offset_output: forward_offset reads the weight from ``weight.data_ptr()`` as if it were
     contiguous.
@@ -1303,3 +1342,32 @@ class ImpoliteRMSNorm:
         if weight.shape != x.shape[-1:]:
             raise RuntimeError("weight does not match the input")
         return reference_fp32(x.float(), weight.float(), eps).to(x.dtype)
+
+
+class RefusesStridedWeight:
+    """A correct kernel that refuses a strided weight with a clear error, as xformers ("weights must be
+    contiguous") and quack ("Mismatched mW.strides[0]") do, and does not declare it: the reference's numbers on
+    every weight it takes.
+
+    A refusal is not a breach: it must read as refused (its own table, the limits in "Pick a kernel"), pass the
+    default gate, and fail only under --strict-interface; never as an Axis-A batch-size breach.
+    """
+
+    name = "refuses_strided_weight"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return self.forward_fp32(x, weight, eps).to(x.dtype)
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        if not weight.is_contiguous():
+            raise ValueError("weights must be contiguous")
+        return reference_fp32(x, weight, eps)
+
+
+class DeclaresContiguousLayouts(RefusesStridedWeight):
+    """The same kernel declaring what it takes (``layouts = ("contiguous",)``): cases with a strided or
+    misaligned tensor are not run, with the limit as the reason, and nothing reads as refused."""
+
+    name = "declares_contiguous_layouts"
+    layouts = ("contiguous",)

@@ -21,7 +21,7 @@ from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
 from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
-from rmsnorm_conformance.harness.checking import bounds
+from rmsnorm_conformance.harness.checking import bounds, refusals
 from rmsnorm_conformance.harness.checking.comparison import (
     BitwiseResult,
     ToleranceResult,
@@ -76,6 +76,9 @@ class Subject:
     weight_dtype: str = ""  # the weight's dtype, when the backend declares that pair; default x's
     # (entry point, dim, dtypes, device) keys already called once: the Axis-A checks warm each up first.
     warmed: set[tuple[Any, ...]] = dataclasses.field(default_factory=set)
+    # The last call's exception, when it was a clean refusal of its input (checking/refusals.py).
+    refusal: Any = None
+    mode_sample: bool = True  # run the execution-mode sample (axis_a.execution_mode); --modes=none turns it off
 
     def __post_init__(self) -> None:
         self.weight_dtype = self.weight_dtype or self.dtype
@@ -154,10 +157,16 @@ class Subject:
         blame the overwritten bits on the batch."""
         __tracebackhide__ = True
         entry = ENTRY_POINTS.get(method)
+        refusals.check_limits(self.backend, method, args)  # outside what it declares it takes: not run
         watched = [(i, a, isolation.fingerprint(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         guarded = bounds.GuardedCall(method, args)  # every tensor argument inside guard zones (semantics.bounds)
+        self.refusal = None
         with self.isolated(method):
-            out = getattr(self.backend, method)(*guarded.args)
+            try:
+                out = getattr(self.backend, method)(*guarded.args)
+            except Exception as exc:  # kept if it is a clean refusal: run_check decides what it means
+                self.refusal = refusals.refusal(method, args, guarded, watched, exc)
+                raise
         self._check_bounds(method, guarded.breaches(out))
         out = guarded.release(out)  # what the call wrote into its arguments reaches the caller's tensors
         tensors = out if isinstance(out, tuple) else (out,)  # a list is not an output: refused below
@@ -379,7 +388,16 @@ def apply_sweep(test: Callable[..., Any], sweep: settings) -> None:
     the plugin sets the run's settings on it at collection. Hypothesis reads them from the test when it runs;
     ``@settings`` itself refuses a second application, hence the attribute.
     """
+    cap = getattr(test, "_rmsnorm_conformance_max_examples", None)
+    if cap is not None and sweep.max_examples > cap:
+        sweep = settings(sweep, max_examples=cap)
     test._hypothesis_internal_use_settings = sweep  # type: ignore[attr-defined]
+
+
+def cap_examples(test: Callable[..., Any], max_examples: int) -> None:
+    """Hold a sweep test to at most ``max_examples`` drawn examples under any sweep (``apply_sweep`` reads it):
+    for samples whose every example is costly, such as the execution modes' compiles."""
+    test._rmsnorm_conformance_max_examples = max_examples  # type: ignore[attr-defined]
 
 
 def _in_weight_dtype(cases: Callable[[Subject], st.SearchStrategy[Any]]) -> Callable[[Subject], st.SearchStrategy]:
@@ -403,9 +421,14 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
             raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed before {what}")
         if not seconds or left < seconds:
             seconds, cut_by_run = left, True
+    subject.refusal = None
+    if subject.other is not None:
+        subject.other.refusal = None
     try:
         with isolation.deadline(seconds, what):
             check()
+    except refusals.OutsideDeclaredLimits as exc:
+        refusals.skip_outside_limits(subject, exc)  # declared: not run, with the limit as the reason
     except isolation.CaseTimedOut as exc:
         if cut_by_run:  # the run's deadline, not the case's: no finding about the backend
             raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed during {what}") from None
@@ -422,6 +445,11 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     except (HypothesisException, UnsatisfiedAssumption):
         raise
     except Exception as exc:
+        found = next((s.refusal for s in (subject, subject.other) if s is not None and s.refusal is not None
+                      and s.refusal.error is exc), None)
+        if found is not None:  # a clear exception on a valid input: refused, not a breach
+            refusals.record(subject, declared, case, found)
+            return
         # The backend raised (or returned something that is not a tensor): a failure of this check,
         # with the exception, the case and a replay, never a quiet error outside the verdict.
         where = traceback.extract_tb(exc.__traceback__)[-1]

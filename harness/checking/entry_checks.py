@@ -5,6 +5,7 @@ entry points and for each variant, as opcheck generates its tests, so no check e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,13 +21,15 @@ from rmsnorm_conformance.harness.checking.checks import (
     assert_bitwise,
     assert_holds,
     assert_within,
+    cap_examples,
     conformance,
 )
 from rmsnorm_conformance.harness.checking.plans import PlanMaker, explicit_cases
-from rmsnorm_conformance.harness.drawing import strategies, thresholds
+from rmsnorm_conformance.harness.drawing import mode_sample, strategies, thresholds
 from rmsnorm_conformance.harness.drawing.cases import (
     WEIGHT_LAYOUTS,
     BatchSizeCase,
+    ExecutionModeCase,
     FirstCallCase,
     GradModeCase,
     LeadingDimsCase,
@@ -41,6 +44,7 @@ from rmsnorm_conformance.harness.drawing.cases import (
     make_pad,
     strided_layout,
 )
+from rmsnorm_conformance.harness.running.backend import same_layout_copy
 from rmsnorm_conformance.harness.running.entry_points import (
     EntryPoint,
     call,
@@ -49,6 +53,7 @@ from rmsnorm_conformance.harness.running.entry_points import (
     missing_reason,
 )
 from rmsnorm_conformance.harness.running.fresh_process import first_call_plan, run_fresh
+from rmsnorm_conformance.harness.running.modes import sample_backend, sample_modes
 
 REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
 PAD_SALT = 7  # pad rows of each row input come from their own generator
@@ -242,6 +247,44 @@ def check_grad_mode(subject: Subject, case: GradModeCase, memo: dict) -> None:
                      what=f"{b.rows} rows with {mode} differ from the same rows with plain inputs")
 
 
+def _same_layout(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A copy with ``t``'s strides (``clone`` would make a strided weight contiguous), made in the current mode."""
+    return None if t is None else same_layout_copy(t.detach())
+
+
+def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) -> None:
+    """An engine runs the kernel compiled, captured in a CUDA graph and replayed, under no_grad or inference_mode;
+    a trainer runs it eagerly. Each must give eager's bits, through every entry point."""
+    if not subject.mode_sample:
+        pytest.skip("the execution-mode sample is off (--modes=none)")
+    if subject.weight_dtype != subject.dtype:
+        pytest.skip("the execution-mode sample runs with the weight in x's dtype (each compiled dtype pair costs "
+                    "its own traces); --modes compiles forward and forward_fp32 in every pair over the full sweep")
+    b = case.batch
+    rows, w = _inputs(subject, case)
+    eager = _call(subject, case, rows, w)
+    found: list[tuple[str, Outputs]] = []
+    for label, mode in (("torch.no_grad()", torch.no_grad), ("torch.inference_mode()", torch.inference_mode)):
+        with mode():
+            found.append((label, call(subject, case.entry, [_same_layout(t) for t in rows], _same_layout(w), b.eps)))
+    for mode in sample_modes(subject.device):
+        moded = dataclasses.replace(subject, backend=sample_backend(subject.backend, mode, subject.device),
+                                    record_as=subject.record_as or (subject.backend.name, str(subject.device)))
+        try:
+            out = call(moded, case.entry, [_same_layout(t) for t in rows], _same_layout(w), b.eps)
+        except Exception:
+            subject.refusal = moded.refusal  # a clear exception under the mode is a refusal, as in eager
+            raise
+        found.append((MODE_LABELS[mode], out))
+    for label, out in found:
+        _assert_same(subject, case, actual=out, expected=eager,
+                     what=f"{b.rows} rows under {label} differ from the same rows run eagerly")
+
+
+# How a report names each execution mode of the sample.
+MODE_LABELS = {"compile": "torch.compile", "cudagraph": "CUDA-graph capture and replay"}
+
+
 def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
     """Each threshold dim's first call through each entry point in a fresh process, against later calls."""
     if "fresh" not in memo:
@@ -314,6 +357,7 @@ class EntryCheck:
     check: Callable[[Subject, Any, dict], None]
     strategy: Callable[..., st.SearchStrategy] | None = None
     plans: tuple[tuple[str, PlanMaker, bool], ...] = ()
+    max_examples: int | None = None  # a sample, not a sweep: at most this many drawn examples, whatever --sweep
 
     @property
     def axis_a(self) -> bool:
@@ -343,6 +387,9 @@ ENTRY_CHECKS: tuple[EntryCheck, ...] = (
                (("_qk_norm", thresholds.qk_fused_heads_plan, False),)),
     EntryCheck("repeat", "axis_a.repeat", RepeatCase, check_repeat, strategies.repeat_cases),
     EntryCheck("grad_mode", "axis_a.grad_mode", GradModeCase, check_grad_mode, strategies.grad_mode_cases),
+    EntryCheck("execution_mode", "axis_a.execution_mode", ExecutionModeCase, check_execution_mode,
+               mode_sample.execution_mode_cases, (("_at_thresholds", mode_sample.execution_mode_plan, False),),
+               max_examples=mode_sample.SAMPLE_EXAMPLES),
     EntryCheck("first_call", "axis_a.first_call", FirstCallCase, check_first_call,
                plans=(("", first_call_plan, True),)),
     EntryCheck("nonfinite_confined", "semantics.nonfinite_confined", NonfiniteCase, check_nonfinite_confined,
@@ -409,6 +456,8 @@ def generate_tests(group: EntryGroup, module: str, checks: Sequence[EntryCheck] 
             name = f"test_{group.prefix}{c.name}"
             tests[name] = conformance(rule_id, c.case_type, group.cases(c.strategy),
                                       skip_reason=group.skip_reason)(_named(_sweep(c.check), name, module, c))
+            if c.max_examples is not None:
+                cap_examples(tests[name], c.max_examples)
         for suffix, plan, replayed_here in c.plans:
             name = f"test_{group.prefix}{c.name}{suffix}"
             tests[name] = explicit_cases(rule_id, c.case_type, plan, replayed_here=replayed_here,

@@ -278,6 +278,15 @@ class GradModeCase:
 
 
 @dataclass(frozen=True)
+class ExecutionModeCase:
+    """The batch through ``entry`` eagerly, then under torch.compile, CUDA-graph replay (on a GPU), no_grad and
+    inference_mode: each must give eager's bits."""
+
+    batch: Batch
+    entry: str = "forward"
+
+
+@dataclass(frozen=True)
 class FirstCallCase:
     """The first call for (batch.dim, batch.dtype) in a fresh process, against its next call there and the
     same call in the test's own process."""

@@ -104,8 +104,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "(repeatable; e.g. triton:cuda, native@cpu:native@cuda).")
     group.addoption(
         "--modes", default=None, metavar="MODES",
-        help="also run each backend's forward under these execution modes and require bitwise parity with "
-             "eager: a comma list of compile, cudagraph (skipped with the reason where a mode cannot run).")
+        help="also run each backend's forward under these execution modes over the full sweep and require bitwise "
+             "parity with eager: a comma list of compile, cudagraph (skipped with the reason where a mode cannot "
+             "run). Without it a sample of every entry point runs under torch.compile, no_grad, inference_mode "
+             "and, on a GPU, CUDA-graph replay (axis_a.execution_mode); none turns that sample off.")
     group.addoption(
         "--sweep", default=None, choices=sorted(SWEEPS),
         help="how hard Hypothesis searches in conformance tests (and only there): "
@@ -371,7 +373,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
                    manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
-                   case_timeout=run.case_timeout, run_ends_at=run.run_ends_at)
+                   case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample)
     config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
     return made
 

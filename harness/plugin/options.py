@@ -24,7 +24,13 @@ from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
 from rmsnorm_conformance.harness.drawing.sweeps import default_sweep, sweep_settings
-from rmsnorm_conformance.harness.plugin.parity_gate import ParityPair, ParitySpec, parse_modes, parse_parity
+from rmsnorm_conformance.harness.plugin.parity_gate import (
+    ParityPair,
+    ParitySpec,
+    parse_modes,
+    parse_parity,
+    sample_on,
+)
 from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
 from rmsnorm_conformance.harness.running.adapters import adapted_notes
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
@@ -33,7 +39,7 @@ from rmsnorm_conformance.harness.running.devices import (
     parse_device_option,
     worker_cpu_threads,
 )
-from rmsnorm_conformance.harness.running.modes import ModeBackend
+from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
 from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
 
 # Options whose presence on the command line makes a run a conformance run from the start.
@@ -73,6 +79,7 @@ class RunOptions:
     bench: dict[str, Any] | None = None  # --bench-json's data, for the report's speed columns and pictures
     # (backend, device, reason) for default backends that cannot run on any selected device.
     not_run: tuple[tuple[str, str, str], ...] = ()
+    mode_sample: bool = True  # the execution-mode sample (axis_a.execution_mode); off with --modes=none
 
     def environment(self, config: pytest.Config) -> dict[str, str]:
         """The run's settings as the report's environment table shows them."""
@@ -84,6 +91,10 @@ class RunOptions:
             "command": "pytest " + shlex.join(config.invocation_params.args),
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
             **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
+            "execution modes": (describe_sample(tuple(d.type for d in self.devices)) + " on a sample"
+                                if self.mode_sample else "no sample (--modes=none)")
+                               + "".join(f"; {m} on the full sweep (--modes)" for m in
+                                         dict.fromkeys(p.mode for p in self.parity_pairs if p.mode)),
             **({"adapted kernels": adapted_notes(self.backends)} if adapted_notes(self.backends) else {}),
         }
 
@@ -176,7 +187,7 @@ def resolve(config: pytest.Config) -> RunOptions:
         manifest=manifest, named_backends=tuple(names) if option else (),
         parity_pairs=tuple(_resolve_parity(backends, devices, config.getoption("--require-parity"),
                                            config.getoption("--modes"))),
-        bench=bench, not_run=tuple(not_run))
+        bench=bench, not_run=tuple(not_run), mode_sample=sample_on(config.getoption("--modes")))
 
 
 def _unloadable(spec: str, reason: str) -> Backend:

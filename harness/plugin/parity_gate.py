@@ -80,10 +80,21 @@ def parse_parity(value: str) -> ParitySpec:
 
 
 def parse_modes(value: str | None) -> tuple[str, ...]:
+    """The modes ``--modes`` widens to the full sweep; ``none`` (alone) widens none and turns the default sample
+    off (``sample_on``)."""
     if not value:
         return ()
     modes = tuple(m.strip() for m in value.split(",") if m.strip())
+    if "none" in modes:
+        if len(modes) > 1:
+            raise ValueError(f"--modes={value}: 'none' turns the execution-mode sample off; give it alone")
+        return ()
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"--modes={value}: unknown mode {unknown[0]!r}; known: {', '.join(MODES)}")
     return tuple(m for m in modes if m != "eager")
+
+
+def sample_on(value: str | None) -> bool:
+    """Does the default gate run its execution-mode sample (everything but ``--modes=none``)?"""
+    return (value or "").strip() != "none"

@@ -18,7 +18,7 @@ import pytest
 
 from rmsnorm_conformance.contract import rule
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import PICK_TITLE, breaches, labelled, pick_rows, pick_table
-from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE, Collector
 
 # A step summary is read on a web page beside the job's log: the verdict, the table and the first breaches only.
 SUMMARY_BREACHES = 5
@@ -53,9 +53,15 @@ def found(c: Collector) -> list[Found]:
     for o in c.outcomes.values():
         if o["outcome"] in ("failed", "error") and o.get("replay") and o.get("backend"):
             replays.setdefault((o["backend"], o.get("device", ""), o.get("rule", "")), (-1, o["replay"]))
-    return [Found(b.severity, b.status, b.backend, b.device, b.rule, tuple(b.dtypes), b.breached,
-                  " ".join(str(b.detail).split())[:DETAIL_CHARS],
-                  replays.get((b.backend, b.device, b.rule), (0, ""))[1]) for b in breaches(c)]
+    out = [Found(b.severity, b.status, b.backend, b.device, b.rule, tuple(b.dtypes), b.breached,
+                 " ".join(str(b.detail).split())[:DETAIL_CHARS],
+                 replays.get((b.backend, b.device, b.rule), (0, ""))[1]) for b in breaches(c)]
+    # Refused inputs (checking/refusals.py): a warning, or a failure under --strict-interface; after the breaches.
+    for e in c.refused:
+        out.append(Found("refused", "FAIL" if e["gating"] else "warning", e["backend"], e["device"],
+                         f"refused {e['entry']} with a {e['feature']}", (e["dtype"],), e["count"],
+                         " ".join(f"{e['input']}: {e['exception']}".split())[:DETAIL_CHARS], e["replay"]))
+    return out
 
 
 # --- the step summary ----------------------------------------------------------------------------------------
@@ -85,8 +91,10 @@ def step_summary(c: Collector, bench: dict[str, Any] | None = None, *, limit: in
     if shown:
         lines += ["", "#### Breaches" + (f" (the first {limit} of {len(shown)})" if len(shown) > limit else ""), ""]
         for f in shown[:limit]:
-            kind = "FAIL" if f.status == "FAIL" else "interface warning"
-            lines.append(f"- **{kind}** `{f.rule}` ({rule(f.rule).title if _known(f.rule) else f.rule}): "
+            kind = "FAIL" if f.status == "FAIL" else "refused input" if f.severity == "refused" else \
+                "interface warning"
+            named = "" if f.severity == "refused" else f" ({rule(f.rule).title if _known(f.rule) else f.rule})"
+            lines.append(f"- **{kind}** `{f.rule}`{named}: "
                          f"{_cell(f.backend)} on {_cell(f.device)}, {', '.join(f.dtypes) or '–'}: {_cell(f.detail)}")
             if f.replay:
                 lines += ["", "  ```bash", f"  {f.replay}", "  ```"]
@@ -171,7 +179,8 @@ def workflow_annotations(c: Collector, locations: dict[str, tuple[str, int] | No
         counts[level] += 1
         where = (locations or {}).get(f.backend)
         props = ([f"file={_escape_property(where[0])}", f"line={where[1]}"] if where else [])
-        title = f"{f.rule} broken by {f.backend} on {f.device}" + (f", {', '.join(f.dtypes)}" if f.dtypes else "")
+        what = f"{f.backend} {f.rule}" if f.severity == "refused" else f"{f.rule} broken by {f.backend}"
+        title = f"{what} on {f.device}" + (f", {', '.join(f.dtypes)}" if f.dtypes else "")
         props.append(f"title={_escape_property(title)}")
         message = f.detail + (f"\nreplay: {f.replay}" if f.replay else "")
         out.append(f"::{level} {','.join(props)}::{_escape_data(message)}")
@@ -192,6 +201,8 @@ def junit_properties(*, rules: tuple[str, ...], backend: str, device: str, dtype
     props = [("rule", rule_id), ("backend", backend), ("device", device), ("dtype", dtype)]
     if rule_id and "," not in rule_id and _known(rule_id):
         props.append(("severity", rule(rule_id).severity))
+    elif rule_id == REFUSED_RULE:  # a test failed by a refused input under --strict-interface
+        props.append(("severity", "refused"))
     if failure and failure.get("replay"):
         props.append(("replay", failure["replay"]))
     if records is not None:

@@ -18,13 +18,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsnorm_conformance.contract import rule
+from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE as REFUSED
 from rmsnorm_conformance.harness.reporting.records import Collector
 
 VERDICT_ORDER = ("PASS", "XFAIL", "INCOMPLETE", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then "
               "INCOMPLETE: nothing failed but checks did not run, the run having ended early or the device been lost, "
-              "then FAIL, "
-              "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partner backends "
+              "then FAIL, then NOT RUN); then fewer interface rules breached; then fewer kinds of input refused; "
+              "then more bitwise-equal partner backends "
               "(itself on another device not counted); then rows with speed measured on their own device type, "
               "then measured elsewhere (†), then unmeasured; then more of a device copy's bandwidth (mean over "
               "the target shapes); then lower latency against F.rms_norm; then the lower worst margin")
@@ -61,7 +62,7 @@ def relabeled(data: dict[str, Any]) -> dict[str, Any]:
         return {**record, "device": device_label(record["device"], env)} if record.get("device") else record
 
     out = dict(data)
-    for key in ("summaries", "not_run", "parity", "rounding"):
+    for key in ("summaries", "not_run", "parity", "rounding", "refused"):
         out[key] = [lab(r) for r in data.get(key, [])]
     out["outcomes"] = {k: lab(o) for k, o in data.get("outcomes", {}).items()}
     return out
@@ -148,6 +149,8 @@ def bench_speeds(bench: dict[str, Any]) -> dict[str, Speed]:
 
 
 def _severity(rule_id: str) -> str:
+    if rule_id == REFUSED:  # a test failed by a refusal under --strict-interface (checking/refusals.py)
+        return "refused"
     try:
         return rule(rule_id).severity
     except KeyError:  # "errors", or a rule of a newer contract: a failure of a test gates
@@ -179,6 +182,15 @@ class PickRow:
     margins: dict[str, float] = field(default_factory=dict)  # x dtype -> worst Axis-B margin
     speed: Speed | None = None
     speed_elsewhere: bool = False  # the benchmark ran on another device type than this row's
+    declared_limits: str = ""  # the limits it declares, where cases outside them were not run
+    refused: list[str] = field(default_factory=list)  # kinds of input it raised on undeclared: "strided weight (…)"
+
+    @property
+    def limits(self) -> str:
+        """Its limits as a reader sees them: what it declares, then what it was seen to refuse."""
+        parts = ([f"declares {self.declared_limits}"] if self.declared_limits else []) + (
+            [f"refused: {', '.join(self.refused)}"] if self.refused else [])
+        return "; ".join(parts)
 
     def partner_backends(self) -> int:
         """Other backends this one is bitwise equal to: itself on another device (``name@cpu``) is no choice a
@@ -189,13 +201,15 @@ class PickRow:
         """The documented order (``SORT_ORDER``): best choice first."""
         fraction = self.speed.mean_fraction() if self.speed else None
         latency = self.speed.mean_latency() if self.speed else None
-        return (VERDICT_ORDER.index(self.verdict), len(self.interface_breached), -self.partner_backends(),
+        return (VERDICT_ORDER.index(self.verdict), len(self.interface_breached), len(self.refused),
+                -self.partner_backends(),
                 2 if fraction is None else int(self.speed_elsewhere), -fraction if fraction is not None else 1.0,
                 latency if latency is not None else float("inf"),
                 max(self.margins.values(), default=float("inf")), self.backend, self.device)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data["limits"] = self.limits
         data["speed"] = None if self.speed is None else {
             "copy_fraction": self.speed.copy_fraction, "shapes": self.speed.shapes,
             "latency_vs_rms_norm": list(self.speed.latency) if self.speed.latency else None}
@@ -287,6 +301,7 @@ def _row_keys(c: Collector) -> list[tuple[str, str]]:
     keys |= {(o["backend"], o.get("device", "")) for o in c.outcomes.values()
              if o["outcome"] in ("failed", "error") and o.get("backend") and not _is_pair(o["backend"])}
     keys |= {(e["backend"], e["device"]) for e in c.not_run}
+    keys |= {(e["backend"], e["device"]) for e in c.refused if not _is_pair(e["backend"])}
     keys |= {(name, "all") for name in c.named_but_not_run() if not any(k[0] == name for k in keys)}
     return sorted(keys)
 
@@ -328,10 +343,17 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
                 unequal.append(f"{name} ({e.describe()})")
         speed = speeds.get(backend)
         row_type = device.split(" ")[0].split(":")[0]
+        declared = next((e["limits"] for e in c.not_run
+                         if (e["backend"], e["device"]) == (backend, device) and e.get("limits")), "")
+        refused = list(dict.fromkeys(f"{e['feature']} ({e['exception'].split(':', 1)[0]})" for e in c.refused
+                                     if (e["backend"], e["device"]) == (backend, device)))
+        if verdict in ("PASS", "XFAIL") and any(e["gating"] for e in c.refused
+                                                 if (e["backend"], e["device"]) == (backend, device)):
+            verdict = "FAIL"  # refusals gate under --strict-interface; the limits column names them
         rows.append(PickRow(backend, device, verdict, checks, sorted(failed | expected), sorted(interface),
                             _rounding_label(c, backend, device), partners, required, unequal,
                             {d: margins[d] for d in DTYPE_ORDER if d in margins}, speed,
-                            bool(speed and where and row_type != where)))
+                            bool(speed and where and row_type != where), declared, refused))
     return sorted(rows, key=PickRow.sort_key)
 
 
@@ -375,10 +397,26 @@ def breaches(c: Collector) -> list[Breach]:
         if o["outcome"] not in ("failed", "error") or not o.get("backend"):
             continue
         rule_id = o.get("rule") or "errors"
+        if rule_id == REFUSED:
+            continue  # listed with the refused inputs, from the records
         key = (_severity(rule_id), "FAIL", o["backend"], o.get("device", ""), rule_id)
         if key not in folded:  # a test that failed without a failing check: a crash, an exception, a timeout
             folded[key] = Breach(key[0], "FAIL", o["backend"], key[3], rule_id, [], 1, 0, o.get("reason", ""))
     return sorted(folded.values(), key=Breach.sort_key)
+
+
+def refused_rows(c: Collector) -> list[list[Any]]:
+    """The refused inputs folded over dtypes: status (refused, or FAIL under --strict-interface), backend, device,
+    entry point, what stood out, dtypes, cases, and the smallest case's exception."""
+    folded: dict[tuple[str, ...], list[Any]] = {}
+    for e in sorted(c.refused, key=lambda e: (e["backend"], e["device"], e["entry"], e["feature"], e["size"])):
+        key = (e["backend"], e["device"], e["entry"], e["feature"], e["exception"].split(":", 1)[0])
+        row = folded.setdefault(key, ["refused", *key[:4], [], 0, _clip(e["exception"])])
+        row[0] = "FAIL" if e["gating"] else row[0]
+        if e["dtype"] not in row[5]:
+            row[5].append(e["dtype"])
+        row[6] += e["count"]
+    return [[*r[:5], ", ".join(r[5]), r[6], r[7]] for r in folded.values()]
 
 
 # --- rendering -----------------------------------------------------------------------------------------------
@@ -406,8 +444,8 @@ def _speed_cells(row: PickRow) -> list[str]:
 def pick_table(rows: list[PickRow], bench: dict[str, Any] | None) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of the section's table (plain strings; the caller escapes them)."""
     dtypes = [d for d in DTYPE_ORDER if any(d in r.margins for r in rows)]
-    headers = ["#", "backend", "device", "numerics", "interface warnings", "rounding class", "bitwise equal to",
-               *(f"worst margin {SHORT_DTYPE[d]}" for d in dtypes)]
+    headers = ["#", "backend", "device", "numerics", "interface warnings", "limits", "rounding class",
+               "bitwise equal to", *(f"worst margin {SHORT_DTYPE[d]}" for d in dtypes)]
     if bench is not None:
         where = _machine(bench_device(bench)) or "the benchmark's device"
         headers += [f"fwd bandwidth ÷ copy, dim {' / '.join(map(str, TARGET_BENCH_DIMS))}, {where}",
@@ -420,7 +458,7 @@ def pick_table(rows: list[PickRow], bench: dict[str, Any] | None) -> tuple[list[
         partners = ", ".join(p + (" (required)" if p in r.required_partners else "") for p in r.partners)
         if r.unequal_required:
             partners += ("; " if partners else "") + "NOT " + ", ".join(r.unequal_required)
-        line = [str(i), r.backend, r.device, numerics, interface, r.rounding, partners or "–",
+        line = [str(i), r.backend, r.device, numerics, interface, r.limits or "–", r.rounding, partners or "–",
                 *(_fmt_margin(r.margins.get(d)) for d in dtypes)]
         if bench is not None:
             line += _speed_cells(r)
@@ -434,8 +472,10 @@ def legend(rows: list[PickRow], bench: dict[str, Any] | None) -> list[str]:
              "numerics: PASS (every numerics rule held), XFAIL (only breaches a known-failure manifest accepts), "
              "INCOMPLETE (nothing failed, but checks were not run: the run ended before them, or the device was "
              "lost to another backend's fault; see 'Did not run'), FAIL (the rules in brackets), NOT RUN. "
-             "interface warnings: interface "
-             "rules breached (which exception, which words), failing only under --strict-interface. bitwise "
+             "interface warnings: interface rules breached (which exception, which words), failing only under "
+             "--strict-interface. limits: what it declares it takes (cases outside were not run), and the inputs "
+             "it raised a clear exception on without declaring it (refused: see 'Refused inputs'; they fail only "
+             "under --strict-interface, and a refused case counts as neither passed nor failed). bitwise "
              "equal to: backends whose outputs had identical bits on the same inputs (cross-backend parity; "
              "(required): under every Axis-A variant by --require-parity). worst margin: Axis-B's worst error "
              "over its allowance (≤ 1 passes)."]
@@ -485,7 +525,13 @@ def pick_markdown(c: Collector, bench: dict[str, Any] | None, table: Callable[[l
                           _clip(b.detail)] for b in group],
                         ["status", "backend", "device", "rule", "dtypes", "breached / checks",
                          "smallest case's detail"]), ""]
-    if found and details_at:
+    refused = refused_rows(c)
+    if refused:
+        lines += ["Refused inputs (clear exceptions on inputs not declared as refused; they gate only under "
+                  "--strict-interface):", ""]
+        lines += [table(refused, ["status", "backend", "device", "entry point", "refused", "dtypes", "cases",
+                                  "exception"]), ""]
+    if (found or refused) and details_at:
         lines += [f"Minimal cases and replay commands: {details_at}.", ""]
     return lines
 

@@ -19,6 +19,8 @@ SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 # not run" entry whose reason starts so makes its backend's row, and the run, INCOMPLETE rather than PASS.
 DEVICE_LOST = "not run: the device was lost"
 _TARGET_DIM_NAMES = {v: k for k, v in TARGET_DIMS.items()}
+# The rule a test failed by a refused input (under --strict-interface) is recorded under: no contract rule's.
+REFUSED_RULE = "refused"
 
 
 def dim_bucket(dim: int) -> str:
@@ -172,6 +174,9 @@ class Collector:
     rounding: list[dict[str, Any]] = field(default_factory=list)
     # What the run selected, and under "full_gate_adds" what the full gate would add ({} : not known).
     selection: dict[str, Any] = field(default_factory=dict)
+    # Inputs a backend raised on without declaring that it refuses them (checking/refusals.py), folded per
+    # (backend, device, dtype, entry point, what stood out, exception): neither passed nor failed checks.
+    refused: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, check: Check) -> None:
         if 0 <= check.expected < len(self.expected):
@@ -181,10 +186,26 @@ class Collector:
             self.summaries[key] = Summary(*key)
         self.summaries[key].add(check)
 
-    def add_not_run(self, backend: str, device: str, reason: str) -> None:
-        entry = {"backend": backend, "device": device, "reason": reason}
+    def add_not_run(self, backend: str, device: str, reason: str, limits: str = "") -> None:
+        """``limits``: the backend's declared limits, where they are the reason (a case outside them)."""
+        entry = {"backend": backend, "device": device, "reason": reason, **({"limits": limits} if limits else {})}
         if entry not in self.not_run:
             self.not_run.append(entry)
+
+    def add_refused(self, entry: dict[str, Any]) -> None:
+        """Fold one refused input in: counted with its kind, the smallest case kept, gating if any was."""
+        key = _refused_key(entry)
+        for have in self.refused:
+            if _refused_key(have) == key:
+                have["count"] += entry.get("count", 1)
+                have["gating"] = bool(have["gating"] or entry["gating"])
+                if entry.get("size", 0) < have.get("size", 0):
+                    have.update({k: entry[k] for k in ("input", "exception", "case", "replay", "size", "rule")})
+                return
+        self.refused.append({**entry, "count": entry.get("count", 1)})
+
+    def gating_refusals(self) -> list[dict[str, Any]]:
+        return [e for e in self.refused if e["gating"]]
 
     @property
     def checks(self) -> int:
@@ -237,7 +258,7 @@ class Collector:
             return "NOT RUN"
         if self.device_lost():  # another backend took the device: what it left unrun makes the run unfinished
             return "INCOMPLETE"
-        if self.failed_tests() or self.failed_checks:
+        if self.failed_tests() or self.failed_checks or self.gating_refusals():
             return "FAIL"
         if self.incomplete:
             return "INCOMPLETE"
@@ -270,6 +291,7 @@ class Collector:
             "expected": self.expected,
             "parity": self.parity,
             "rounding": self.rounding,
+            "refused": self.refused,
         }
 
     @classmethod
@@ -301,6 +323,8 @@ class Collector:
         self.not_started += data.get("not_started", 0)
         self.named_backends += [n for n in data.get("named_backends", []) if n not in self.named_backends]
         self.rounding += data.get("rounding", [])
+        for entry in data.get("refused", []):
+            self.add_refused(dict(entry))
         if data.get("selection"):
             adds = self.selection.get("full_gate_adds", [])
             self.selection = {**data["selection"], **self.selection, "full_gate_adds": adds + [
@@ -312,6 +336,12 @@ class Collector:
                 self.expected[i]["passed"] += entry["passed"]
             else:
                 self.expected.append(dict(entry))
+
+
+def _refused_key(entry: dict[str, Any]) -> tuple[str, ...]:
+    """One kind of refusal: the exception's type, not its words (which often name the case's shape)."""
+    return (entry["backend"], entry["device"], entry["dtype"], entry["entry"], entry["feature"],
+            entry["exception"].split(":", 1)[0])
 
 
 # JSON has no Infinity or NaN (strict parsers reject Python's extension): non-finite statistics travel as

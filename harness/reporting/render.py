@@ -126,6 +126,9 @@ def backend_rows(c: Collector) -> list[list[Any]]:
         expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
         warned_rules = sorted({s.rule for s in items if s.warnings})
         note = ", ".join(failed_rules) or "–"
+        kinds = {e["feature"] for e in c.refused if (e["backend"], e["device"]) == (backend, device)}
+        if kinds:
+            note += f" (refused: {', '.join(sorted(kinds))})"
         if expected_rules:
             note += " (expected: " + ", ".join(expected_rules) + ")"
         lost = any((e["backend"], e["device"]) == (backend, device) for e in c.device_lost())
@@ -147,6 +150,14 @@ def warning_rows(c: Collector) -> list[list[Any]]:
     """Breaches of interface rules that did not gate this run, with the smallest case and its replay."""
     return [[s.backend, s.device, s.dtype, s.rule, s.warnings, s.failing_detail or "–", s.replay or "–"]
             for s in sorted(c.summaries.values(), key=lambda s: s.key) if s.warnings]
+
+
+def refused_input_rows(c: Collector) -> list[list[Any]]:
+    """Each kind of refused input: where, the smallest input and case refused, the exception, how many cases,
+    and whether it gated (under --strict-interface)."""
+    return [[e["backend"], e["device"], e["dtype"], e["entry"], e["input"], e["exception"], e["count"],
+             "FAIL" if e["gating"] else "refused", e["replay"] or "–"]
+            for e in sorted(c.refused, key=lambda e: (e["backend"], e["device"], e["dtype"], e["entry"]))]
 
 
 def tolerance_rows(c: Collector) -> list[list[Any]]:
@@ -195,7 +206,8 @@ def not_run_rows(c: Collector) -> list[list[Any]]:
             key = (outcome.get("where", ""), outcome["reason"])
             reasons[key] = reasons.get(key, 0) + 1
     rows = [[where or "–", reason, count] for (where, reason), count in sorted(reasons.items())]
-    rows += [[f"{e['backend']} on {e['device']}", e["reason"], "all"] for e in c.not_run]
+    rows += [[f"{e['backend']} on {e['device']}", e["reason"], "cases outside them" if e.get("limits") else "all"]
+             for e in c.not_run]
     return rows
 
 
@@ -312,6 +324,10 @@ TABLES: tuple[tuple[str, list[str], Any], ...] = (
      backend_rows),
     ("Interface warnings (fail only under --strict-interface)",
      ["backend", "device", "dtype", "rule", "breaches", "smallest case's detail", "replay"], warning_rows),
+    ("Refused inputs (clear exceptions on valid inputs not declared as refused: neither passed nor failed; "
+     "fail only under --strict-interface)",
+     ["backend", "device", "dtype", "entry point", "input refused (smallest)", "exception", "cases", "status",
+      "replay"], refused_input_rows),
     ("Tolerance: Axis-B, semantics and gradients with statistics",
      ["backend", "device", "dtype", "dim", "rule", "cases", "failed", "max abs err", "max rel err",
       "max ULP", "margin", "minimal failing case"], tolerance_rows),
@@ -338,7 +354,8 @@ def environment_rows(c: Collector) -> list[list[Any]]:
 
 def headline(c: Collector) -> str:
     text = (f"RMSNorm conformance: {c.verdict_label()} ({c.checks} checks, {c.failed_checks} failed"
-            + (f", {c.warned_checks} interface warnings" if c.warned_checks else "") + ")")
+            + (f", {c.warned_checks} interface warnings" if c.warned_checks else "")
+            + (f", {sum(e['count'] for e in c.refused)} refused inputs" if c.refused else "") + ")")
     return text
 
 
@@ -384,11 +401,13 @@ def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictur
     lines = [f"# RMSNorm conformance report: {c.verdict_label()}", ""]
     lines += [md_cell(line) for line in incomplete_lines(c)] + ([""] if c.incomplete else [])
     lines += [md_cell(line) for line in partial_lines(c)] + ([""] if c.partial else [])
-    lines += [f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings; "
+    lines += [f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings, "
+              f"{sum(e['count'] for e in c.refused)} refused inputs; "
               f"{c.passed_tests} tests passed, {len(c.failed_tests())} failed, "
               f"{sum(o['outcome'] == 'skipped' for o in c.outcomes.values())} skipped.", ""]
     lines += pick_markdown(labelled(c), bench, _md_table, md_cell,
-                           details_at="'Interface warnings' and 'Failures and how to replay them' below; "
+                           details_at="'Interface warnings', 'Refused inputs' and 'Failures and how to replay "
+                                      "them' below; "
                                       f"pictures under '{PICTURES_TITLE}' at the end")
     lines += ["## Environment", "", _md_table(environment_rows(c), ["", ""]), ""]
     for title, headers, rows_of in TABLES:
@@ -412,7 +431,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
         env.get("contract version"), env.get("contract profile"), env.get("sweep"),
         env.get("torch"), env.get("triton")))
-    quiet_tables = ("Verdict", "Interface warnings", "Did not run", "Known failures")
+    quiet_tables = ("Verdict", "Interface warnings", "Refused inputs", "Did not run", "Known failures")
     for title, headers, rows_of in TABLES:
         if not verbose and not title.startswith(quiet_tables):
             continue
@@ -482,7 +501,8 @@ def not_run_terminal_rows(c: Collector) -> list[list[Any]]:
     for what, reason, count in not_run_rows(c):
         row = folded.setdefault(reason, [[], reason, 0])
         row[0].append(what)
-        row[2] = "all" if count == "all" or row[2] == "all" else row[2] + count
+        # "all" (or another word, such as "cases outside them") stands for more than a count: it is kept.
+        row[2] = row[2] if isinstance(row[2], str) else count if isinstance(count, str) else row[2] + count
     rows = []
     for whats, reason, count in folded.values():
         text = ", ".join(dict.fromkeys(whats))

@@ -24,6 +24,7 @@ DECLARATIONS_ATTR = "__rmsnorm_conformance__"
 DECLARABLE: tuple[str, ...] = (
     "name", "dtypes", "dtype_pairs", "devices", "supports_backward", "rounding_class", "offset_dtype",
     "fused_add_in_place", "fused_add_fp32_residual", "forward_fp32",
+    "layouts", "min_dim", "max_dim", "dim_multiple_of",  # the inputs it takes (running/limits.py)
     "fused_add", "forward_offset", "forward_unweighted",  # the variants, as functions of their own
     "eps",           # the eps a kernel without an eps argument always uses (default 1e-6, the contract's)
     "weight_param",  # an nn.Module's weight parameter (default "weight")
@@ -105,8 +106,9 @@ def _normalised(declarations: dict[str, Any], where: str) -> dict[str, Any]:
         out["dtypes"] = tuple(_dtype(d, f"{where} dtypes") for d in out["dtypes"])
     if out.get("dtype_pairs") is not None:
         out["dtype_pairs"] = [tuple(_dtype(d, f"{where} dtype_pairs") for d in pair) for pair in out["dtype_pairs"]]
-    if isinstance(out.get("devices"), list):
-        out["devices"] = tuple(out["devices"])
+    for key in ("devices", "layouts"):
+        if isinstance(out.get(key), list):
+            out[key] = tuple(out[key])
     return out
 
 

@@ -22,6 +22,7 @@ from rmsnorm_conformance.contract import (
     ROUNDING_CLASSES,
     VARIANTS,
 )
+from rmsnorm_conformance.harness.running.limits import InputLimits
 
 ALL_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in DTYPES)
 CONTRACT_PAIRS: tuple[tuple[torch.dtype, torch.dtype], ...] = tuple(
@@ -60,7 +61,9 @@ class RMSNormBackend(Protocol):
       ``fused_add_fp8_dynamic(x, residual, weight, eps) -> (q, scale, residual_out)``: RMSNorm fused with fp8
       (float8_e4m3fn) quantization (default: absent, their rules are skipped); the fused adds are out of place;
     - ``fp8_rounding_class``: a class of the contract's ``FP8_ROUNDING_CLASSES``, or a mapping from fp8 entry point
-      to one (default: none declared).
+      to one (default: none declared);
+    - ``layouts``, ``min_dim``, ``max_dim``, ``dim_multiple_of``: the inputs it takes (running/limits.py; default:
+      the contract's whole domain); a case outside them is not run, with the limit as the reason.
     """
 
     name: str
@@ -88,6 +91,10 @@ class Backend:
         self.offset_dtype: str = self._declared_offset_dtype()
         self.rounding_classes: dict[str, str] = self._declared_rounding_classes()
         self.fp8_rounding_classes: dict[str, str] = self._declared_fp8_rounding_classes()
+        try:
+            self.limits = InputLimits.declared(impl, self.name)
+        except ValueError as exc:
+            raise DeclarationError(str(exc)) from None
 
     def __repr__(self) -> str:
         return f"Backend({self.name!r})"
@@ -196,7 +203,7 @@ class Backend:
             return x_io, residual_io
         out = self.impl.fused_add(x, residual, weight, eps)
         if not (isinstance(out, tuple | list) and len(out) == 2):
-            raise TypeError(f"{self.name}.fused_add returned {type(out).__name__}, not (y, residual_out); a backend "
+            raise BackendError(f"{self.name}.fused_add returned {type(out).__name__}, not (y, residual_out); a backend "
                             "that writes into x and residual declares fused_add_in_place = True")
         return out[0], out[1]
 

@@ -1,0 +1,118 @@
+"""Refused inputs (CONTRACT.md, "Refused inputs"): a clear exception a backend raises on a valid input it did not
+declare it refuses is recorded as refused, its own severity, not as a breach of the rule the case checks; a case
+outside the limits it declares is not run, with the limit as the reason.
+"""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from rmsnorm_conformance.harness.checking.bounds import ARGUMENT_NAMES, GuardedCall
+from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE as REFUSED
+from rmsnorm_conformance.harness.running import device_faults, isolation
+from rmsnorm_conformance.harness.running.backend import BackendError
+from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
+from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, describe_call, refused_feature
+
+
+class OutsideDeclaredLimits(BaseException):
+    """A call the backend declared it does not take: the case is not run. A BaseException, so that a check that
+    expects the backend to raise (``except Exception``) cannot mistake it for the backend's own error."""
+
+
+class RefusedWarning(UserWarning):
+    """A refused input that does not gate this run: reported, not failed, unless --strict-interface."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One call a backend raised on, before giving any output: what it was given and what it raised."""
+
+    method: str
+    input: str  # the tensor arguments, shapes, dtypes and layouts
+    feature: str  # what stands out about them, for "Pick a kernel"
+    exception: str  # "ValueError: weights must be contiguous (at rmsnorm_kernels.py:99)"
+    error: BaseException
+
+    @property
+    def exception_type(self) -> str:
+        return type(self.error).__name__
+
+
+def argument_names(method: str) -> tuple[str, ...]:
+    """The names of ``method``'s tensor arguments, as reports name them."""
+    if method in ARGUMENT_NAMES:
+        return ARGUMENT_NAMES[method]
+    entry = ENTRY_POINTS.get(method)
+    return (*entry.rows, "weight") if entry is not None else ()
+
+
+def check_limits(backend: Any, method: str, args: Sequence[Any]) -> None:
+    """Raise :class:`OutsideDeclaredLimits` if the backend declares limits and this call is outside them."""
+    limits = getattr(backend, "limits", None)
+    if limits is None or not limits.declared_any:
+        return
+    reason = limits.outside(argument_names(method), args)
+    if reason:
+        raise OutsideDeclaredLimits(f"{NOT_RUN_PREFIX} of {backend.name}: {method} with {reason}")
+
+
+def refusal(method: str, args: Sequence[Any], guarded: GuardedCall, watched: list[tuple[int, torch.Tensor, Any]],
+            error: BaseException) -> Refusal | None:
+    """The refusal ``error`` stands for, or None if it is not one: a protocol breach, a device fault, running out
+    of memory, an exit refused, or a call that changed an input or wrote beside one before raising."""
+    if not isinstance(error, Exception) or isinstance(error, BackendError | isolation.ExitRefused):
+        return None
+    if device_faults.out_of_memory(error):
+        return None
+    try:
+        if guarded.breaches(None) or any(
+                not torch.equal(z.view.view(z.bits_dtype), z.original.view(z.bits_dtype)) for z in guarded.zones):
+            return None
+        if any(not torch.equal(isolation.fingerprint(t), then) for _, t, then in watched):
+            return None
+    except Exception:  # the device cannot be read: whatever this was, it was not a clean refusal
+        return None
+    names = argument_names(method)
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return Refusal(method, describe_call(names, args), refused_feature(names, args),
+                   f"{type(error).__name__}: {first}{where}", error)
+
+
+def record(subject: Any, declared: tuple[str, ...], case: Any, found: Refusal) -> None:
+    """Record the refusal for the report; warn (not fail) unless --strict-interface, which fails the test."""
+    __tracebackhide__ = True
+    rule_id = declared[0]
+    replay = subject.replay_command(case, rule_id)
+    backend_name, device_name = subject.record_as or (subject.backend.name, str(subject.device))
+    batch = getattr(case, "batch", None)
+    subject.collector.add_refused({
+        "backend": backend_name, "device": device_name, "dtype": subject.dtype_label, "rule": rule_id,
+        "entry": found.method, "input": found.input, "feature": found.feature, "exception": found.exception,
+        "case": repr(case), "replay": replay, "size": batch.rows * batch.dim if batch is not None else 0,
+        "gating": subject.strict_interface, "count": 1})
+    message = (f"{subject.backend.name} refused an input on {subject.device}, {subject.dtype_label}: "
+               f"{found.method} with {found.input} raised {found.exception} (in a check of {rule_id}; a refused "
+               f"input is neither passed nor failed, and gates only under --strict-interface)\n"
+               f"  case: {case!r}\n  replay: {replay}")
+    if subject.strict_interface:
+        subject.on_failure(REFUSED, f"refused input: {found.method} with {found.input}: {found.exception}", replay)
+        pytest.fail(f"refused input (fails under --strict-interface): {message}", pytrace=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", RefusedWarning)
+        warnings.warn(RefusedWarning(message), stacklevel=3)
+
+
+def skip_outside_limits(subject: Any, exc: OutsideDeclaredLimits) -> None:
+    """A case outside the declared limits: listed under "Did not run" with the limit; the check is not run."""
+    backend_name, device_name = subject.record_as or (subject.backend.name, str(subject.device))
+    subject.collector.add_not_run(backend_name, device_name, str(exc), limits=subject.backend.limits.describe())

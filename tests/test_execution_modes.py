@@ -1,0 +1,81 @@
+"""The execution-mode sample of the default gate (axis_a.execution_mode): a kernel whose compiled path differs from
+eager, and one whose fused add differs only under inference_mode, fail without any option; --modes=none turns the
+sample off; the wrapped modes call every entry point, an in-place fused add included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmsnorm_conformance.harness.plugin.parity_gate import parse_modes, sample_on
+from rmsnorm_conformance.harness.running.backend import Backend
+from rmsnorm_conformance.harness.running.modes import WRAPPED, ModeBackend, sample_backend, sample_modes
+from rmsnorm_conformance.zoo import EngineStyleRMSNorm
+
+ROOT = Path(__file__).resolve().parents[1]
+ARGS = ["--pyargs", "rmsnorm_conformance.suites", "--device=cpu", "--dtype=float32", "--sweep=ci"]
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return lambda *args: pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def test_a_compiled_path_that_differs_fails_the_default_gate(run, pytester):
+    backend = "--backend=rmsnorm_conformance.zoo:CompiledPathReduction"
+    result = run(*ARGS, backend, "-k", "test_execution_mode_at_thresholds", "--report=r.json")
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["*contract rule axis_a.execution_mode*under torch.compile differ*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert {s["rule"] for s in report["summaries"] if s["failures"]} == {"axis_a.execution_mode"}
+    assert "torch.compile" in report["environment"]["execution modes"]
+
+    off = run(*ARGS, backend, "-k", "test_execution_mode", "--modes=none", "--report=off.json")
+    assert off.ret != 1, off.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "off.json").read_text())
+    assert report["verdict"] != "FAIL" and not any(s["checks"] for s in report["summaries"])
+    assert any("--modes=none" in o["reason"] for o in report["outcomes"].values() if o["outcome"] == "skipped")
+
+
+def test_a_fused_add_that_differs_only_under_inference_mode_fails_the_default_gate(run):
+    result = run(*ARGS, "--backend=rmsnorm_conformance.zoo:FusedAddInferencePath",
+                 "-k", "test_fused_add_execution_mode_at_thresholds")
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["*contract rule axis_a.fused_add*fused_add y*under torch.inference_mode() differ*"])
+
+
+def test_modes_none_turns_the_sample_off_and_stands_alone():
+    assert parse_modes("none") == () and not sample_on("none")
+    assert sample_on(None) and sample_on("compile")
+    assert parse_modes("compile,cudagraph") == ("compile", "cudagraph")
+    with pytest.raises(ValueError, match="give it alone"):
+        parse_modes("none,compile")
+    assert sample_modes(torch.device("cpu")) == ("compile",)
+    assert sample_modes(torch.device("cuda", 0)) == ("compile", "cudagraph")
+
+
+def test_a_mode_wraps_every_entry_point_and_keeps_the_declarations():
+    inner = Backend(EngineStyleRMSNorm())
+    moded = Backend(ModeBackend(inner, "compile"))
+    for method in WRAPPED[1:]:
+        assert callable(getattr(moded.impl, method, None)) == callable(getattr(inner.impl, method, None))
+    assert moded.fused_add_in_place and moded.offset_dtype == inner.offset_dtype
+    assert sample_backend(inner, "compile", torch.device("cpu")) is sample_backend(inner, "compile",
+                                                                                   torch.device("cpu"))
+
+
+def test_an_in_place_fused_add_compiled_writes_what_eager_writes():
+    inner = Backend(EngineStyleRMSNorm())
+    compiled = sample_backend(inner, "compile", torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 64, generator=gen).to(torch.bfloat16)
+    residual = torch.randn(3, 64, generator=gen).to(torch.bfloat16)
+    w = torch.randn(64, generator=gen).to(torch.bfloat16)
+    eager = inner.fused_add(x, residual, w, 1e-6)
+    got = compiled.fused_add(x, residual, w, 1e-6)
+    for a, b in zip(got, eager, strict=True):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))

@@ -1,0 +1,150 @@
+"""Refused inputs end to end: a kernel that raises a clear ValueError on a strided weight reads as refused (its own
+table, its limits in "Pick a kernel"), passes the default gate and fails under --strict-interface; the same kernel
+declaring ``layouts=("contiguous",)`` has those cases not run, with the reason; a kernel that returns wrong bits on
+a strided weight stays a numerics failure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmsnorm_conformance.harness.reporting.records import Check, Collector
+from rmsnorm_conformance.harness.running.adapters import adapt, rmsnorm_backend
+from rmsnorm_conformance.harness.running.backend import Backend, DeclarationError
+from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, InputLimits, layout_of
+
+ROOT = Path(__file__).resolve().parents[1]
+# test_bounds calls every entry point with a strided weight in every case; test_output draws contiguous weights
+# too, so the kernel also runs checks it passes.
+TESTS = ["rmsnorm_conformance.suites.test_bounds::test_bounds", "rmsnorm_conformance.suites.test_axis_b::test_output"]
+ARGS = ["--pyargs", *TESTS, "--device=cpu", "--dtype=float32", "--sweep=ci", "--max-examples=3"]
+STRIDED_CASE = ("AccuracyCase(batch=Batch(dim=64, rows=4, dtype='float32', values='normal', weight='normal', "
+                "eps=1e-06, seed=0, weight_layout='strided'))")
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return lambda *args: pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def test_a_refused_strided_weight_reads_refused_and_gates_only_when_strict(run, pytester):
+    backend = "--backend=rmsnorm_conformance.zoo:RefusesStridedWeight"
+    lenient = run(*ARGS, backend, "--report=lenient.json", "--report=lenient.md")
+    assert lenient.ret == 0, lenient.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "lenient.json").read_text())
+    assert report["verdict"] == "PASS" and report["totals"]["failed_checks"] == 0
+    refused = report["refused"]
+    assert refused and {e["feature"] for e in refused} == {"strided weight"}
+    assert all(e["exception"].startswith("ValueError: weights must be contiguous") and not e["gating"]
+               for e in refused)
+    assert all("weight [64] float32 strided" in e["input"] or "strided (stride 2)" in e["input"] for e in refused)
+    # Not a breach of the rule the case checked, and not a passed check either: no summary holds a failure.
+    assert not any(s["failures"] or s["warnings"] for s in report["summaries"])
+    (row,) = report["pick"]["rows"]
+    assert row["verdict"] == "PASS" and row["limits"] == "refused: strided weight (ValueError)"
+    markdown = (pytester.path / "lenient.md").read_text()
+    assert "## Refused inputs" in markdown and "refused: strided weight (ValueError)" in markdown
+    lenient.stdout.fnmatch_lines(["RMSNorm conformance: PASS*refused inputs*", "Refused inputs*"])
+
+    strict = run(*ARGS, backend, "--strict-interface", "--report=strict.json")
+    assert strict.ret == 1
+    report = json.loads((pytester.path / "strict.json").read_text())
+    assert report["verdict"] == "FAIL" and all(e["gating"] for e in report["refused"])
+    assert {o["rule"] for o in report["outcomes"].values() if o["outcome"] == "failed"} == {"refused"}
+    assert not any(s["failures"] for s in report["summaries"])  # still no numerics or interface breach
+    strict.stdout.fnmatch_lines(["*refused input (fails under --strict-interface)*ValueError*"])
+
+
+def test_declared_layouts_are_not_run_with_the_reason(run, pytester):
+    result = run(*ARGS, "--backend=rmsnorm_conformance.zoo:DeclaresContiguousLayouts", "--report=declared.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "declared.json").read_text())
+    assert report["verdict"] == "PASS" and report["refused"] == []
+    # Declared limits are the backend's scope, not a selection: they do not make the run partial.
+    assert not any("declared limits" in line for line in report["selection"]["full_gate_adds"])
+    skipped = [e for e in report["not_run"] if e["reason"].startswith(NOT_RUN_PREFIX)]
+    assert skipped and all(e["limits"] == "layouts contiguous" for e in skipped)
+    assert any("weight strided" in e["reason"] for e in skipped)
+    # The layouts it takes are still checked: guard zones held on every call it was given.
+    assert sum(s["checks"] for s in report["summaries"] if s["rule"] == "semantics.bounds") > 0
+    (row,) = report["pick"]["rows"]
+    assert row["limits"] == "declares layouts contiguous"
+
+
+def test_wrong_bits_on_a_strided_weight_stay_a_numerics_failure(run, pytester):
+    result = run("--pyargs", "rmsnorm_conformance.suites", "--device=cpu", "--dtype=float32",
+                 "--backend=rmsnorm_conformance.zoo:StridedWeightReadContiguously", "--rule=axis_b.output",
+                 f"--replay={STRIDED_CASE}", "--report=wrong.json")
+    assert result.ret == 1
+    report = json.loads((pytester.path / "wrong.json").read_text())
+    assert report["verdict"] == "FAIL" and report["refused"] == []
+    assert {s["rule"] for s in report["summaries"] if s["failures"]} == {"axis_b.output"}
+
+
+# --- the pieces ----------------------------------------------------------------------------------------------
+
+
+def test_layouts_are_named_from_the_tensor():
+    assert layout_of(torch.ones(4, 8)) == "contiguous"
+    assert layout_of(torch.ones(16)[::2]) == "strided"
+    assert layout_of(torch.ones(4, 9)[:, :8]) == "strided"
+    assert layout_of(torch.ones(9)[1:]) == "offset"
+
+
+def test_limits_name_what_is_outside_them():
+    limits = InputLimits(layouts=("contiguous", "offset"), min_dim=8, max_dim=64, dim_multiple_of=8)
+    assert limits.outside(("x", "weight"), (torch.ones(2, 16), torch.ones(16))) is None
+    assert "weight strided" in limits.outside(("x", "weight"), (torch.ones(2, 16), torch.ones(32)[::2]))
+    assert "min_dim=8" in limits.outside(("x", "weight"), (torch.ones(2, 4), torch.ones(4)))
+    assert "max_dim=64" in limits.outside(("x", "weight"), (torch.ones(2, 72), torch.ones(72)))
+    assert "dim_multiple_of=8" in limits.outside(("x", "weight"), (torch.ones(2, 12), torch.ones(12)))
+    assert limits.describe() == "layouts contiguous, offset; dim 8–64; dim a multiple of 8"
+    assert not InputLimits().declared_any and InputLimits().describe() == ""
+
+
+@pytest.mark.parametrize(("declared", "named"), [
+    ({"layouts": "contiguous"}, "layouts"), ({"layouts": ("dense",)}, "layouts"), ({"layouts": ()}, "layouts"),
+    ({"min_dim": 0}, "min_dim"), ({"max_dim": 2.5}, "max_dim"), ({"dim_multiple_of": True}, "dim_multiple_of"),
+    ({"min_dim": 16, "max_dim": 8}, "max_dim"),
+])
+def test_a_malformed_limit_is_a_declaration_error_naming_it(declared, named):
+    impl = type("Mine", (), {"name": "mine", "forward": lambda self, x, w, eps=1e-6: x, **declared})()
+    with pytest.raises(DeclarationError, match=f"{named}="):
+        Backend(impl)
+
+
+def test_limits_can_be_declared_on_a_function(tmp_path):
+    @rmsnorm_backend(layouts=["contiguous"], dim_multiple_of=8)
+    def rms_norm(x, weight, eps=1e-6):
+        return x
+
+    assert Backend(adapt(rms_norm, start=tmp_path)).limits == InputLimits(layouts=("contiguous",), dim_multiple_of=8)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.rmsnorm_conformance.backends."mine:norm"]\nlayouts = ["contiguous", "offset"]\nmax_dim = 8192\n')
+
+    def norm(x, weight, eps=1e-6):
+        return x
+
+    declared = Backend(adapt(norm, spec="mine:norm", start=tmp_path)).limits
+    assert declared == InputLimits(layouts=("contiguous", "offset"), max_dim=8192)
+
+
+def test_refusals_fold_by_kind_and_gate_only_when_strict():
+    c = Collector(named_backends=["k"])
+    c.add(Check("k", "cpu", "float32", 64, "axis_b.output", True))
+    entry = {"backend": "k", "device": "cpu", "dtype": "float32", "rule": "axis_a.batch_size", "entry": "forward",
+             "input": "x [8, 64] ...", "feature": "strided weight", "exception": "ValueError: no (64)",
+             "case": "big", "replay": "r", "size": 512, "gating": False}
+    c.add_refused(entry)
+    c.add_refused({**entry, "exception": "ValueError: no (4)", "case": "small", "size": 8})
+    (folded,) = c.refused
+    assert folded["count"] == 2 and folded["case"] == "small" and folded["exception"] == "ValueError: no (4)"
+    assert c.verdict() == "PASS" and c.checks == 1
+    c.add_refused({**entry, "gating": True})
+    assert c.verdict() == "FAIL"
+    again = Collector.from_json(json.loads(json.dumps(c.to_json())))
+    assert again.refused == c.refused
