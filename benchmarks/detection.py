@@ -58,10 +58,10 @@ from hypothesis import Phase, settings
 
 import rmsnorm_conformance.harness.plugin.hooks
 from rmsnorm_conformance.harness.checking.checks import Subject
-from rmsnorm_conformance.harness.drawing.sweeps import PREFIX
+from rmsnorm_conformance.harness.drawing.sweeps import PREFIX, sweep_settings
 
 settings.register_profile(
-    PREFIX + "{SEEDED_SWEEP}", parent=settings.get_profile(PREFIX + "ci"), derandomize=False, database=None,
+    PREFIX + "{SEEDED_SWEEP}", parent=sweep_settings("ci"), derandomize=False, database=None,
     max_examples=int(os.environ.get("RMSNORM_DETECTION_MAX_EXAMPLES", "12")),
     phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False)
 

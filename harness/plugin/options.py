@@ -33,15 +33,10 @@ from rmsnorm_conformance.harness.running.devices import (
     parse_device_option,
     worker_cpu_threads,
 )
+from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
 from rmsnorm_conformance.harness.running.modes import ModeBackend
 from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
 
-# Options whose presence on the command line makes a run a conformance run from the start.
-CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
-                       "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes",
-                       "bench_json", "deadline")
-# Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
-DEFAULT_CASE_TIMEOUT = 300.0
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.
 BYTES_PER_ELEMENT = 64
@@ -86,26 +81,6 @@ class RunOptions:
             **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
             **({"adapted kernels": adapted_notes(self.backends)} if adapted_notes(self.backends) else {}),
         }
-
-
-def explicit(config: pytest.Config) -> bool:
-    """Did the user give any of the harness's options?"""
-    return any(config.getoption(name, None) not in (None, [], False) for name in CONFORMANCE_OPTIONS)
-
-
-def targets_suites(config: pytest.Config) -> bool:
-    """Do the run's arguments name the conformance suites (by package or by path)?"""
-    from rmsnorm_conformance import suites
-
-    suites_dir = Path(suites.__file__).resolve().parent
-    for arg in config.args:
-        target = arg.split("::", 1)[0]
-        if target.startswith("rmsnorm_conformance"):
-            return True
-        path = Path(config.invocation_params.dir, target).resolve()
-        if path == suites_dir or suites_dir in path.parents or path in suites_dir.parents:
-            return True
-    return False
 
 
 def resolve(config: pytest.Config) -> RunOptions:
