@@ -1,21 +1,57 @@
-"""Hypothesis settings for the harness's own sweeps: namespaced profiles applied to conformance tests only.
+"""The harness's sweeps (``--sweep``): Hypothesis profiles applied to conformance tests only, and for ``smoke``
+the share of the explicit checks it keeps. The table is plain data, read without importing Hypothesis (the
+plugin's option help lists it in every pytest run); the profiles are registered when a test first asks for one.
 
-Loading the plugin never touches Hypothesis' global profile, so a user's own ``@given`` tests in the same
-run keep their settings. ``--sweep`` picks one of these profiles for the conformance tests alone. The table is
-plain data, read without importing Hypothesis (the plugin's option help lists it in every pytest run); the
-profiles are registered with Hypothesis when a conformance test first asks for one.
+Loading the plugin never touches Hypothesis' global profile, so a user's own ``@given`` tests in the same run
+keep their settings. ``smoke`` is a pre-commit check, never the gate: 1 example a sweep test (the simplest),
+bfloat16 only (unless ``--dtype`` says otherwise), the weight in x's dtype except where a rule is about mixed
+pairs, and explicit cases (thresholds, QK-norm shapes, first calls) for ``forward`` alone (not ``forward_fp32``
+nor the variants), at Qwen3-8B's dims (4096, 128) and heads (8, 32), within 2^18 elements. Every rule still
+runs; its verdict reads ``PASS (smoke)``, and the report says what a full run adds.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from rmsnorm_conformance.contract import TARGET_DIMS
+from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 
 if TYPE_CHECKING:
     from hypothesis import settings
 
 PREFIX = "rmsnorm-conformance."
+
+
+class Scope(NamedTuple):
+    """What a sweep that is not the gate leaves out of a full run (``None``: nothing of that kind)."""
+
+    dtypes: tuple[str, ...]  # the dtypes it checks unless --dtype names others
+    threshold_dims: tuple[int, ...]  # of the contract's threshold dims, those whose explicit cases it runs
+    qk_heads: tuple[int, ...]  # QK-norm head counts whose explicit shapes it runs
+    threshold_elements: int  # at most this many elements in an explicit case, whatever the device's budget
+    entries: tuple[str, ...]  # entry points whose explicit cases it runs (the variants keep their sweeps)
+
+    def covers(self, case: Any) -> bool:
+        """Does this scope keep ``case``, one of an explicit plan's cases?"""
+        if case.entry not in self.entries:
+            return False
+        kind = type(case).__name__
+        heads = case.shape[1] if kind == "LeadingDimsCase" and len(case.shape) > 1 else getattr(case, "heads", 1)
+        if heads > 1 and heads not in self.qk_heads:
+            return False
+        dim = case.batch.dim
+        return dim not in THRESHOLD_DIMS or dim in self.threshold_dims
+
+    def leaves_out(self) -> str:
+        """What a full run adds, in one line for the report."""
+        dims = ", ".join(str(d) for d in THRESHOLD_DIMS if d not in self.threshold_dims)
+        return (f"thresholds at dims {dims}, QK-norm shapes at other head counts than "
+                f"{', '.join(map(str, self.qk_heads))}, explicit cases above {self.threshold_elements} elements, "
+                f"the explicit cases (thresholds, QK-norm shapes, first calls) of entry points other than "
+                f"{', '.join(self.entries)}, and weight dtypes other than x's outside the mixed-pair rules")
 
 
 class Sweep(NamedTuple):
@@ -24,6 +60,16 @@ class Sweep(NamedTuple):
     description: str  # as ``--help`` and the README say it
     max_examples: int  # examples a Hypothesis sweep test runs
     derandomize: bool = False  # the same examples every run, and no example database
+    scope: Scope | None = None  # what it leaves out of a full run; None: it is the gate (a full run)
+
+
+# Qwen3-8B's QK-norm heads: 8 key/value heads and 32 query heads of head_dim 128.
+SMOKE_QK_HEADS = (8, 32)
+# 2^18 elements: 64 rows of 4096 (the decode thresholds) and 2048 of 128 (up to 1025 rows and 4 x 132 SMs).
+SMOKE_THRESHOLD_ELEMENTS = 1 << 18
+# Examples a smoke sweep test runs: Hypothesis' simplest case alone; a second, drawn example doubled the sweeps'
+# time on the CPU (reports/cpu/smoke.md).
+SMOKE_EXAMPLES = 1
 
 
 SWEEPS: dict[str, Sweep] = {
@@ -32,6 +78,12 @@ SWEEPS: dict[str, Sweep] = {
     "ci": Sweep("the same 12 examples every run (derandomized), no example database", max_examples=12,
                 derandomize=True),
     "thorough": Sweep("a long sweep before shipping a kernel: 200 examples a test", max_examples=200),
+    "smoke": Sweep(
+        f"a pre-commit check, never the gate: {SMOKE_EXAMPLES} example a test (the simplest), bfloat16 and the "
+        "thresholds at Qwen3-8B's dims only; its PASS reads 'PASS (smoke)'", max_examples=SMOKE_EXAMPLES,
+        derandomize=True,
+        scope=Scope(dtypes=("bfloat16",), threshold_dims=tuple(TARGET_DIMS.values()), qk_heads=SMOKE_QK_HEADS,
+                    threshold_elements=SMOKE_THRESHOLD_ELEMENTS, entries=("forward",))),
 }
 
 

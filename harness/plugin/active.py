@@ -23,6 +23,7 @@ from rmsnorm_conformance.contract import MIXED_PAIR_AXES, PAIR_SWEPT_AXES, WEIGH
 from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import sweep_elements
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin.options import WORKER_RUN_ENDS_AT, RunOptions, resolve
 from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY
 from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
@@ -143,7 +144,9 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("parity", devices, ids=[f"{d}-{t}" for d, t in devices], indirect=True)
         return
     rules = marker.kwargs.get("rules", ()) if marker else ()
-    every_pair = any(r.split(".", 1)[0] in PAIR_SWEPT_AXES and r not in WEIGHTLESS_RULES for r in rules)
+    # A sweep that is not the gate (smoke) sweeps the other declared pairs only for the mixed-pair rules.
+    every_pair = SWEEPS[run.sweep].scope is None and any(
+        r.split(".", 1)[0] in PAIR_SWEPT_AXES and r not in WEIGHTLESS_RULES for r in rules)
     mixed_only = bool(rules) and all(r.split(".", 1)[0] in MIXED_PAIR_AXES for r in rules)
     params, ids = [], []
     for backend in run.backends:

@@ -23,7 +23,7 @@ from hypothesis import settings
 from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
-from rmsnorm_conformance.harness.drawing.sweeps import default_sweep, sweep_settings
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep, sweep_settings
 from rmsnorm_conformance.harness.plugin.parity_gate import ParityPair, ParitySpec, parse_modes, parse_parity
 from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
 from rmsnorm_conformance.harness.running.adapters import adapted_notes
@@ -113,11 +113,15 @@ def resolve(config: pytest.Config) -> RunOptions:
     # The clock starts when the first process resolves the options; workers take the controller's end.
     run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) or (
         time.time() + deadline if deadline else 0.0)
+    sweep = config.getoption("--sweep") or default_sweep()
+    scope = SWEEPS[sweep].scope
+    # A sweep that is not the gate checks its own dtypes unless --dtype names them.
     dtypes = _parse_choice_list(config.getoption("--dtype"), DTYPES, "--dtype")
+    if scope is not None and not config.getoption("--dtype"):
+        dtypes = scope.dtypes
     from rmsnorm_conformance.contract import ALL_RULES
 
     rules = _parse_choice_list(config.getoption("--rule"), tuple(r.id for r in ALL_RULES), "--rule", patterns=True)
-    sweep = config.getoption("--sweep") or default_sweep()
     max_examples = config.getoption("--max-examples")
     if max_examples is not None and max_examples < 1:
         raise pytest.UsageError(f"--max-examples={max_examples}: must be at least 1")
