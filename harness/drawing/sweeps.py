@@ -97,7 +97,7 @@ def register_profiles() -> None:
     health = (HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large,
               HealthCheck.filter_too_much, HealthCheck.differing_executors)
     for name, sweep in SWEEPS.items():
-        fixed = {"derandomize": True, "database": None} if sweep.derandomize else {}
+        fixed: dict[str, Any] = {"derandomize": True, "database": None} if sweep.derandomize else {}
         settings.register_profile(PREFIX + name, max_examples=sweep.max_examples, deadline=None,
                                   suppress_health_check=health, print_blob=True, **fixed)
 

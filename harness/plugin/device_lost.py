@@ -77,7 +77,7 @@ class DeviceLossGuard:
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         device_faults = _device_faults()
         loss = device_faults.lost() if device_faults is not None else None
-        if loss is None:
+        if device_faults is None or loss is None:
             return
         if hasattr(self.config, "workerinput"):
             from rmsnorm_conformance.harness.running import isolation
