@@ -144,14 +144,19 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("parity", devices, ids=[f"{d}-{t}" for d, t in devices], indirect=True)
         return
     rules = marker.kwargs.get("rules", ()) if marker else ()
-    # A sweep that is not the gate (smoke) sweeps the other declared pairs only for the mixed-pair rules.
-    every_pair = SWEEPS[run.sweep].scope is None and any(
+    # A sweep that is not the gate (smoke) sweeps the other declared pairs only for the mixed-pair rules, and
+    # each test in the dtypes its scope gives its rules unless --dtype named them.
+    scope = SWEEPS[run.sweep].scope
+    every_pair = scope is None and any(
         r.split(".", 1)[0] in PAIR_SWEPT_AXES and r not in WEIGHTLESS_RULES for r in rules)
+    dtypes = run.dtypes
+    if scope is not None and not metafunc.config.getoption("--dtype"):
+        dtypes = tuple(d for d in run.dtypes if d in scope.dtypes_for(tuple(rules)))
     mixed_only = bool(rules) and all(r.split(".", 1)[0] in MIXED_PAIR_AXES for r in rules)
     params, ids = [], []
     for backend in run.backends:
         for device in run.devices:
-            for dtype in run.dtypes:
+            for dtype in dtypes:
                 # Each declared (x dtype, weight dtype) pair, for the rules swept over pairs; the primary one
                 # (the weight in x's dtype, if declared) for the others, and its id stays the plain dtype.
                 weights = [dtype_name(w) for w in backend.weight_dtypes(getattr(torch, dtype))] or [dtype]

@@ -117,8 +117,8 @@ def resolve(config: pytest.Config) -> RunOptions:
     scope = SWEEPS[sweep].scope
     # A sweep that is not the gate checks its own dtypes unless --dtype names them.
     dtypes = _parse_choice_list(config.getoption("--dtype"), DTYPES, "--dtype")
-    if scope is not None and not config.getoption("--dtype"):
-        dtypes = scope.dtypes
+    if scope is not None and not config.getoption("--dtype"):  # each test then takes the ones for its rules
+        dtypes = tuple(d for d in DTYPES if d in scope.dtypes + scope.bitwise_dtypes)
     from rmsnorm_conformance.contract import ALL_RULES
 
     rules = _parse_choice_list(config.getoption("--rule"), tuple(r.id for r in ALL_RULES), "--rule", patterns=True)
