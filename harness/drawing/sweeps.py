@@ -45,7 +45,7 @@ class Scope(NamedTuple):
 
     def covers(self, case: Any) -> bool:
         """Does this scope keep ``case``, one of an explicit plan's cases?"""
-        if case.entry not in self.entries:
+        if getattr(case, "entry", "forward") not in self.entries:
             return False
         kind = type(case).__name__
         heads = case.shape[1] if kind == "LeadingDimsCase" and len(case.shape) > 1 else getattr(case, "heads", 1)
