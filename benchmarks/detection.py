@@ -2,11 +2,13 @@
 failing check, and the wall time of the run that tests/test_detection.py makes for it. A measurement, not a test.
 
     python benchmarks/detection.py [--seeds 10] [--max-examples 100] [--out reports/cpu/detection.md]
+    python benchmarks/detection.py --sweep smoke --seeds 0 --out reports/cpu/smoke.md
 
 Two measurements per defect, each on the suite test of the rule the defect breaks, in all three dtypes:
 
 - ``ci``: the derandomized ``ci`` profile, exactly as tests/test_detection.py runs it (``-x``): which dtype
   sweep failed first, after how many examples, and the run's wall time (pytest start-up included).
+  ``--sweep smoke`` makes the same run under the pre-commit ``smoke`` profile instead (``--seeds 0``: that alone).
 - seeded: the ``ci`` settings with the derandomization off, ``--hypothesis-seed=0..N-1``, up to
   ``--max-examples`` examples a sweep and no shrinking, so that "examples needed" is measured rather than
   cut off at 12. A defect's count for a seed is the fewest examples any of its dtype sweeps needed (the
@@ -58,10 +60,10 @@ from hypothesis import Phase, settings
 
 import rmsnorm_conformance.harness.plugin.hooks
 from rmsnorm_conformance.harness.checking.checks import Subject
-from rmsnorm_conformance.harness.drawing.sweeps import PREFIX
+from rmsnorm_conformance.harness.drawing.sweeps import PREFIX, sweep_settings
 
 settings.register_profile(
-    PREFIX + "{SEEDED_SWEEP}", parent=settings.get_profile(PREFIX + "ci"), derandomize=False, database=None,
+    PREFIX + "{SEEDED_SWEEP}", parent=sweep_settings("ci"), derandomize=False, database=None,
     max_examples=int(os.environ.get("RMSNORM_DETECTION_MAX_EXAMPLES", "12")),
     phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False)
 
@@ -140,16 +142,17 @@ def _pytest(args: list[str], tmp: Path, log: Path, env: dict[str, str] | None = 
     return proc.returncode, proc.stdout, wall, nodes
 
 
-def measure_ci(defect: type, tmp: Path) -> dict[str, Any]:
-    """The derandomized ci run that tests/test_detection.py makes for ``defect``, counted."""
+def measure_ci(defect: type, tmp: Path, sweep: str = "ci") -> dict[str, Any]:
+    """The derandomized ci run that tests/test_detection.py makes for ``defect`` (or the same run under
+    ``sweep``), counted."""
     from rmsnorm_conformance.contract import rule
 
     # An interface rule gates only under --strict-interface, as tests/test_detection.py runs it.
     strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
     code, out, wall, nodes = _pytest(
         ["--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
-         f"--backend=rmsnorm_conformance.zoo:{defect.__name__}", "--sweep=ci", "-x", *strict], tmp,
-        tmp / f"ci-{defect.__name__}.json")
+         f"--backend=rmsnorm_conformance.zoo:{defect.__name__}", f"--sweep={sweep}", "-x", *strict], tmp,
+        tmp / f"{sweep}-{defect.__name__}.json")
     ordered = list(nodes.values())  # in the order the tests ran
     at = next((i for i, n in enumerate(ordered) if n["first_failure"] is not None), None)
     first = ordered[at] if at is not None else None
@@ -250,24 +253,56 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: 
     ])
 
 
+def render_profile(rows: list[dict[str, Any]], args: argparse.Namespace, total_wall: float) -> str:
+    """The table of one profile's runs alone (``--sweep smoke``): caught or not, and how soon."""
+    from tabulate import tabulate
+
+    table = []
+    for r in rows:
+        caught = r["ci"]["caught"]
+        examples = f"{r['ci']['examples']} ({r['ci']['dtype']}, {r['ci']['test']})" if caught else "–"
+        if caught and r["ci"]["run_before"]:
+            examples += f", after {r['ci']['run_before']} passing"
+        table.append([r["name"], f"`{r['breaks']}`", "yes" if caught else "no", examples, f"{r['ci']['wall']:.1f}"])
+    caught = sum(r["ci"]["caught"] for r in rows)
+    command = f"python benchmarks/detection.py --sweep {args.sweep} --seeds 0" + (f" --out {args.out}" if args.out
+                                                                                else "")
+    return "\n".join([
+        f"# Detection under --sweep={args.sweep}: which planted defects it catches", "",
+        f"Command: `{command}`", "",
+        f"Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks under "
+        f"`--sweep={args.sweep}` as tests/test_detection.py runs them under `ci` (`--rule`, `-x`, "
+        "`--strict-interface` for an interface rule): caught means the run failed in that rule. *Examples to the "
+        "first catch*: the examples (or, in an explicit test, the cases) the first failing test ran, its dtype and "
+        "test, and how many examples passing tests ran before it. The wall time includes pytest's start-up.", "",
+        f"Caught: {caught} of {len(rows)}.", "",
+        tabulate(table, ["defect", "breaks", "caught", "examples to the first catch", "wall (s)"],
+                 tablefmt="github"), "",
+        f"Sum of the wall times: {total_wall:.0f} s on {os.cpu_count()} CPU cores.", "",
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=10, help="Hypothesis seeds for the seeded runs (default: 10)")
+    parser.add_argument("--seeds", type=int, default=10,
+                        help="Hypothesis seeds for the seeded runs (default: 10; 0: none)")
+    parser.add_argument("--sweep", default="ci", choices=("ci", "smoke"),
+                        help="the profile of the derandomized run per defect (default: ci)")
     parser.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES,
                         help=f"examples a seeded sweep may run (default: {DEFAULT_MAX_EXAMPLES})")
     parser.add_argument("--defect", action="append", default=[], help="only these defects (class names)")
     parser.add_argument("--out", default=None, help="write the markdown table here")
     args = parser.parse_args()
-    if args.seeds < 1 or args.max_examples < 1:
-        parser.error(f"--seeds={args.seeds} and --max-examples={args.max_examples} must both be at least 1")
+    if args.seeds < 0 or args.max_examples < 1:
+        parser.error(f"--seeds={args.seeds} must be at least 0 and --max-examples={args.max_examples} at least 1")
     defects = [d for d in _defects() if not args.defect or d.__name__ in args.defect]
     rule_tests = _rule_tests()
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for defect in defects:
-            ci = measure_ci(defect, tmp)
-            print(f"ci  {defect.__name__}: {ci}", flush=True)
+            ci = measure_ci(defect, tmp, args.sweep)
+            print(f"{args.sweep}  {defect.__name__}: {ci}", flush=True)
             rows.append({"name": defect.__name__, "breaks": defect.breaks, "tests": rule_tests[defect.breaks],
                          "ci": ci, "seeded": [], "dtypes": set()})
         node_ids = _sweep_node_ids(defects, tmp) if args.seeds else []
@@ -281,7 +316,8 @@ def main() -> None:
             print(f"seed {seed}: " + ", ".join(f"{k} {v['examples']}" for k, v in per_defect.items()), flush=True)
     for row in rows:
         row["dtypes"] = sorted(row["dtypes"])
-    text = render(rows, args, sum(r["ci"]["wall"] for r in rows))
+    total = sum(r["ci"]["wall"] for r in rows)
+    text = render(rows, args, total) if args.sweep == "ci" else render_profile(rows, args, total)
     print(text)
     if args.out:
         out = Path(args.out)

@@ -17,6 +17,7 @@ import pytest
 from rmsnorm_conformance.contract import rule
 from rmsnorm_conformance.harness.checking.checks import run_check
 from rmsnorm_conformance.harness.drawing.budget import describe, threshold_elements
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.drawing.thresholds import Plan
 from rmsnorm_conformance.harness.running.entry_points import entry_points
 
@@ -61,16 +62,23 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                     source = describe(subject.device, interpreted=interpreted, option=option)
                 else:
                     budget, source = room(subject.device, interpreted=interpreted, option=option)
+                sweep = request.config.getoption("--sweep")
+                scope = SWEEPS[sweep].scope if sweep else None  # a sweep that is not the gate keeps a share
+                if scope is not None and budget > scope.threshold_elements:
+                    budget, source = scope.threshold_elements, f"--sweep={sweep}"
                 budget //= budget_share
                 if budget_share > 1:
                     source += f", 1/{budget_share} of it for this entry point"
                 made = plan(subject.dtype, subject.device, budget, source, tuple(entries(subject.backend)))
                 if made.skipped and not made.cases:  # nothing in reach: a skip with the reason, not a vacuous pass
                     pytest.skip(made.skipped)
+                kept = [c for c in made.cases if scope is None or scope.covers(c)]
+                if scope is not None and not kept:
+                    pytest.skip(f"--sweep={sweep} leaves out these cases; a full run adds {scope.leaves_out()}")
                 if made.skipped:
                     subject.collector.add_not_run(subject.backend.name, str(subject.device), made.skipped)
                 # Plans are made in x's dtype; the weight's (of a declared pair) goes into each case, as in sweeps.
-                cases = [subject.with_weight_dtype(c) for c in made.cases]
+                cases = [subject.with_weight_dtype(c) for c in kept]
             memo: dict[Any, Any] = {"plan": cases}
             for case in cases:
                 run_check(subject, (rule_id,), case, functools.partial(check, subject, case, memo))

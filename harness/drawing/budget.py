@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is asked about: the plugin's option help reads this module
+    import torch
 
 # --- the random sweep ------------------------------------------------------------------------------------
 # 4M elements keep a CPU example near 0.1 s and still reach 32768 rows at dim 128.
@@ -41,6 +43,8 @@ def _power_of_two_floor(n: int) -> int:
 
 def workers_per_gpu() -> int:
     """How many pytest-xdist workers share one GPU (``pytest -n N`` spreads workers over the GPUs)."""
+    import torch
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 1
     return max(1, -(-workers // max(gpus, 1)))
@@ -57,6 +61,8 @@ def memory_elements(free_bytes: int, *, sharing: int = 1) -> int:
 def free_bytes(device: torch.device) -> int:
     """Memory free on ``device`` (CUDA and ROCm devices) when this process first asks: read once, so that a
     run's budget, and with it the cases it checks, does not drift with what other workers hold at the time."""
+    import torch
+
     free, _total = torch.cuda.mem_get_info(device)
     return int(free)
 

@@ -12,12 +12,19 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY
-from rmsnorm_conformance.harness.running import device_faults, isolation
+
+if TYPE_CHECKING:
+    from rmsnorm_conformance.harness.running.device_faults import Lost
+
+# The guard is registered in every pytest run the plugin is loaded in, conformance run or not; the module that
+# records device faults imports torch, and no fault can have been recorded before a check imported it.
+DEVICE_FAULTS = "rmsnorm_conformance.harness.running.device_faults"
 
 # Test ids a "Did not run" entry names before it says how many more there are.
 LISTED_TESTS = 20
@@ -62,15 +69,19 @@ class DeviceLossGuard:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
         outcome: Any = yield
         error = call.excinfo.value if call.excinfo is not None else None
-        if isinstance(error, device_faults.DeviceFault):
+        device_faults = _device_faults()
+        if device_faults is not None and isinstance(error, device_faults.DeviceFault):
             outcome.get_result().longrepr = f"{item.name}: {error}"
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        loss = device_faults.lost()
-        if loss is None:
+        device_faults = _device_faults()
+        loss = device_faults.lost() if device_faults is not None else None
+        if device_faults is None or loss is None:
             return
         if hasattr(self.config, "workerinput"):
+            from rmsnorm_conformance.harness.running import isolation
+
             # This test's reports, its records inside them, went to the controller as each phase ended (execnet
             # writes and flushes synchronously): end here, before the next test starts on a dead context.
             for stream in (sys.stdout, sys.stderr):
@@ -79,8 +90,10 @@ class DeviceLossGuard:
             isolation._REAL_EXIT(device_faults.WORKER_EXIT_STATUS)
         self._stop(nodeid, loss)
 
-    def _stop(self, nodeid: str, loss: device_faults.Lost) -> None:
+    def _stop(self, nodeid: str, loss: Lost) -> None:
         """One process: stop after this test; what did not run is listed against its own backend and device."""
+        from rmsnorm_conformance.harness.running.device_faults import NOT_RUN_REASON
+
         session = self.session
         if session is None:
             return
@@ -96,12 +109,17 @@ class DeviceLossGuard:
             for (backend, device), ids in sorted(by_subject.items()):
                 listed = ", ".join(ids[:LISTED_TESTS]) + (f" and {len(ids) - LISTED_TESTS} more"
                                                           if len(ids) > LISTED_TESTS else "")
-                reporter.collector.add_not_run(backend, device, f"{device_faults.NOT_RUN_REASON} after {where} in "
+                reporter.collector.add_not_run(backend, device, f"{NOT_RUN_REASON} after {where} in "
                                                                 f"{nodeid}: {len(ids)} tests: {listed}")
             reporter.interrupted_by = (
                 f"the device was lost after {where} in {nodeid}: {loss.detail}; {len(remaining)} tests did not run "
                 "(listed under 'Did not run'); run with pytest-xdist (-n 2 or more) to have a fresh worker run them")
         session.shouldstop = f"the device was lost after {where} in {nodeid}"
+
+
+def _device_faults() -> ModuleType | None:
+    """The device-fault records' module if a check has imported it (else no fault can have been recorded)."""
+    return sys.modules.get(DEVICE_FAULTS)
 
 
 def _subject(item: pytest.Item) -> tuple[str, str]:

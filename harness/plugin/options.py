@@ -23,7 +23,7 @@ from hypothesis import settings
 from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
-from rmsnorm_conformance.harness.drawing.sweeps import default_sweep, sweep_settings
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep, sweep_settings
 from rmsnorm_conformance.harness.plugin.parity_gate import (
     ParityPair,
     ParitySpec,
@@ -39,15 +39,10 @@ from rmsnorm_conformance.harness.running.devices import (
     parse_device_option,
     worker_cpu_threads,
 )
+from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
 from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
 from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
 
-# Options whose presence on the command line makes a run a conformance run from the start.
-CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
-                       "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes",
-                       "bench_json", "deadline")
-# Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
-DEFAULT_CASE_TIMEOUT = 300.0
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.
 BYTES_PER_ELEMENT = 64
@@ -99,26 +94,6 @@ class RunOptions:
         }
 
 
-def explicit(config: pytest.Config) -> bool:
-    """Did the user give any of the harness's options?"""
-    return any(config.getoption(name, None) not in (None, [], False) for name in CONFORMANCE_OPTIONS)
-
-
-def targets_suites(config: pytest.Config) -> bool:
-    """Do the run's arguments name the conformance suites (by package or by path)?"""
-    from rmsnorm_conformance import suites
-
-    suites_dir = Path(suites.__file__).resolve().parent
-    for arg in config.args:
-        target = arg.split("::", 1)[0]
-        if target.startswith("rmsnorm_conformance"):
-            return True
-        path = Path(config.invocation_params.dir, target).resolve()
-        if path == suites_dir or suites_dir in path.parents or path in suites_dir.parents:
-            return True
-    return False
-
-
 def resolve(config: pytest.Config) -> RunOptions:
     """Parse and check every option; a usage error names the option and the value."""
     threads = worker_cpu_threads()
@@ -149,11 +124,15 @@ def resolve(config: pytest.Config) -> RunOptions:
     # The clock starts when the first process resolves the options; workers take the controller's end.
     run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) or (
         time.time() + deadline if deadline else 0.0)
+    sweep = config.getoption("--sweep") or default_sweep()
+    scope = SWEEPS[sweep].scope
+    # A sweep that is not the gate checks its own dtypes unless --dtype names them.
     dtypes = _parse_choice_list(config.getoption("--dtype"), DTYPES, "--dtype")
+    if scope is not None and not config.getoption("--dtype"):  # each test then takes the ones for its rules
+        dtypes = tuple(d for d in DTYPES if d in scope.dtypes + scope.bitwise_dtypes)
     from rmsnorm_conformance.contract import ALL_RULES
 
     rules = _parse_choice_list(config.getoption("--rule"), tuple(r.id for r in ALL_RULES), "--rule", patterns=True)
-    sweep = config.getoption("--sweep") or default_sweep()
     max_examples = config.getoption("--max-examples")
     if max_examples is not None and max_examples < 1:
         raise pytest.UsageError(f"--max-examples={max_examples}: must be at least 1")

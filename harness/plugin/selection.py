@@ -1,6 +1,7 @@
 """What a run selected, against what the full gate checks: the rules, dtypes, devices and tests it left out, and
-the thresholds its element budget did not reach. A run that left anything out can pass only as ``PASS
-(partial)``: the report says what the full gate would add, and the JSON carries the selection as data.
+the thresholds its element budget did not reach, and what a sweep that is not the gate (smoke) leaves out. A run
+that left anything out can pass only as ``PASS (partial)``, or ``PASS (smoke)``: the report says what the full
+gate would add, and the JSON carries the selection as data.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from rmsnorm_conformance.contract import DTYPES
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin.options import RunOptions
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running.devices import default_devices
@@ -19,6 +21,12 @@ from rmsnorm_conformance.harness.running.devices import default_devices
 def selection(config: pytest.Config, options: RunOptions, collector: Collector) -> dict[str, Any]:
     """The run's selection as data, with ``full_gate_adds``: one line per thing the full gate would add."""
     adds: list[str] = []
+    sweep = SWEEPS[options.sweep]
+    if sweep.scope is not None:
+        examples = options.max_examples or sweep.max_examples
+        adds.append(f"the gate's sweep: --sweep={options.sweep} ran {examples} example{'s' * (examples != 1)} a "
+                    f"sweep test where --sweep=ci runs {SWEEPS['ci'].max_examples}, and left out "
+                    f"{sweep.scope.leaves_out()}")
     if options.rules:
         adds.append(f"rules: only {', '.join(options.rules)} ran; the full gate checks every rule")
     missing_dtypes = [d for d in DTYPES if d not in options.dtypes]
@@ -38,7 +46,8 @@ def selection(config: pytest.Config, options: RunOptions, collector: Collector) 
         # A case outside a backend's declared limits (entry["limits"]) is outside what the full gate runs, too.
         if (entry["backend"], entry["device"], entry["reason"]) not in own and not entry.get("limits"):
             adds.append(f"{entry['backend']} on {entry['device']}: {entry['reason']}")
-    return {"rules": list(options.rules) or "all", "dtypes": list(options.dtypes),
+    return {"sweep": options.sweep, "sweep_is_gate": sweep.scope is None,
+            "rules": list(options.rules) or "all", "dtypes": list(options.dtypes),
             "devices": [str(d) for d in options.devices], "tests": tests,
             "replay": repr(options.replay_case) if options.replay_case is not None else None,
             "full_gate_adds": adds}

@@ -74,7 +74,7 @@ def _cell(value: Any) -> str:
 def step_summary(c: Collector, bench: dict[str, Any] | None = None, *, limit: int = SUMMARY_BREACHES) -> str:
     """The markdown for $GITHUB_STEP_SUMMARY: verdict, "Pick a kernel" and the first ``limit`` breaches, each
     with a replay command in a code block (so the web page copies it whole)."""
-    lines = [f"### RMSNorm conformance: {c.verdict()}", "",
+    lines = [f"### RMSNorm conformance: {c.verdict_label()}", "",
              f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings; "
              f"{c.passed_tests} tests passed, {len(c.failed_tests())} failed."]
     if c.usage_error:

@@ -242,8 +242,11 @@ class Collector:
         return bool(self.selection.get("full_gate_adds"))
 
     def verdict_label(self) -> str:
-        """The verdict as a report's headline shows it: a pass of a selection reads ``PASS (partial)``."""
+        """The verdict as a report's headline shows it: a pass of a selection reads ``PASS (partial)``, and a pass
+        under a sweep that is not the gate reads ``PASS (smoke)``, never ``PASS``."""
         verdict = self.verdict()
+        if verdict == "PASS" and self.selection.get("sweep_is_gate") is False:
+            return f"{verdict} ({self.selection.get('sweep')})"
         return f"{verdict} (partial)" if verdict == "PASS" and self.partial else verdict
 
     def verdict(self) -> str:
@@ -329,6 +332,8 @@ class Collector:
             adds = self.selection.get("full_gate_adds", [])
             self.selection = {**data["selection"], **self.selection, "full_gate_adds": adds + [
                 a for a in data["selection"].get("full_gate_adds", []) if a not in adds]}
+            if data["selection"].get("sweep_is_gate") is False:  # one smoke run makes the merge a smoke run
+                self.selection.update(sweep=data["selection"].get("sweep"), sweep_is_gate=False)
         for i, entry in enumerate(data.get("expected", [])):
             if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
                     **self.expected[i], "breached": 0, "passed": 0}:

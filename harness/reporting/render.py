@@ -379,7 +379,9 @@ def partial_lines(c: Collector) -> list[str]:
     adds = c.selection.get("full_gate_adds", [])
     if not adds:
         return []
-    return ["This run checked a selection; the full gate would add:", *(f"- {line}" for line in adds)]
+    intro = (f"This {c.selection.get('sweep')} run is a quick check, not the gate; a full run adds:"
+             if c.selection.get("sweep_is_gate") is False else "This run checked a selection; the full gate would add:")
+    return [intro, *(f"- {line}" for line in adds)]
 
 
 PICTURES_TITLE = "Pictures"

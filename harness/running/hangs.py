@@ -13,6 +13,8 @@ import json
 import os
 from pathlib import Path
 
+# Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
+DEFAULT_CASE_TIMEOUT = 300.0
 # Timeouts a backend may have on one device before its remaining tests there are not run: the first one is
 # enough, a hang is a finding about the backend.
 HANGS_BEFORE_GIVING_UP = 1

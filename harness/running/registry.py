@@ -13,11 +13,12 @@ import functools
 import importlib
 from collections.abc import Iterable
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where a backend is loaded: the plugin's option help lists names without torch
+    import torch
 
-from rmsnorm_conformance.harness.running.backend import Backend
+    from rmsnorm_conformance.harness.running.backend import Backend
 
 ENTRY_POINT_GROUP = "rmsnorm_conformance.backends"
 
@@ -100,6 +101,7 @@ def load_backend(spec: str) -> Backend:
             f"or give 'module.path:attr'"
         )
     from rmsnorm_conformance.harness.running.adapters import adapt
+    from rmsnorm_conformance.harness.running.backend import Backend
 
     # Any shape a kernel ships in: a backend object or class, a function, an nn.Module class, an op, a partial.
     backend = Backend(adapt(import_object(path), spec=spec), spec=spec)
@@ -121,6 +123,8 @@ def parse_backend_option(value: str | None) -> list[str]:
 
 def device_kind(device: torch.device | str) -> str:
     """The registry's key for a device: 'cuda', 'rocm' (a HIP build's cuda device) or 'cpu'."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return "rocm" if getattr(torch.version, "hip", None) else "cuda"

@@ -1,0 +1,432 @@
+"""The plugin's hooks and the fixtures' bodies for a conformance run: the run's options resolved, the
+parametrization over (backend, device, dtype), the subjects tests run against, and each test's records.
+
+``hooks.py`` registers this module once a run is a conformance run (``activation.py`` says when), so a pytest run
+with the plugin installed and no conformance test never imports torch. What the options resolved to lives in
+``options.RunOptions`` (in ``config.stash``, in every process); the report's hooks in ``reporter.Reporter``,
+registered on the controller only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rmsnorm_conformance.contract import MIXED_PAIR_AXES, PAIR_SWEPT_AXES, WEIGHTLESS_RULES, profile
+from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
+from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
+from rmsnorm_conformance.harness.drawing.budget import sweep_elements
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
+from rmsnorm_conformance.harness.plugin.options import WORKER_RUN_ENDS_AT, RunOptions, resolve
+from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY
+from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
+from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
+from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
+from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.running import device_faults, isolation
+from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
+from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
+from rmsnorm_conformance.harness.running.hangs import HangLedger
+from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
+
+OPTIONS = pytest.StashKey[RunOptions]()
+HANGS = pytest.StashKey[HangLedger]()
+# The report key ({"backend", "device"}) and subject of the test running now, for the watchdog.
+RUNNING = pytest.StashKey[tuple[dict, Subject]]()
+# The key under which a pytest-xdist controller hands its workers the hang ledger's file.
+WORKER_HANGS = "rmsnorm_conformance_hangs"
+RECORDS = pytest.StashKey[Collector]()
+FAILURE = pytest.StashKey[dict]()
+SUBJECT = pytest.StashKey[dict]()
+
+
+def run_options(config: pytest.Config) -> RunOptions:
+    """The run's resolved options, resolved on first use. Resolving makes this a conformance run: the controller
+    (or the only process) then registers the reporter. A usage error still replaces the report files it can,
+    with a NOT RUN report that says why."""
+    if OPTIONS not in config.stash:
+        try:
+            options = resolve(config)
+        except pytest.UsageError as exc:
+            write_usage_error(config.getoption("--report"), str(exc))
+            raise
+        config.stash[OPTIONS] = options
+        workerinput = getattr(config, "workerinput", None)
+        config.stash[HANGS] = HangLedger(workerinput.get(WORKER_HANGS) if workerinput else None)
+        if workerinput is None:
+            reporter = Reporter(config, options)
+            config.pluginmanager.register(reporter, "rmsnorm-conformance-reporter")
+            config.pluginmanager.register(CiOutput(reporter), "rmsnorm-conformance-ci-output")
+            isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
+        else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
+            isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
+    return config.stash[OPTIONS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, for each worker: the hang ledger's file and the run's end, shared by all."""
+    config = node.config
+    if OPTIONS not in config.stash:
+        return
+    ledger = config.stash[HANGS]
+    if ledger.path is None:
+        ledger.path = Path(tempfile.mkdtemp(prefix="rmsnorm-conformance-")) / "hangs.jsonl"
+    node.workerinput[WORKER_HANGS] = str(ledger.path)
+    if config.stash[OPTIONS].run_ends_at:
+        node.workerinput[WORKER_RUN_ENDS_AT] = config.stash[OPTIONS].run_ends_at
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    ledger = config.stash.get(HANGS, None)
+    if ledger is not None and ledger.path is not None and not hasattr(config, "workerinput"):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(ledger.path.parent)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Past the run's --deadline, no test starts: the run stops, and the report says what never ran."""
+    options = item.config.stash.get(OPTIONS, None)
+    if options is None or not options.run_ends_at or time.time() < options.run_ends_at:
+        return None
+    item.session.shouldstop = f"the run's deadline (--deadline={options.deadline:g}) passed"
+    return True
+
+
+def _note_hang(config: pytest.Config, key: dict, subject: Subject | None, test: str = "") -> None:
+    """Put the backend (or parity pair) on the hang ledger, with the case it hung at."""
+    if not key or subject is None:
+        return
+    where = repr(subject.current_case) + (f" in {test}" if test else "")
+    config.stash[HANGS].note(key["backend"], key["device"], where)
+
+
+def _running_failure(config: pytest.Config, message: str) -> dict[str, str] | None:
+    """The running case as a failure of its test's rule, with its replay, for a process about to be ended."""
+    key, subject = config.stash.get(RUNNING, ({}, None))
+    if subject is None or not subject.rules:
+        return None
+    rule, case = subject.rules[0], subject.current_case
+    return {"nodeid": subject.nodeid, "rule": rule, "replay": subject.replay_command(case, rule),
+            "reason": f"contract rule {rule}: {subject.backend.name} {message}: {case!r}"[:300], **key}
+
+
+def _skip_if_hung(request: pytest.FixtureRequest) -> None:
+    key = request.node.stash[SUBJECT]
+    where = request.config.stash[HANGS].hung(key["backend"], key["device"])
+    if where:
+        pytest.skip(f"not run: {key['backend']} hung on {key['device']} at {where}")
+
+
+def generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize a conformance test over the run's (backend, device, dtype), its parity pairs or its devices."""
+    run = run_options(metafunc.config)
+    marker = metafunc.definition.get_closest_marker("conformance")
+    if marker is not None and "parity.bitwise" in marker.kwargs.get("rules", ()):
+        pairs = [(pair, dtype) for pair in run.parity_pairs for dtype in run.dtypes]
+        if not pairs:  # said in words, not as pytest's "got empty parameter set"
+            reason = "the parity gate runs only for pairs asked for with --require-parity=A:B or --modes"
+            metafunc.parametrize("subject", [pytest.param(None, marks=pytest.mark.skip(reason=reason))],
+                                 ids=["no-pairs"], indirect=True)
+            return
+        metafunc.parametrize("subject", pairs, ids=[f"{p.label}-{t}" for p, t in pairs], indirect=True)
+        return
+    if "parity" in metafunc.fixturenames:
+        devices = [(device, dtype) for device in run.devices for dtype in run.dtypes]
+        metafunc.parametrize("parity", devices, ids=[f"{d}-{t}" for d, t in devices], indirect=True)
+        return
+    rules = marker.kwargs.get("rules", ()) if marker else ()
+    # A sweep that is not the gate (smoke) sweeps the other declared pairs only for the mixed-pair rules, and
+    # each test in the dtypes its scope gives its rules unless --dtype named them.
+    scope = SWEEPS[run.sweep].scope
+    every_pair = scope is None and any(
+        r.split(".", 1)[0] in PAIR_SWEPT_AXES and r not in WEIGHTLESS_RULES for r in rules)
+    dtypes = run.dtypes
+    if scope is not None and not metafunc.config.getoption("--dtype"):
+        dtypes = tuple(d for d in run.dtypes if d in scope.dtypes_for(tuple(rules)))
+    mixed_only = bool(rules) and all(r.split(".", 1)[0] in MIXED_PAIR_AXES for r in rules)
+    params, ids = [], []
+    for backend in run.backends:
+        for device in run.devices:
+            for dtype in dtypes:
+                # Each declared (x dtype, weight dtype) pair, for the rules swept over pairs; the primary one
+                # (the weight in x's dtype, if declared) for the others, and its id stays the plain dtype.
+                weights = [dtype_name(w) for w in backend.weight_dtypes(getattr(torch, dtype))] or [dtype]
+                chosen = weights if every_pair else weights[:1]
+                if mixed_only:  # the other pairs, or the primary one to skip with its reason
+                    chosen = [w for w in weights if w != dtype] or weights[:1]
+                for weight_dtype in chosen:
+                    params.append((backend, device, dtype, weight_dtype))
+                    ids.append(f"{backend.name}-{device}-{dtype}"
+                               + (f"-w_{weight_dtype}" if weight_dtype != dtype else ""))
+    metafunc.parametrize("subject", params, ids=ids, indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--rule`` keeps the tests whose ``conformance`` marker names a matching rule; ``--replay`` keeps the
+    tests that take the replayed case's type and dtype."""
+    if OPTIONS not in config.stash:
+        return
+    run = config.stash[OPTIONS]
+    for item in items:
+        if item.get_closest_marker("conformance") is not None:
+            apply_sweep(item.obj, run.settings)  # type: ignore[attr-defined]  # a pytest.Function
+    if not (run.rules or run.replay_case is not None):
+        return
+    from fnmatch import fnmatchcase
+
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("conformance")
+        if marker is None:
+            drop.append(item)
+            continue
+        rules = marker.kwargs.get("rules", ())
+        ok = not run.rules or any(fnmatchcase(r, p) for r in rules for p in run.rules)
+        if ok and run.replay_case is not None:
+            ok = _takes_case(item, run.replay_case)
+        (keep if ok else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if run.replay_case is not None and not keep:
+        case = run.replay_case
+        raise pytest.UsageError(
+            f"--replay: no selected conformance test takes {type(case).__name__} in "
+            f"{getattr(getattr(case, 'batch', None), 'dtype', '?')}; select the test and dtype the failure named "
+            "(--rule, --dtype)")
+
+
+def _takes_case(item: pytest.Item, case: Any) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "subject" not in callspec.params:
+        return False
+    params = callspec.params["subject"]
+    # (backend, device, x dtype, weight dtype), or the parity gate's (pair, dtype)
+    dtype, weight_dtype = (params[2], params[3]) if len(params) == 4 else (params[-1], params[-1])
+    batch = getattr(case, "batch", None)
+    if batch is None or batch.dtype != dtype or batch.weight_dtype != weight_dtype:
+        return False
+    marker = item.get_closest_marker("conformance")
+    case_types = marker.kwargs.get("case_types", ()) if marker else ()
+    return not case_types or type(case).__name__ in case_types
+
+
+def subject(request: pytest.FixtureRequest) -> Subject:
+    """The (backend, device, dtype) a conformance test runs against; skipped with the reason if it cannot run.
+    For the parity gate, a pair of them: the subject calls the left side, ``subject.other`` the right."""
+    config = request.config
+    run = config.stash[OPTIONS]
+    if len(request.param) == 2:
+        return _pair_subject(request, run)
+    backend, device, dtype, weight_dtype = request.param
+    request.node.stash[SUBJECT] = {"backend": backend.name, "device": str(device)}
+    _skip_if_hung(request)
+    device = worker_device(device)
+    try:
+        reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
+    except BackendError as exc:
+        pytest.fail(f"backend {backend.name!r} cannot say whether it runs on {device}: {exc}", pytrace=False)
+    if reason:
+        pytest.skip(reason)
+    if getattr(torch, dtype) not in backend.dtypes:
+        pytest.skip(f"{backend.name} does not support {dtype}")
+    if getattr(torch, weight_dtype) not in backend.weight_dtypes(getattr(torch, dtype)):
+        pytest.skip(f"{backend.name} declares no {weight_dtype} weight with {dtype} x")
+    interpreted = bool(getattr(backend.impl, "interpreted", False))
+    max_elements = sweep_elements(device, interpreted=interpreted, option=config.getoption("--max-elements"))
+    hypothesis_test = getattr(request.node.obj, "hypothesis", None)
+    if hypothesis_test is not None:
+        # Each (backend, device, dtype) gets its own example database key and, under a derandomized sweep, its
+        # own examples; the key leaves out the path, so the examples are the same from a clone or a wheel.
+        hypothesis_test.inner_test._hypothesis_internal_add_digest = request.node.name.encode()
+    device_option = str(request.param[1])
+
+    def replay(rule_id: str, case: Any) -> str:
+        return replay_command(backend, device_option, dtype, rule_id, case, run.contract_profile)
+
+    def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
+        request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
+
+    made = Subject(backend=backend, device=device, dtype=dtype, weight_dtype=weight_dtype,
+                   profile=profile(config.getoption("--contract-profile")),
+                   collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
+                   on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
+                   manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
+                   case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample)
+    config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
+    return made
+
+
+def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
+    pair, dtype = request.param
+    config = request.config
+    sides = []
+    for backend, device in ((pair.left_backend, pair.left_device), (pair.right_backend, pair.right_device)):
+        device = worker_device(device)
+        try:
+            reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
+        except BackendError as exc:
+            pytest.fail(f"backend {backend.name!r} cannot say whether it runs on {device}: {exc}", pytrace=False)
+        if reason:
+            pytest.skip(f"parity {pair.label}: {reason}")
+        if getattr(torch, dtype) not in backend.dtypes:
+            pytest.skip(f"parity {pair.label}: {backend.name} does not support {dtype}")
+        sides.append((backend, device))
+    request.node.stash[SUBJECT] = {"backend": pair.label, "device": pair.device_label}
+    _skip_if_hung(request)
+    records = _test_records(request, run)
+    profile_ = profile(config.getoption("--contract-profile"))
+    max_elements = min(sweep_elements(d, interpreted=bool(getattr(b.impl, "interpreted", False)),
+                                      option=config.getoption("--max-elements")) for b, d in sides)
+
+    def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
+        request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
+
+    def replay(rule_id: str, case: Any) -> str:
+        return parity_replay_command(pair, dtype, case)
+
+    def make(backend: Any, device: torch.device) -> Subject:
+        return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,
+                       nodeid=request.node.nodeid, replay=replay, on_failure=on_failure, max_elements=max_elements,
+                       replay_case=run.replay_case, manifest=run.manifest, case_timeout=run.case_timeout,
+                       run_ends_at=run.run_ends_at,
+                       strict_interface=config.getoption("--strict-interface"))
+
+    left, right = make(*sides[0]), make(*sides[1])
+    left.other = right
+    left.record_as = (pair.label, pair.device_label)
+    config.stash[RUNNING] = (request.node.stash[SUBJECT], left)
+    return left
+
+
+class Parity:
+    """Every selected backend that can run on one device, for the informational cross-backend table."""
+
+    def __init__(self, backends: list, device: torch.device, dtype: str, collector: Collector, *,
+                 case_timeout: float = 0.0, hangs: HangLedger | None = None, device_key: str = "",
+                 nodeid: str = "") -> None:
+        self.backends = backends
+        self.nodeid = nodeid
+        self.device = device
+        self.dtype = dtype
+        self.collector = collector
+        self.case_timeout = case_timeout
+        self.hangs = hangs
+        self.device_key = device_key or str(device)
+
+    def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger, and one whose
+        fault loses the device ends the comparison as not run (its own tests record the fault against it)."""
+        what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
+        try:
+            with isolation.deadline(self.case_timeout, what):
+                out = backend.forward(x, w, eps)
+                device_faults.settle(self.device)
+                return out
+        except CaseTimedOut:
+            if self.hangs is not None:
+                self.hangs.note(backend.name, self.device_key, what)
+            raise
+        except Exception as exc:
+            lost = device_faults.context_lost(self.device, exc)
+            if lost is None:
+                raise
+            detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
+            device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
+            pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
+
+
+def parity(request: pytest.FixtureRequest) -> Parity:
+    """The backends to compare with each other on one (device, dtype); skipped when fewer than two can run."""
+    device, dtype = request.param
+    device = worker_device(device)
+    run = request.config.stash[OPTIONS]
+    reason = device_unavailable_reason(device)
+    if reason:
+        pytest.skip(reason)
+    hangs = request.config.stash[HANGS]
+    key = str(request.param[0])
+    runnable = [b for b in run.backends if _runs_on(b, device) and getattr(torch, dtype) in b.dtypes
+                and not hangs.hung(b.name, key)]
+    if len(runnable) < 2:
+        pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung); "
+                    f"have {', '.join(b.name for b in runnable) or 'none'}")
+    return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
+                  device_key=key, nodeid=request.node.nodeid)
+
+
+def _runs_on(backend: Any, device: torch.device) -> bool:
+    try:
+        return backend.unavailable_reason(device) is None
+    except BackendError:
+        return False  # its own tests fail with the probe's error
+
+
+def _test_records(request: pytest.FixtureRequest, run: RunOptions) -> Collector:
+    """A collector for one test's checks. They travel to the report inside the test's own report
+    (``user_properties``), so pytest-xdist carries them to the controller as each test ends, and an
+    interrupted run still reports every test that finished."""
+    records = Collector(expected=manifest_rows(run.manifest) if run.manifest else [])
+    request.node.stash[RECORDS] = records
+    return records
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    subject = item.stash.get(SUBJECT, None)
+    if subject is not None and report.when == "teardown":
+        # The teardown report's properties are what JUnit XML writes: flat strings, not the records' dicts.
+        report.user_properties += _junit_properties(item, subject)
+    elif subject is not None:
+        report.user_properties.append((SUBJECT_PROPERTY, subject))
+    if call.excinfo is not None and isinstance(call.excinfo.value, (CaseTimedOut, EndedByTimer)):
+        report.longrepr = f"{item.name}: {call.excinfo.value}"
+    if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut) and report.when == "call":
+        _note_hang(item.config, item.stash.get(SUBJECT, {}), getattr(item, "funcargs", {}).get("subject"),
+                   item.name)
+    if call.excinfo is not None and isinstance(call.excinfo.value, RunDeadlineReached):
+        # Cut short by the run's deadline: not finished, and no finding about the backend.
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"not finished: {call.excinfo.value}")
+    if report.when != "call":
+        return
+    notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo is not None else None
+    if report.failed and notes and "Falsifying example" not in report.longreprtext:
+        # A contract failure prints without a traceback; keep Hypothesis' falsifying example and
+        # @reproduce_failure blob, which it attaches to the exception as notes.
+        report.longrepr = report.longreprtext + "\n\n" + "\n".join(str(n) for n in notes)
+    records = item.stash.get(RECORDS, None)
+    if records is not None:
+        report.user_properties.append((RECORDS_PROPERTY, records.to_json()))
+    failure = item.stash.get(FAILURE, None)
+    if failure is not None and report.failed:
+        report.user_properties.append((FAILURE_PROPERTY, failure))
+
+
+def _junit_properties(item: pytest.Item, subject: dict) -> list[tuple[str, str]]:
+    """rule, backend, device, dtype, severity, replay and interface warnings of a test, for its <testcase>."""
+    from rmsnorm_conformance.harness.reporting.ci_output import junit_properties
+
+    marker = item.get_closest_marker("conformance")
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.get("subject") if callspec is not None else None
+    dtype = ""
+    if isinstance(params, tuple) and len(params) == 4:  # (backend, device, x dtype, weight dtype)
+        dtype = params[2] if params[3] == params[2] else f"{params[2]}-w_{params[3]}"
+    elif isinstance(params, tuple) and len(params) == 2:  # the parity gate's (pair, dtype)
+        dtype = str(params[1])
+    return junit_properties(rules=tuple(marker.kwargs.get("rules", ())) if marker else (),
+                            backend=subject["backend"], device=subject["device"], dtype=dtype,
+                            failure=item.stash.get(FAILURE, None), records=item.stash.get(RECORDS, None))

@@ -1,0 +1,76 @@
+"""The installed plugin costs a pytest run that is not a conformance run nothing: loading it imports neither torch
+nor Hypothesis, numpy or tabulate, and it becomes active (with torch) only under the rule its entry module states.
+
+These check imports, not wall time; reports/cpu/plugin-import.md measures the time.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = ROOT / "suites"
+HEAVY = ("torch", "hypothesis", "numpy", "tabulate")
+
+# A test file that reports, in its own output, which heavy modules the run had imported by the time it ran.
+PROBE = """
+    import sys
+
+    def test_probe(pytestconfig):
+        assert pytestconfig.pluginmanager.has_plugin("rmsnorm_conformance"), "the plugin must be loaded"
+        print("HEAVY:" + ",".join(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+def _heavy_imported(result: pytest.RunResult) -> list[str]:
+    found = re.search(r"HEAVY:([\w,]*)", result.stdout.str())
+    assert found, result.stdout.str()
+    return [m for m in found.group(1).split(",") if m]
+
+
+def test_importing_the_entry_module_imports_no_heavy_module():
+    code = ("import sys, rmsnorm_conformance.harness.plugin.hooks; "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"importing the plugin's entry module imported {out.stdout.strip()}"
+
+
+def test_a_run_without_conformance_tests_or_options_imports_no_heavy_module(pytester):
+    pytester.makepyfile(test_probe=PROBE.format(heavy=HEAVY))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-s")
+    assert result.ret == 0, result.stdout.str()
+    assert _heavy_imported(result) == []
+
+
+def test_a_conformance_option_activates_the_plugin(pytester):
+    pytester.makepyfile(test_probe=PROBE.format(heavy=HEAVY))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-s", "--sweep=ci",
+                                           "--device=cpu")
+    assert "torch" in _heavy_imported(result), result.stdout.str()
+    result.stdout.fnmatch_lines(["rmsnorm-conformance: contract *, sweep ci"])  # the active run's header
+
+
+def test_a_collected_test_that_asks_for_a_subject_activates_the_plugin(pytester, monkeypatch):
+    """A conformance test outside the shipped suites, with no option given, is parametrized and run."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(test_mine="""
+        def test_runs_against_a_subject(subject):
+            assert subject.dtype in ("float32", "bfloat16", "float16")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-v")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_runs_against_a_subject[[]native-cpu-float32[]] PASSED*"])
+
+
+def test_the_shipped_suites_named_by_path_activate_the_plugin(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess(str(SUITES / "test_axis_b.py"), "--collect-only",
+                                           "-p", "no:cacheprovider")
+    # Active from configure on: the reporter's header, then the tests parametrized over the backends.
+    result.stdout.fnmatch_lines(["rmsnorm-conformance: contract *", "*test_output[[]native-cpu-bfloat16[]]*"])
