@@ -252,6 +252,11 @@ def _same_layout(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else same_layout_copy(t.detach())
 
 
+def _same_layouts(rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of an entry point's row inputs, each with its own strides."""
+    return [same_layout_copy(t.detach()) for t in rows]
+
+
 def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) -> None:
     """An engine runs the kernel compiled, captured in a CUDA graph and replayed, under no_grad or inference_mode;
     a trainer runs it eagerly. Each must give eager's bits, through every entry point."""
@@ -264,14 +269,14 @@ def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) 
     rows, w = _inputs(subject, case)
     eager = _call(subject, case, rows, w)
     found: list[tuple[str, Outputs]] = []
-    for label, mode in (("torch.no_grad()", torch.no_grad), ("torch.inference_mode()", torch.inference_mode)):
-        with mode():
-            found.append((label, call(subject, case.entry, [_same_layout(t) for t in rows], _same_layout(w), b.eps)))
+    for label, grad_mode in (("torch.no_grad()", torch.no_grad), ("torch.inference_mode()", torch.inference_mode)):
+        with grad_mode():
+            found.append((label, call(subject, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
     for mode in sample_modes(subject.device):
         moded = dataclasses.replace(subject, backend=sample_backend(subject.backend, mode, subject.device),
                                     record_as=subject.record_as or (subject.backend.name, str(subject.device)))
         try:
-            out = call(moded, case.entry, [_same_layout(t) for t in rows], _same_layout(w), b.eps)
+            out = call(moded, case.entry, _same_layouts(rows), _same_layout(w), b.eps)
         except Exception:
             subject.refusal = moded.refusal  # a clear exception under the mode is a refusal, as in eager
             raise

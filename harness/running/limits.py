@@ -50,7 +50,7 @@ class InputLimits:
             layouts = tuple(layouts)
             if not layouts or any(v not in LAYOUTS for v in layouts):
                 raise bad("layouts", layouts, want)
-        numbers = {}
+        numbers: dict[str, int | None] = {}
         for attribute, default in (("min_dim", 1), ("max_dim", None), ("dim_multiple_of", 1)):
             value = getattr(impl, attribute, None)
             if value is None:
@@ -59,9 +59,10 @@ class InputLimits:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise bad(attribute, value, "a positive int")
             numbers[attribute] = value
-        if numbers["max_dim"] is not None and numbers["max_dim"] < numbers["min_dim"]:
-            raise bad("max_dim", numbers["max_dim"], f"at least min_dim={numbers['min_dim']}")
-        return cls(layouts, numbers["min_dim"], numbers["max_dim"], numbers["dim_multiple_of"])
+        min_dim, max_dim, multiple = (numbers["min_dim"] or 1), numbers["max_dim"], (numbers["dim_multiple_of"] or 1)
+        if max_dim is not None and max_dim < min_dim:
+            raise bad("max_dim", max_dim, f"at least min_dim={min_dim}")
+        return cls(layouts, min_dim, max_dim, multiple)
 
     @property
     def declared_any(self) -> bool:
