@@ -6,6 +6,12 @@
 #   bash benchmarks/engines_on_device.sh stage          # keep this call's wheels and parts for a later call
 #   OUT=dir bash benchmarks/engines_on_device.sh run [ADAPTERS]   # join, install, run (default: every engine)
 #
+# benchmarks/engine_wheels.py downloads the wheels and packs the groups. The run names the project's own
+# backends beside the engines (ENGINES_BESIDE, default native,triton,cuda; empty for the engines alone), on
+# ENGINES_WORKERS pytest-xdist workers (default 8) and in ENGINES_DTYPE (default bfloat16; empty for every
+# dtype), so that it ends within ENGINES_TIME_LIMIT seconds (default 420); ENGINES_ARGS adds pytest options
+# (--require-parity=native:triton, say).
+#
 # Calls on one machine share /tmp while it stays warm: 'stage' each group in back-to-back calls, and 'run' with
 # the last one. A wheel joins once all its parts are there and its sha256 matches; an incomplete one is left out,
 # and its adapters are then skipped with their reason like any adapter whose package is missing. Only adapters
@@ -17,12 +23,15 @@ OUT=${OUT:-reports/engines}
 STAGE=${ENGINES_STAGE:-/tmp/engines-stage}
 SITE=${ENGINES_SITE:-/tmp/site}
 LIMIT=${ENGINES_TIME_LIMIT:-420}   # seconds for the conformance run itself
-ENGINES=vllm,vllm_batch_invariant,flashinfer,sgl_kernel,quack,xformers,transformer_engine,unsloth
+BESIDE=${ENGINES_BESIDE-native,triton,cuda}
+WORKERS=${ENGINES_WORKERS:-8}
+DTYPE=${ENGINES_DTYPE-bfloat16}
+ENGINES=liger,fla,flashinfer,quack,xformers,vllm,vllm_batch_invariant,sgl_kernel,transformer_engine,unsloth
 export PYTHONUNBUFFERED=1
 mkdir -p "$STAGE" "$OUT"
 
 # 1. Keep this call's files: whole wheels, parts and checksums.
-find -L .whl-engines -type f 2>/dev/null | while read -r f; do cp -n "$f" "$STAGE/"; done
+find -L .whl-engines -type f 2>/dev/null | while read -r f; do [ -e "$STAGE/$(basename "$f")" ] || cp "$f" "$STAGE/"; done
 echo "staged: $(ls "$STAGE" | wc -l) files, $(du -sh "$STAGE" | cut -f1)"
 [ "$mode" = stage ] && exit 0
 
@@ -45,6 +54,7 @@ if ls "$STAGE"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     "$STAGE"/*.whl || echo "pip install failed: exit $?"
 fi
+export PATH="$SITE/bin:$PATH"   # console scripts carried in wheels (ninja, for FlashInfer's CUDA JIT fallback)
 purelib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "import site; site.addsitedir('$SITE')" > "$purelib/zz_engines_site.pth" \
   || { export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; echo "no .pth written: PYTHONPATH only"; }
@@ -66,7 +76,8 @@ import importlib, sys, time
 import torch
 from rmsnorm_conformance.harness.running.registry import load_backend
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
-modules = {"vllm": "vllm._custom_ops", "vllm_batch_invariant": "vllm._custom_ops", "flashinfer": "flashinfer.norm",
+modules = {"liger": "liger_kernel.ops.rms_norm", "fla": "fla.modules.layernorm",
+           "vllm": "vllm._custom_ops", "vllm_batch_invariant": "vllm._custom_ops", "flashinfer": "flashinfer.norm",
            "sgl_kernel": "sgl_kernel", "quack": "quack", "xformers": "xformers.ops.rmsnorm",
            "transformer_engine": "transformer_engine.pytorch", "unsloth": "unsloth.kernels"}
 ready = []
@@ -75,11 +86,13 @@ for name in sys.argv[1].split(","):
     if reason is None:
         t = time.perf_counter()
         try:
-            importlib.import_module(modules[name])
+            module = importlib.import_module(modules[name])
         except Exception as exc:  # an engine that does not import is reported, and left out of the run
             reason = f"import {modules[name]} failed: {type(exc).__name__}: {exc}"
         else:
-            print(f"{name}: import {modules[name]} took {time.perf_counter() - t:.1f} s")
+            top = sys.modules[modules[name].split(".")[0]]
+            print(f"{name}: import {modules[name]} took {time.perf_counter() - t:.1f} s "
+                  f"(version {getattr(top, '__version__', '?')}, from {top.__file__})")
     print(f"{name}: {'ready' if reason is None else 'skipped: ' + reason}")
     if reason is None:
         ready.append(name)
@@ -89,12 +102,14 @@ EOF
 ready=$(cat /tmp/engines-ready 2>/dev/null)
 [ -n "$ready" ] || { echo "no engine adapter can run here"; exit 5; }
 
-# 5. The suites, one process (a crash is reported as INCOMPLETE with the test it died in), SIGINT on timeout so
-#    that the report is still written.
+# 5. The suites, the project's backends beside the engines that can run, on xdist workers (a crash ends its
+#    worker and is reported against the test it died in), SIGINT on timeout so that the report is still written.
+backends=$ready${BESIDE:+,$BESIDE}
 start=$(date +%s)
-timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --backend="$ready" --device=cuda \
-  -q -p no:cacheprovider --sweep=ci --report="$OUT/engines.md" --report="$OUT/engines.json" 2>&1 \
-  | tee "$OUT/engines-log.txt" | tail -n 60
+timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --backend="$backends" --device=cuda \
+  -n "$WORKERS" ${DTYPE:+--dtype="$DTYPE"} -q -p no:cacheprovider --sweep=ci \
+  --report="$OUT/engines.md" --report="$OUT/engines.json" ${ENGINES_ARGS:-} 2>&1 | tee "$OUT/engines-log.txt" \
+  | tail -n 60
 status=${PIPESTATUS[0]}
-echo "conformance ($ready): exit $status, $(( $(date +%s) - start )) s"
+echo "conformance ($backends, ${DTYPE:-every dtype}, $WORKERS workers): exit $status, $(( $(date +%s) - start )) s"
 exit "$status"

@@ -63,7 +63,7 @@ for stage in $stages; do
           # with semantics.device_fault only; native and Triton PASS with no check failed.
           timeout -s INT "${FAULTS_LIMIT:-560}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
             --backend=native,triton,$F:TritonDeviceAssert --device=cuda -n 4 --max-worker-restart=1000 \
-            -q -p no:cacheprovider --sweep=ci --report="$OUT/faults.md" --report="$OUT/faults.json" ;;
+            -q -p no:cacheprovider --sweep=ci --report="$OUT/faults.md" --report="$OUT/faults.json" ${FAULTS_ARGS:-} ;;
         bounds)
           # Guard zones on the GPU: a fused add that writes one row past its output view (semantics.bounds), and a
           # kernel that asks for a terabyte above 4096 rows (its own check fails; native beside it passes).

@@ -1,59 +1,186 @@
-"""How fast the harness checks a backend: configurations per second and the wall time of a whole run.
+"""How fast the harness reaches a verdict, and where its time goes.
 
-Not a test: it runs the suites once under a Hypothesis profile and reports what the JSON report counted.
+Not a test: it runs the suites once and writes what it saw, as markdown:
 
-    python benchmarks/harness_throughput.py --backend=native --device=cpu --profile=ci [--out reports/cpu/throughput.md]
+- the verdict, the wall time from ``pytest`` to the verdict (start-up included), checks and checks per second;
+- the time per suite file, from pytest's own per-test timings (a junit XML file), summed over workers;
+- with ``--breakdown`` (one process only), a cProfile of the whole run with each second put under the stage
+  that spent it: drawing inputs, the reference, comparisons, guard zones, the backend under test, compiles,
+  pytest itself. Time inside torch or C code is charged to the project code that called it.
+
+    python benchmarks/harness_throughput.py --backend=native --device=cpu --sweep=ci [--breakdown] [--out FILE]
+    python benchmarks/harness_throughput.py --suite=test_axis_b --breakdown -- --dtype=bfloat16
+    python benchmarks/harness_throughput.py --pyargs --backend=triton --device=cuda --workers=8   # from a wheel
+
+``--pyargs`` runs the installed package's suites (``pytest --pyargs rmsnorm_conformance.suites``) from an empty
+folder, as a kernel author does; without it, this tree's ``suites/``. Extra pytest arguments follow ``--``.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import os
+import pstats
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Where a second is charged, by the path of the code that spent it (first match wins). Torch's own Python and C
+# functions are charged to their nearest caller that matches one of these.
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("compile (Triton, torch.compile)", ("/triton/", "/torch/_dynamo/", "/torch/_inductor/")),
+    ("reference (contract/)", ("/contract/",)),
+    ("drawing inputs (cases, strategies, Hypothesis)", ("/harness/drawing/", "/hypothesis/")),
+    ("guard zones", ("/harness/checking/bounds.py",)),
+    ("comparison and rounding", ("/harness/checking/comparison.py", "/harness/checking/rounding.py")),
+    ("backend under test (backends/, zoo/)", ("/backends/", "/zoo/")),
+    ("checks and plans (harness/checking/, suites/)", ("/harness/checking/", "/suites/")),
+    ("running (isolation, devices, adapters)", ("/harness/running/",)),
+    ("plugin and report", ("/harness/plugin/", "/harness/reporting/")),
+    ("pytest and xdist", ("/_pytest/", "/pluggy/", "/xdist/", "/execnet/")),
+)
+UNCHARGED = "other (imports, interpreter)"
+
+
+def stage_of(filename: str) -> str | None:
+    path = filename.replace(os.sep, "/")
+    for stage, parts in STAGES:
+        if any(p in path for p in parts):
+            return stage
+    return None
+
+
+def breakdown(stats: pstats.Stats) -> dict[str, float]:
+    """Seconds per stage: each function's own time goes to its stage, or, for torch, builtins and the rest, to
+    its callers' stages in proportion to the time it spent under each caller (followed up to 12 frames)."""
+    table = stats.stats  # type: ignore[attr-defined]
+    memo: dict[tuple, dict[str, float]] = {}
+
+    def shares(func: tuple, depth: int) -> dict[str, float]:
+        """How one second of ``func``'s own time splits over stages."""
+        if func in memo:
+            return memo[func]
+        own = stage_of(func[0])
+        if own is not None or depth > 12:
+            result = {own or UNCHARGED: 1.0}
+        else:
+            callers = table[func][4]
+            total = sum(c[2] for c in callers.values()) or sum(c[3] for c in callers.values())
+            result = defaultdict(float)
+            if not callers or total <= 0:
+                result[UNCHARGED] = 1.0
+            else:
+                memo[func] = {UNCHARGED: 1.0}  # a cycle resolves to uncharged
+                for caller, c in callers.items():
+                    weight = (c[2] if c[2] > 0 else c[3]) / total
+                    if caller in table:
+                        for stage, share in shares(caller, depth + 1).items():
+                            result[stage] += weight * share
+                    else:
+                        result[UNCHARGED] += weight
+            result = dict(result)
+        memo[func] = result
+        return result
+
+    seconds: dict[str, float] = defaultdict(float)
+    for func, (_cc, _nc, tt, _ct, _callers) in table.items():
+        for stage, share in shares(func, 0).items():
+            seconds[stage] += tt * share
+    return dict(seconds)
+
+
+def per_suite(junit: Path) -> dict[str, tuple[int, float]]:
+    """Tests and seconds per suite file, from pytest's junit XML (test time summed over workers)."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        suite = case.get("classname", "?").split(".")[-1]
+        out[suite][0] += 1
+        out[suite][1] += float(case.get("time", 0.0))
+    return {k: (int(v[0]), v[1]) for k, v in out.items()}
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="native")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--profile", default="ci")
-    parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (0: none)")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--sweep", "--profile", dest="sweep", default=None,
+                        help="the harness's --sweep (default: the harness's default)")
+    parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (0: one process)")
+    parser.add_argument("--pyargs", action="store_true", help="the installed package's suites, from an empty folder")
+    parser.add_argument("--breakdown", action="store_true", help="profile the run (one process only)")
+    parser.add_argument("--suite", action="append", default=[],
+                        help="one suite file's module name, e.g. test_axis_b (repeatable; default: every suite)")
+    parser.add_argument("--out", default=None, help="write the markdown here too")
+    args, extra = parser.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    if args.breakdown and args.workers:
+        parser.error("--breakdown profiles one process: leave --workers at 0")
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "pytest", "suites", f"--backend={args.backend}", f"--device={args.device}",
-               f"--sweep={args.profile}", f"--report={report}", "-q", "-p", "no:cacheprovider"]
+        report, junit = Path(tmp) / "r.json", Path(tmp) / "junit.xml"
+        if args.pyargs:
+            target = ["--pyargs", *(f"rmsnorm_conformance.suites.{s}" for s in args.suite or [""])]
+            target = [t.rstrip(".") for t in target]
+        else:
+            target = [str(ROOT / "suites" / (f"{s}.py" if s else "")) for s in args.suite or [""]]
+        pytest_args = [*target, f"--backend={args.backend}", f"--device={args.device}", f"--report={report}",
+                       f"--junitxml={junit}", "-q", "-p", "no:cacheprovider", *extra]
+        if args.sweep:
+            pytest_args.append(f"--sweep={args.sweep}")
         if args.workers:
-            cmd += ["-n", str(args.workers)]
+            pytest_args += ["-n", str(args.workers)]
+        cwd = tmp if args.pyargs else str(ROOT)
+        stages: dict[str, float] = {}
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        wall = time.perf_counter() - start
+        if args.breakdown:
+            os.chdir(cwd)
+            import pytest
+
+            profiler = cProfile.Profile()
+            status = profiler.runcall(pytest.main, pytest_args)
+            wall = time.perf_counter() - start
+            stages = breakdown(pstats.Stats(profiler))
+        else:
+            proc = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], cwd=cwd, capture_output=True,
+                                  text=True)
+            status = proc.returncode
+            wall = time.perf_counter() - start
         data = json.loads(report.read_text())
+        suites = per_suite(junit) if junit.exists() else {}
     checks = data["totals"]["checks"]
-    by_axis: dict[str, int] = {}
-    for s in data["summaries"]:
-        axis = s["rule"].split(".")[0]
-        by_axis[axis] = by_axis.get(axis, 0) + s["checks"]
+    command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
+    sweep = data["environment"].get("sweep", args.sweep)
     lines = [
-        f"# Harness throughput: {args.backend} on {args.device}, Hypothesis profile {args.profile}", "",
-        f"Command: `python benchmarks/harness_throughput.py --backend={args.backend} --device={args.device} "
-        f"--profile={args.profile} --workers={args.workers}`", "",
-        f"- verdict: {data['verdict']} (pytest exit status {proc.returncode})",
-        f"- wall time of the whole run: {wall:.1f} s (pytest start-up included)",
-        f"- checks (one comparison each): {checks}; per axis: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(by_axis.items())),
-        f"- checks per second: {checks / wall:.1f}",
+        f"# Harness throughput: {args.backend} on {args.device}, sweep {sweep}, "
+        f"{args.workers or 'no'} xdist workers", "",
+        f"Command: `{command}`", "",
+        f"- verdict: {data['verdict']} (pytest exit status {int(status)})",
+        f"- wall time from `pytest` to the verdict: {wall:.1f} s (start-up included)",
+        f"- checks (one comparison each): {checks}; checks per second: {checks / wall:.1f}",
         f"- tests passed: {data['totals']['passed_tests']}",
-        f"- torch {data['environment'].get('torch')}, {data['environment'].get('platform')}",
+        f"- torch {data['environment'].get('torch')}, {data['environment'].get('platform')}, "
+        f"{data['environment'].get('device cuda:0', 'no GPU')}",
         "",
     ]
+    if suites:
+        lines += ["| suite | tests | seconds (summed over workers) |", "|---|---|---|"]
+        lines += [f"| {name} | {n} | {sec:.1f} |"
+                  for name, (n, sec) in sorted(suites.items(), key=lambda kv: -kv[1][1])]
+        lines.append("")
+    if stages:
+        total = sum(stages.values())
+        lines += ["Where the time went (cProfile; torch and C time charged to the project code that called it):", "",
+                  "| stage | seconds | share |", "|---|---|---|"]
+        lines += [f"| {stage} | {sec:.1f} | {sec / total:.0%} |"
+                  for stage, sec in sorted(stages.items(), key=lambda kv: -kv[1])]
+        lines.append("")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -120,7 +120,7 @@ def _whole(subject, case, memo):
     if memo.get("inputs", (None,))[0] != case.batch:
         memo.pop("inputs", None)
         memo.pop("whole", None)
-        memo["inputs"] = (case.batch, subject.inputs(case.batch))
+        memo["inputs"] = (case.batch, subject.inputs(case.batch, drawn_on_device=True))
     x, w = memo["inputs"][1]
     if memo.get("whole", (None,))[0] != case.entry:
         memo.pop("whole", None)  # free the previous entry point's output first
@@ -164,7 +164,7 @@ def test_strided_rows_past_int32_offsets(subject, case, memo):
     """A view whose last rows start past 2^31 elements of its buffer: those rows against a contiguous copy."""
     _own_weight_dtype(subject)
     b = case.batch
-    x, w = subject.inputs(b)
+    x, w = subject.inputs(b, drawn_on_device=True)
     view = strided_layout(case, x)
     del x
     n = INT32_OFFSET_ROWS_CHECKED

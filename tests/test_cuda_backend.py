@@ -118,6 +118,18 @@ def test_input_errors_match_native(x, w, eps, error):
     assert str(ours.value) == str(native.value)
 
 
+@pytest.mark.parametrize("entry", ["forward", "forward_fp32", "forward_offset", "fused_add", "fused_add_"])
+def test_an_undeclared_weight_dtype_is_refused_in_the_contracts_words(entry):
+    """The kernels take the weight in x's dtype only: a bf16 x with an fp32 weight (a pair the contract defines,
+    which the reference takes) fails the contract's check with both dtypes named, before the operator's own
+    message (which names them as C++ does, "BFloat16" and "Float") can reach the user. Found on an H200."""
+    x, w = torch.randn(2, 8).bfloat16(), torch.randn(8)
+    args = (x, x.clone(), w) if entry.startswith("fused_add") else (x, w)
+    with pytest.raises(TypeError) as raised:
+        getattr(OP, entry)(*args)
+    assert "float32" in str(raised.value) and "bfloat16" in str(raised.value)
+
+
 def test_shorten_keeps_the_error_lines():
     log = "\n".join(["noise"] * 50 + ["rmsnorm_kernels.cu(12): error: identifier x is undefined"] + ["tail"] * 5)
     short = _build.shorten(log)

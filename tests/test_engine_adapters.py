@@ -7,6 +7,7 @@ be skipped with that reason (a run naming only them ends NOT RUN, never PASS).""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 from pathlib import Path
@@ -19,11 +20,12 @@ from rmsnorm_conformance.harness.running.registry import known_backend_names, lo
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ["vllm", "vllm_batch_invariant", "flashinfer", "sgl_kernel", "quack", "xformers", "transformer_engine",
-           "unsloth"]
+           "unsloth", "fla"]
 # The modules each adapter checks for; a None entry in sys.modules makes a module unimportable.
 PACKAGES = {"vllm": ["vllm"], "vllm_batch_invariant": ["vllm"], "flashinfer": ["flashinfer"],
             "sgl_kernel": ["sgl_kernel"], "quack": ["quack"], "xformers": ["xformers"],
-            "transformer_engine": ["transformer_engine", "transformer_engine_torch"], "unsloth": ["unsloth"]}
+            "transformer_engine": ["transformer_engine", "transformer_engine_torch"], "unsloth": ["unsloth"],
+            "fla": ["fla"]}
 EPS = 1e-5
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -86,6 +88,20 @@ def test_engine_adapters_are_registered_by_entry_point():
     for name in ENGINES:
         assert name in known_backend_names()
         assert load_backend(name).name == name
+
+
+def test_the_device_script_imports_each_engine_it_runs():
+    """benchmarks/engines_on_device.sh names an adapter with --backend only after importing the module that
+    adapter calls; every engine in its default list needs that module in its map, and the adapter's source names
+    the same module."""
+    script = (ROOT / "benchmarks" / "engines_on_device.sh").read_text()
+    default = re.search(r"^ENGINES=(\S+)$", script, re.M).group(1).split(",")
+    modules = dict(re.findall(r'"(\w+)": "([\w.]+)"', script[script.index("modules = {"):]))
+    assert {"liger", "fla", "flashinfer", "quack", "xformers"} <= set(default)
+    for name in default:
+        assert name in known_backend_names() and name in modules, name
+        source = sys.modules[type(load_backend(name).impl).__module__].__file__
+        assert modules[name] in Path(source).read_text(), (name, modules[name])
 
 
 # --- vLLM ----------------------------------------------------------------------------------------------------
@@ -277,6 +293,53 @@ def test_xformers_adds_into_a_copy_of_the_residual(monkeypatch):
     assert fn == "rms_norm_add" and first is residual_out and first is not residual and second is x
     assert torch.equal(residual, before)
     assert torch.equal(residual_out, (x.float() + before.float()).to(BF16)) and torch.equal(y, norm(residual_out, w))
+
+
+# --- flash-linear-attention (fla-core) --------------------------------------------------------------------------
+
+def test_fla_passes_no_bias_and_fuses_the_add_out_of_place_with_the_residuals_dtype(monkeypatch):
+    calls = Calls()
+
+    def rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
+        """As fla-core 0.6.0 computes it: the fp32 sum is stored in the residual's dtype and normalized as is."""
+        calls.append(("rms_norm", (x, weight, bias), {"residual": residual, "eps": eps, "prenorm": prenorm,
+                                                       "residual_in_fp32": residual_in_fp32}))
+        summed = x.float() if residual is None else x.float() + residual.float()
+        y = norm(summed, weight, eps).to(x.dtype)
+        residual_out = summed.to(residual.dtype) if residual is not None else x
+        return (y, residual_out) if prenorm else y
+
+    install(monkeypatch, "fla.modules.layernorm", rms_norm=rms_norm)
+    backend = load_backend("fla")
+    assert backend.fused_add_fp32_residual and not backend.fused_add_in_place and not backend.has_forward_fp32
+    assert backend.dtype_pairs == ((F32, F32), (BF16, BF16), (F16, F16), (BF16, F32), (F16, F32))
+    assert backend.rounding_classes == {"forward": "product_fp32", "forward_unweighted": "product_fp32"}
+    assert not backend.offers("forward_offset")
+    assert backend.supports_backward("cpu") is True
+    x, residual, weight = data(w_dtype=F32)
+
+    assert torch.equal(backend.forward(x, weight, EPS), norm(x, weight))
+    assert calls[-1][1] == (x, weight, None) and calls[-1][2]["eps"] == EPS and not calls[-1][2]["prenorm"]
+    assert torch.equal(backend.forward_unweighted(x, EPS), norm(x)) and calls[-1][1][1] is None
+
+    before = x.clone(), residual.clone()
+    for res in (residual, residual.float()):
+        y, residual_out = backend.fused_add(x, res, weight, EPS)
+        (inp, w, bias), kw = calls[-1][1], calls[-1][2]
+        assert inp is x and w is weight and bias is None and kw["residual"] is res and kw["prenorm"]
+        assert kw["eps"] == EPS and not kw["residual_in_fp32"]
+        assert y.dtype == BF16 and residual_out.dtype == res.dtype
+        assert torch.equal(residual_out, (x.float() + res.float()).to(res.dtype))
+    assert torch.equal(x, before[0]) and torch.equal(residual, before[1])
+
+
+def test_fla_on_the_cpu_says_why_it_cannot_run(monkeypatch):
+    install(monkeypatch, "fla.modules.layernorm", rms_norm=lambda *a, **k: None)
+    install(monkeypatch, "einops")
+    reason = load_backend("fla").unavailable_reason("cpu")
+    assert reason and "interpreter" in reason
+    monkeypatch.setitem(sys.modules, "einops", None)  # fla imports einops: without it, that is the reason
+    assert load_backend("fla").unavailable_reason("cuda") == "einops is not installed (pip install einops)"
 
 
 # --- Unsloth ----------------------------------------------------------------------------------------------------

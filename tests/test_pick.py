@@ -184,3 +184,16 @@ def test_a_backend_at_parity_with_itself_elsewhere_is_not_lifted_above_a_faster_
     assert reference.partner_backends() == kernel.partner_backends() == 2
     fewer = PickRow("other", "cuda", "PASS", 10, [], [], "product_fp32", ["native"])
     assert sorted([fewer, reference], key=PickRow.sort_key)[0] is reference
+
+
+def test_a_run_that_ended_early_passes_no_backend():
+    """A backend with no failure in a run that was stopped reads INCOMPLETE, in "Pick a kernel" and in the
+    verdict table: its checks that never started cannot pass. The failing backend stays FAIL."""
+    c = _collector()
+    c.incomplete = "interrupted (Ctrl-C or a signal)"
+    rows = {r.backend: r.verdict for r in pick_rows(labelled(c))}
+    assert rows["fast"] == "INCOMPLETE" and rows["broken"] == "FAIL"
+    md = render_markdown(c, bench=BENCH)
+    assert "| PASS " not in _section(md)
+    finished = {r.backend: r.verdict for r in pick_rows(labelled(_collector()))}
+    assert finished["fast"] == "PASS"

@@ -127,6 +127,10 @@ def test_value_families_are_reproducible_and_in_domain(family, dtype):
     assert torch.isfinite(x1).all()
     assert torch.isfinite(x1.float().pow(2).sum(-1)).all(), "sum of squares must stay finite in fp32"
     assert not torch.equal(b.x(salt=1), x1) or family == "constant"
+    # Drawing on a device names the generator's device; on the CPU it must give the very same rows, since replays
+    # and cross-device parity rest on CPU draws.
+    drawn_on = b.x(device="cpu")
+    assert drawn_on.device.type == "cpu" and torch.equal(drawn_on.view(torch.int8), x1.view(torch.int8))
 
 
 @pytest.mark.parametrize("family", WEIGHT_FAMILIES)

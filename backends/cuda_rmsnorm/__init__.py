@@ -14,7 +14,13 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import SUPPORTED_DTYPES, check_inputs, check_residual, check_unweighted_inputs
+from rmsnorm_conformance.contract.inputs import (
+    SAME_DTYPE_PAIRS,
+    SUPPORTED_DTYPES,
+    check_inputs,
+    check_residual,
+    check_unweighted_inputs,
+)
 
 from . import _ops
 from ._build import BUILD_DIR_ENV, LIBRARY_ENV
@@ -98,7 +104,7 @@ class CudaRMSNormOp:
         out = _fast(_ops.fused_add_rms_norm, eps, x, residual, weight, eps)
         if out is not _SLOW:
             return out
-        check_inputs(x, weight, eps)
+        check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)  # the weight in x's dtype only
         check_residual(x, residual)
         self._require(x.device)
         return _ops.op("fused_add_rms_norm")(x, residual, weight, float(eps))
@@ -108,7 +114,7 @@ class CudaRMSNormOp:
         """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual."""
         if _fast(_ops.fused_add_rms_norm_, eps, x, residual, weight, eps) is not _SLOW:
             return x, residual
-        check_inputs(x, weight, eps)
+        check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)  # the weight in x's dtype only
         check_residual(x, residual)
         self._require(x.device)
         _ops.op("fused_add_rms_norm_")(x, residual, weight, float(eps))
@@ -117,7 +123,7 @@ class CudaRMSNormOp:
     def _checked(self, op: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *rest: bool) -> torch.Tensor:
         # The slow path: the contract's checks raise its own errors, then why the backend cannot run here,
         # and only then the operator, whose remaining errors are its own.
-        check_inputs(x, weight, eps)
+        check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)  # the weight in x's dtype only
         self._require(x.device)
         return _ops.op(op)(x, weight, float(eps), *rest)
 

@@ -204,8 +204,13 @@ class Subject:
                          what=f"{', '.join(changed)} that an earlier {earlier} call returned changed during a later "
                               f"{method} call: the backend reuses its output buffer")
 
-    def inputs(self, batch: Batch, *, rows: int | None = None, salt: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """x and weight of ``batch`` on the subject's device (made on the CPU, so the same on any device)."""
+    def inputs(self, batch: Batch, *, rows: int | None = None, salt: int = 0,
+               drawn_on_device: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """x and weight of ``batch`` on the subject's device, made on the CPU, so the same on any device.
+        ``drawn_on_device`` draws x on the device instead: for batches of billions of elements that would take
+        minutes to draw on the host, in checks that compare rows of one device with each other."""
+        if drawn_on_device:
+            return batch.x(rows, salt, device=self.device), self.to_device(batch.w())
         return self.to_device(batch.x(rows, salt)), self.to_device(batch.w())
 
     def replay_command(self, case: Any, rule_id: str) -> str:

@@ -92,13 +92,15 @@ class Batch:
             fields.append(f"weight_layout={self.weight_layout!r}")
         return f"Batch({', '.join(fields)})"
 
-    def generator(self, salt: int = 0) -> torch.Generator:
-        return torch.Generator().manual_seed((self.seed * 1_000_003 + salt) % (2**63))
+    def generator(self, salt: int = 0, device: torch.device | str = "cpu") -> torch.Generator:
+        return torch.Generator(device=device).manual_seed((self.seed * 1_000_003 + salt) % (2**63))
 
-    def x(self, rows: int | None = None, salt: int = 0) -> torch.Tensor:
-        """x on the CPU; ``rows`` and ``salt`` give further batches of the same family."""
+    def x(self, rows: int | None = None, salt: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
+        """x, drawn on the CPU unless ``device`` says otherwise; ``rows`` and ``salt`` give further batches of the
+        same family. Drawn on the CPU, the values are the same for every device; drawn on a device, they come from
+        that device's generator (for batches too large to draw on the host and copy in time)."""
         return make_values(self.values, rows if rows is not None else self.rows, self.dim, self.dtype,
-                           self.eps, self.generator(salt))
+                           self.eps, self.generator(salt, device))
 
     def w(self) -> torch.Tensor:
         return make_weight(self.weight, self.dim, self.weight_dtype, self.generator(salt=-1))
@@ -128,8 +130,9 @@ def lay_out_weight(w: torch.Tensor, layout: str) -> torch.Tensor:
 
 def make_values(family: str, rows: int, dim: int, dtype: str, eps: float,
                 gen: torch.Generator) -> torch.Tensor:
-    """Rows of x from a value family, computed in fp32 on the CPU, then rounded to ``dtype``."""
-    base = torch.randn(rows, dim, generator=gen)
+    """Rows of x from a value family, computed in fp32 on the generator's device, then rounded to ``dtype``."""
+    on = gen.device
+    base = torch.randn(rows, dim, generator=gen, device=on)
     if family == "normal":
         out = base
     elif family == "near_eps":
@@ -140,16 +143,16 @@ def make_values(family: str, rows: int, dim: int, dtype: str, eps: float,
         out = base.clamp(-3, 3) * _HUGE_SCALE[dtype]
     elif family == "mixed_rows":
         span = 2.0 if dtype == "float16" else 3.0
-        out = base * torch.pow(10.0, (torch.rand(rows, 1, generator=gen) * 2 - 1) * span)
+        out = base * torch.pow(10.0, (torch.rand(rows, 1, generator=gen, device=on) * 2 - 1) * span)
     elif family == "outliers":
-        spikes = torch.rand(rows, dim, generator=gen) < 0.01
+        spikes = torch.rand(rows, dim, generator=gen, device=on) < 0.01
         out = torch.where(spikes, base * 100.0, base)
     elif family == "constant":
-        out = torch.randn(rows, 1, generator=gen).expand(rows, dim).clone()
-        out[torch.rand(rows, generator=gen) < 0.2] = 0.0
+        out = torch.randn(rows, 1, generator=gen, device=on).expand(rows, dim).clone()
+        out[torch.rand(rows, generator=gen, device=on) < 0.2] = 0.0
     elif family == "zero_rows":
         out = base.clone()
-        out[torch.rand(rows, generator=gen) < 0.25] = 0.0
+        out[torch.rand(rows, generator=gen, device=on) < 0.25] = 0.0
     else:
         raise ValueError(f"unknown value family {family!r}; known: {', '.join(VALUE_FAMILIES)}")
     return out.to(torch_dtype(dtype))

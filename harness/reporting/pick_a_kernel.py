@@ -22,7 +22,8 @@ from rmsnorm_conformance.harness.reporting.records import Collector
 
 VERDICT_ORDER = ("PASS", "XFAIL", "INCOMPLETE", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then "
-              "INCOMPLETE: nothing failed but checks did not run because the device was lost, then FAIL, "
+              "INCOMPLETE: nothing failed but checks did not run, the run having ended early or the device been lost, "
+              "then FAIL, "
               "then NOT RUN); then fewer interface rules breached; then more bitwise-equal partner backends "
               "(itself on another device not counted); then rows with speed measured on their own device type, "
               "then measured elsewhere (†), then unmeasured; then more of a device copy's bandwidth (mean over "
@@ -308,8 +309,9 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         checks = sum(s.checks for s in mine)
         verdict = "FAIL" if failed else "XFAIL" if expected else "PASS" if checks else "NOT RUN"
         lost = [e for e in c.device_lost() if (e["backend"], e["device"]) == (backend, device)]
-        if lost and verdict in ("PASS", "XFAIL", "NOT RUN"):
-            verdict = "INCOMPLETE"  # checks it had left were kept from running by a fault that was not its own
+        if (lost or c.incomplete) and verdict in ("PASS", "XFAIL", "NOT RUN"):
+            # checks it had left were kept from running: by a fault that was not its own, or by the run's end
+            verdict = "INCOMPLETE"
         margins: dict[str, float] = {}
         for s in mine:
             if s.rule.startswith("axis_b.") and s.margin is not None:
@@ -430,8 +432,9 @@ def legend(rows: list[PickRow], bench: dict[str, Any] | None) -> list[str]:
     """What the columns mean, in as few words as a first reading needs."""
     lines = [f"Sorted best first: {SORT_ORDER}.",
              "numerics: PASS (every numerics rule held), XFAIL (only breaches a known-failure manifest accepts), "
-             "INCOMPLETE (nothing failed, but checks were not run: the device was lost to another backend's "
-             "fault; see 'Did not run'), FAIL (the rules in brackets), NOT RUN. interface warnings: interface "
+             "INCOMPLETE (nothing failed, but checks were not run: the run ended before them, or the device was "
+             "lost to another backend's fault; see 'Did not run'), FAIL (the rules in brackets), NOT RUN. "
+             "interface warnings: interface "
              "rules breached (which exception, which words), failing only under --strict-interface. bitwise "
              "equal to: backends whose outputs had identical bits on the same inputs (cross-backend parity; "
              "(required): under every Axis-A variant by --require-parity). worst margin: Axis-B's worst error "

@@ -130,7 +130,7 @@ def backend_rows(c: Collector) -> list[list[Any]]:
             note += " (expected: " + ", ".join(expected_rules) + ")"
         lost = any((e["backend"], e["device"]) == (backend, device) for e in c.device_lost())
         rows.append([backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
-                     "FAIL" if failed_rules else "INCOMPLETE" if lost else "PASS", note,
+                     "FAIL" if failed_rules else "INCOMPLETE" if lost or c.incomplete else "PASS", note,
                      ", ".join(warned_rules) or "–"])
     for entry in c.not_run:
         if (entry["backend"], entry["device"]) not in by:
