@@ -225,39 +225,19 @@ if triton is not None:
         return tl.div_rn(tl.full(rms.shape, 1.0, tl.float32), rms)
 
     @_device_function
-    def _push(c, k, s0, s1, s2, s3, s4, s5, LEVELS: tl.constexpr):  # noqa: ANN001
+    def _push(c, k, s0, s1, s2, s3, s4, s5, LEVELS: tl.constexpr, BIT: tl.constexpr = 1):  # noqa: ANN001
         """Add leaf ``c``, the k-th in the order of the tree's levels, to a binary-counter stack of finished
-        subtrees (slot i holds 2**i leaves). After the last leaf (k = 2**LEVELS - 1) ``c`` is the total."""
+        subtrees (slot i holds 2**i leaves). After the last leaf (k = 2**LEVELS - 1) ``c`` is the total.
+
+        As in incrementing a binary counter: where k's bit BIT is 0, ``c`` waits in slot s0; where it is 1, it
+        joins s0's subtree and the sum carries on to the next slot, which this helper adds by calling itself
+        one level up, on the slots above s0 (s5 repeated to fill the sixth, which LEVELS never reaches). The
+        levels are compile-time constants, so each call is its own inlined copy."""
         if LEVELS > 0:
-            if (k & 1) == 0:
+            if (k & BIT) == 0:
                 s0 = c
             else:
-                c = s0 + c
-                if LEVELS > 1:
-                    if (k & 2) == 0:
-                        s1 = c
-                    else:
-                        c = s1 + c
-                        if LEVELS > 2:
-                            if (k & 4) == 0:
-                                s2 = c
-                            else:
-                                c = s2 + c
-                                if LEVELS > 3:
-                                    if (k & 8) == 0:
-                                        s3 = c
-                                    else:
-                                        c = s3 + c
-                                        if LEVELS > 4:
-                                            if (k & 16) == 0:
-                                                s4 = c
-                                            else:
-                                                c = s4 + c
-                                                if LEVELS > 5:
-                                                    if (k & 32) == 0:
-                                                        s5 = c
-                                                    else:
-                                                        c = s5 + c
+                c, s1, s2, s3, s4, s5, _ = _push(s0 + c, k, s1, s2, s3, s4, s5, s5, LEVELS - 1, BIT * 2)
         return c, s0, s1, s2, s3, s4, s5
 
     @_device_function
@@ -267,6 +247,68 @@ if triton is not None:
         for i in tl.static_range(BITS):
             r = (r << 1) | ((v >> i) & 1)
         return r
+
+    @_device_function
+    def _residual_sum(z, r_ptrs, ro_ptr, mask):  # noqa: ANN001
+        """The row the fused residual add normalises: x + residual, rounded once to the residual's dtype."""
+        return _round_f32(z + _load_f32(r_ptrs, mask), ro_ptr)
+
+    @_device_function
+    def _weighted(y, w_ptr, cols, col_mask, WEIGHT: tl.constexpr):  # noqa: ANN001
+        """y times the weight: WEIGHT 0 none, 1 w, 2 (1 + w) formed in fp32. The caller applies it after the
+        reduction: loaded first, the weight stays live through it, costing registers."""
+        if WEIGHT == 1:
+            y = y * _load_f32(w_ptr + cols, col_mask)[None, :, :]
+        elif WEIGHT == 2:
+            y = y * (1.0 + _load_f32(w_ptr + cols, col_mask))[None, :, :]
+        return y
+
+    @_device_function
+    def _fwd_whole_rows(
+        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,  # noqa: ANN001
+        DIM: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
+    ):
+        """The forward of rows that fit one tile: each row is read once and held in registers."""
+        cols = (groups * 8)[:, None] + lanes[None, :]
+        col_mask = cols < DIM
+        mask = row_mask[:, None, None] & col_mask[None, :, :]
+        z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+        if RESIDUAL:
+            z = _residual_sum(z, r_ptr + r_rows[:, None, None] + cols[None, :, :], ro_ptr, mask)
+            _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
+        inv = _inv(_rms(_halve(_group_sums(z * z)), eps, DIM))
+        y = _weighted(z * inv[:, None, None], w_ptr, cols, col_mask, WEIGHT)
+        _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
+
+    @_device_function
+    def _fwd_tiled_rows(
+        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,  # noqa: ANN001
+        DIM: tl.constexpr, ROWS: tl.constexpr, TILES: tl.constexpr, RESIDUAL: tl.constexpr,
+        WEIGHT: tl.constexpr,
+    ):
+        """The forward of rows too wide for registers: tile k holds groups k, k + TILES, k + 2*TILES, ..., so
+        that its own tree is the first levels of the row's; the TILES results are then halved in turn. A
+        second pass reads the row again (from L2 at these sizes)."""
+        tiles = tl.arange(0, TILES)
+        partial = tl.zeros([ROWS, TILES], tl.float32)
+        for k in range(TILES):
+            cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
+            mask = row_mask[:, None, None] & (cols < DIM)[None, :, :]
+            z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+            if RESIDUAL:
+                z = _residual_sum(z, r_ptr + r_rows[:, None, None] + cols[None, :, :], ro_ptr, mask)
+                _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
+            partial = tl.where(tiles[None, :] == k, _halve(_group_sums(z * z))[:, None], partial)
+        inv = _inv(_rms(_halve(partial), eps, DIM))
+        for k in range(TILES):
+            cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
+            col_mask = cols < DIM
+            mask = row_mask[:, None, None] & col_mask[None, :, :]
+            z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+            if RESIDUAL:  # rounded again rather than read back: other threads stored it
+                z = _residual_sum(z, r_ptr + r_rows[:, None, None] + cols[None, :, :], ro_ptr, mask)
+            y = _weighted(z * inv[:, None, None], w_ptr, cols, col_mask, WEIGHT)
+            _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
 
     @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "r_row_stride", "eps"])
     def _rms_norm_fwd_kernel(
@@ -287,50 +329,11 @@ if triton is not None:
         groups = tl.arange(0, GROUPS)
         lanes = tl.arange(0, 8)
         if TILES == 1:
-            cols = (groups * 8)[:, None] + lanes[None, :]
-            col_mask = cols < DIM
-            mask = row_mask[:, None, None] & col_mask[None, :, :]
-            z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
-            if RESIDUAL:
-                z = _round_f32(z + _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask), ro_ptr)
-                _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
-            inv = _inv(_rms(_halve(_group_sums(z * z)), eps, DIM))
-            # weight after the reduction: loaded first it stays live through it, costing registers.
-            y = z * inv[:, None, None]
-            if WEIGHT == 1:
-                y = y * _load_f32(w_ptr + cols, col_mask)[None, :, :]
-            elif WEIGHT == 2:
-                y = y * (1.0 + _load_f32(w_ptr + cols, col_mask))[None, :, :]
-            _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
+            _fwd_whole_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,
+                            DIM, RESIDUAL, WEIGHT)
         else:
-            # Rows too wide for registers: tile k holds groups k, k + TILES, k + 2*TILES, ..., so that its own
-            # tree is the first levels of the row's; the TILES results are then halved in turn. A second pass
-            # reads the row again (from L2 at these sizes).
-            tiles = tl.arange(0, TILES)
-            partial = tl.zeros([ROWS, TILES], tl.float32)
-            for k in range(TILES):
-                cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
-                mask = row_mask[:, None, None] & (cols < DIM)[None, :, :]
-                z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
-                if RESIDUAL:
-                    r = _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask)
-                    z = _round_f32(z + r, ro_ptr)
-                    _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
-                partial = tl.where(tiles[None, :] == k, _halve(_group_sums(z * z))[:, None], partial)
-            inv = _inv(_rms(_halve(partial), eps, DIM))
-            for k in range(TILES):
-                cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
-                col_mask = cols < DIM
-                mask = row_mask[:, None, None] & col_mask[None, :, :]
-                z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
-                if RESIDUAL:  # rounded again rather than read back: other threads stored it
-                    z = _round_f32(z + _load_f32(r_ptr + r_rows[:, None, None] + cols[None, :, :], mask), ro_ptr)
-                y = z * inv[:, None, None]
-                if WEIGHT == 1:
-                    y = y * _load_f32(w_ptr + cols, col_mask)[None, :, :]
-                elif WEIGHT == 2:
-                    y = y * (1.0 + _load_f32(w_ptr + cols, col_mask))[None, :, :]
-                _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
+            _fwd_tiled_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,
+                            DIM, ROWS, TILES, RESIDUAL, WEIGHT)
 
     @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "eps"])
     def _rms_norm_stats_kernel(

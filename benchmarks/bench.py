@@ -490,55 +490,137 @@ def write_markdown(path: Path, records: list[dict[str, Any]], env: dict[str, Any
     path.write_text("\n".join(lines) + "\n")
 
 
-def target_rows(records: list[dict[str, Any]]) -> list[tuple]:
-    """Each of the kernels' targets that this run measured: (target, backend, case, figure, bound, met)."""
+def _find(records: list[dict[str, Any]], **keys: Any) -> list[dict[str, Any]]:
+    return [r for r in records if all(r.get(k) == v for k, v in keys.items())]
+
+
+def _case(r: dict[str, Any]) -> str:
+    return f"{r['rows']}x{r['dim']} {r['dtype']}"
+
+
+def _peer_ratio(records: list[dict[str, Any]], r: dict[str, Any]) -> tuple[str, float] | None:
+    """The first peer (Liger, else F.rms_norm) measured on r's case, and its fraction of copy."""
+    for peer in ("liger", "F.rms_norm"):
+        rec = _find(records, kind=r["kind"], variant=r["variant"], rows=r["rows"], dim=r["dim"], dtype=r["dtype"],
+                    backend=peer)
+        if rec:
+            return peer, rec[0]["ratio_to_copy"]
+    return None
+
+
+def _forward_targets(records: list[dict[str, Any]]) -> list[tuple]:
+    """The 16-bit forward at 0.97 of copy or more, and ahead of its peer on the same case."""
     out: list[tuple] = []
-
-    def find(**keys: Any) -> list[dict[str, Any]]:
-        return [r for r in records if all(r.get(k) == v for k, v in keys.items())]
-
-    def peer_ratio(r: dict[str, Any]) -> tuple[str, float] | None:
-        for peer in ("liger", "F.rms_norm"):
-            rec = find(kind=r["kind"], variant=r["variant"], rows=r["rows"], dim=r["dim"], dtype=r["dtype"],
-                       backend=peer)
-            if rec:
-                return peer, rec[0]["ratio_to_copy"]
-        return None
-
-    for r in find(kind="forward", variant="rms_norm"):
+    for r in _find(records, kind="forward", variant="rms_norm"):
         if r["backend"] in ("triton", "cuda") and r["dtype"] in ("bfloat16", "float16"):
-            case = f"{r['rows']}x{r['dim']} {r['dtype']}"
+            case = _case(r)
             out.append(("forward >= 0.97 of copy", r["backend"], case, r["ratio_to_copy"], 0.97,
                         r["ratio_to_copy"] >= 0.97))
-            peer = peer_ratio(r)
+            peer = _peer_ratio(records, r)
             if peer:
                 out.append((f"forward ahead of {peer[0]}", r["backend"], case, r["ratio_to_copy"], peer[1],
                             r["ratio_to_copy"] > peer[1]))
-    for r in find(kind="backward", variant="rms_norm"):
+    return out
+
+
+def _backward_targets(records: list[dict[str, Any]]) -> list[tuple]:
+    out: list[tuple] = []
+    for r in _find(records, kind="backward", variant="rms_norm"):
         bound = {"cuda": 0.93, "triton": 0.85}.get(r["backend"])
         if bound and (r["rows"], r["dim"]) in FULL_SHAPES[:BACKWARD_SHAPE_COUNT]:
-            out.append((f"backward >= {bound} of copy", r["backend"], f"{r['rows']}x{r['dim']} {r['dtype']}",
+            out.append((f"backward >= {bound} of copy", r["backend"], _case(r),
                         r["ratio_to_copy"], bound, r["ratio_to_copy"] >= bound))
-    for r in find(kind="forward", variant="fused_add"):
+    return out
+
+
+def _fused_add_targets(records: list[dict[str, Any]]) -> list[tuple]:
+    out: list[tuple] = []
+    for r in _find(records, kind="forward", variant="fused_add"):
         if r["backend"] in ("triton", "cuda") and (r["rows"], r["dim"]) in FULL_SHAPES[:2]:
-            out.append(("fused add >= 0.97 of copy", r["backend"], f"{r['rows']}x{r['dim']} {r['dtype']}",
+            out.append(("fused add >= 0.97 of copy", r["backend"], _case(r),
                         r["ratio_to_copy"], 0.97, r["ratio_to_copy"] >= 0.97))
-    for r in find(kind="forward", variant="fused_add_"):
+    for r in _find(records, kind="forward", variant="fused_add_"):
         if r["backend"] in ("triton", "cuda"):
-            out.append(("fused add in place >= 0.95 of copy", r["backend"], f"{r['rows']}x{r['dim']} {r['dtype']}",
+            out.append(("fused add in place >= 0.95 of copy", r["backend"], _case(r),
                         r["ratio_to_copy"], 0.95, r["ratio_to_copy"] >= 0.95))
-    for r in find(kind="latency", dim=4096):
+    return out
+
+
+def _latency_targets(records: list[dict[str, Any]]) -> list[tuple]:
+    out: list[tuple] = []
+    for r in _find(records, kind="latency", dim=4096):
         bound = {"cuda": 0.7, "triton": 1.0}.get(r["backend"])
         if bound and r.get("ratio_to_rms_norm"):
-            out.append((f"latency <= {bound} x F.rms_norm", r["backend"], f"{r['rows']}x{r['dim']} {r['dtype']}",
+            out.append((f"latency <= {bound} x F.rms_norm", r["backend"], _case(r),
                         r["ratio_to_rms_norm"], bound, r["ratio_to_rms_norm"] <= bound))
-    parity = [r for r in find(kind="parity") if "liger" not in r["backend"]]
-    if parity:
-        worst = min((min(v for k, v in r.items() if k.startswith("equal_")), r["backend"], r["dtype"], r["dim"])
-                    for r in parity)
-        out.append(("parity: every output bitwise equal", "native cpu/cuda, triton, cuda",
-                    f"worst: {worst[1]} {worst[2]} dim {worst[3]}", worst[0], 1.0, worst[0] == 1.0))
     return out
+
+
+def _parity_targets(records: list[dict[str, Any]]) -> list[tuple]:
+    """One row: the worst share of bitwise-equal elements over the project's own pairs (Liger's left out)."""
+    parity = [r for r in _find(records, kind="parity") if "liger" not in r["backend"]]
+    if not parity:
+        return []
+    worst = min((min(v for k, v in r.items() if k.startswith("equal_")), r["backend"], r["dtype"], r["dim"])
+                for r in parity)
+    return [("parity: every output bitwise equal", "native cpu/cuda, triton, cuda",
+             f"worst: {worst[1]} {worst[2]} dim {worst[3]}", worst[0], 1.0, worst[0] == 1.0)]
+
+
+# In the order the markdown lists them.
+_TARGETS: tuple[Callable[[list[dict[str, Any]]], list[tuple]], ...] = (
+    _forward_targets, _backward_targets, _fused_add_targets, _latency_targets, _parity_targets,
+)
+
+
+def target_rows(records: list[dict[str, Any]]) -> list[tuple]:
+    """Each of the kernels' targets that this run measured: (target, backend, case, figure, bound, met)."""
+    return [row for targets in _TARGETS for row in targets(records)]
+
+
+def _device(asked: str | None) -> torch.device | None:
+    """The device to time on: --device, else the GPU; None, after saying why, where that GPU is not visible."""
+    if asked is None and not torch.cuda.is_available():
+        print("bench.py: no CUDA GPU is visible, and the timings this benchmark exists for need one. "
+              "`--device cpu --quick` runs a smoke pass of the script on the CPU instead.")
+        return None
+    device = torch.device(asked or "cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("bench.py: --device cuda asked for, but no CUDA GPU is visible.")
+        return None
+    return device
+
+
+def _apply_triton_tuning(path: Path) -> None:
+    """Replace the Triton backend's GPU tunings by the best of a benchmarks/triton_tuning.py run."""
+    from rmsnorm_conformance.backends import triton_rmsnorm
+
+    best = json.loads(path.read_text())["best"]
+    for kind, name in (("forward", "_GPU_FWD"), ("backward", "_GPU_BWD")):
+        if kind in best:
+            base = getattr(triton_rmsnorm, name)
+            tuned = base._replace(**{k: v for k, v in best[kind].items() if k in base._fields})
+            setattr(triton_rmsnorm, name, tuned)
+    triton_rmsnorm.launch_config.cache_clear()
+
+
+def _tuning_and_device_environment(device: torch.device, found: list[Subject]) -> dict[str, Any]:
+    """What the run's figures also depend on: the CUDA kernels' tuning from the environment, the Triton
+    backend's tuning and the GPU's size."""
+    env: dict[str, Any] = {}
+    tuning_env = {k: v for k, v in os.environ.items() if k.startswith("RMSNORM_CUDA_") and k.endswith("_CONFIG")}
+    if tuning_env:
+        env["cuda tuning (environment)"] = tuning_env
+    if any(s.name == "triton" for s in found):
+        from rmsnorm_conformance.backends import triton_rmsnorm
+
+        env["triton tuning"] = {"forward": triton_rmsnorm._GPU_FWD._asdict(),
+                                "backward": triton_rmsnorm._GPU_BWD._asdict()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env["multiprocessors"] = props.multi_processor_count
+        env["memory GiB"] = round(props.total_memory / 2**30, 1)
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -560,13 +642,8 @@ def main(argv: list[str] | None = None) -> int:
              "the cuda backend builds its extension on first use, which can take minutes)")
     args = parser.parse_args(argv)
 
-    if args.device is None and not torch.cuda.is_available():
-        print("bench.py: no CUDA GPU is visible, and the timings this benchmark exists for need one. "
-              "`--device cpu --quick` runs a smoke pass of the script on the CPU instead.")
-        return 0
-    device = torch.device(args.device or "cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("bench.py: --device cuda asked for, but no CUDA GPU is visible.")
+    device = _device(args.device)
+    if device is None:
         return 0
     if device.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the Triton backend defines its kernels
@@ -579,15 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     from rmsnorm_conformance.harness.reporting.environment import fingerprint
 
     if args.triton_tuning:
-        from rmsnorm_conformance.backends import triton_rmsnorm
-
-        best = json.loads(Path(args.triton_tuning).read_text())["best"]
-        for kind, name in (("forward", "_GPU_FWD"), ("backward", "_GPU_BWD")):
-            if kind in best:
-                base = getattr(triton_rmsnorm, name)
-                tuned = base._replace(**{k: v for k, v in best[kind].items() if k in base._fields})
-                setattr(triton_rmsnorm, name, tuned)
-        triton_rmsnorm.launch_config.cache_clear()
+        _apply_triton_tuning(Path(args.triton_tuning))
     specs = tuple(spec.strip() for spec in args.backends.split(",") if spec.strip())
     found = subjects(device, backends=specs, compile_peer=not args.no_compile)
     print(f"timing {', '.join(s.name for s in found)} on {device}; shapes {shapes}; dtypes {args.dtypes}")
@@ -599,18 +668,7 @@ def main(argv: list[str] | None = None) -> int:
                    else "perf_counter medians") + "; latency: back-to-back calls, host overhead included",
         "subjects": [s.name for s in found],
     })
-    tuning_env = {k: v for k, v in os.environ.items() if k.startswith("RMSNORM_CUDA_") and k.endswith("_CONFIG")}
-    if tuning_env:
-        env["cuda tuning (environment)"] = tuning_env
-    if any(s.name == "triton" for s in found):
-        from rmsnorm_conformance.backends import triton_rmsnorm
-
-        env["triton tuning"] = {"forward": triton_rmsnorm._GPU_FWD._asdict(),
-                                "backward": triton_rmsnorm._GPU_BWD._asdict()}
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        env["multiprocessors"] = props.multi_processor_count
-        env["memory GiB"] = round(props.total_memory / 2**30, 1)
+    env.update(_tuning_and_device_environment(device, found))
     out.parent.mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     # Forward first: it is what the backends exist for. The files are rewritten after every phase, so a run

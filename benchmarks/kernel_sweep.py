@@ -113,6 +113,36 @@ def spot_check(op: Any, native: Any, kind: str) -> str | None:
     return None
 
 
+def _time_config(op: Any, native: Any, tuning: Any, kind: str, config: tuple, shapes: list, measure: Any
+                 ) -> list[dict[str, Any]]:
+    """Records of one configuration of ``kind``: one error record where it is not bitwise equal to native (or
+    cannot launch), else one a shape, timed by ``measure`` (an error record where a shape fails)."""
+    tuning(kind, *config)
+    try:
+        bad = spot_check(op, native, kind)
+    except Exception as exc:  # a configuration that cannot launch is a record, not the end of the sweep
+        bad = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if bad is not None:
+        print(f"{kind} {config}: NOT BITWISE / FAILED: {bad}", flush=True)
+        return [{"kind": kind, "config": list(config), "error": bad}]
+    records: list[dict[str, Any]] = []
+    line = []
+    for (rows, dim), inp in shapes:
+        try:
+            us, nbytes = measure(inp)
+        except Exception as exc:
+            records.append({"kind": kind, "config": list(config), "rows": rows, "dim": dim,
+                            "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            line.append(f"{rows}x{dim} failed")
+            continue
+        ratio = nbytes / us / 1e3 / inp.copy_gbps
+        records.append({"kind": kind, "config": list(config), "rows": rows, "dim": dim, "us": round(us, 2),
+                        "copy_gbps": round(inp.copy_gbps, 1), "of_copy": round(ratio, 4)})
+        line.append(f"{rows}x{dim} {ratio:.3f}")
+    print(f"{kind:<16} {config!s:<18} " + "  ".join(line), flush=True)
+    return records
+
+
 def sweep(quick: bool) -> list[dict[str, Any]]:
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
     from rmsnorm_conformance.backends.native import NativeRMSNormOp
@@ -124,29 +154,7 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
     backward_tries = BACKWARD_TRIES[:8] if quick else BACKWARD_TRIES
 
     def run(kind: str, config: tuple, shapes, measure) -> None:
-        _ops.set_tuning(kind, *config)
-        try:
-            bad = spot_check(op, native, kind)
-        except Exception as exc:  # a configuration that cannot launch is a record, not the end of the sweep
-            bad = f"{type(exc).__name__}: {str(exc)[:200]}"
-        if bad is not None:
-            records.append({"kind": kind, "config": list(config), "error": bad})
-            print(f"{kind} {config}: NOT BITWISE / FAILED: {bad}", flush=True)
-            return
-        line = []
-        for (rows, dim), inp in shapes:
-            try:
-                us, nbytes = measure(inp)
-            except Exception as exc:
-                records.append({"kind": kind, "config": list(config), "rows": rows, "dim": dim,
-                                "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
-                line.append(f"{rows}x{dim} failed")
-                continue
-            ratio = nbytes / us / 1e3 / inp.copy_gbps
-            records.append({"kind": kind, "config": list(config), "rows": rows, "dim": dim, "us": round(us, 2),
-                            "copy_gbps": round(inp.copy_gbps, 1), "of_copy": round(ratio, 4)})
-            line.append(f"{rows}x{dim} {ratio:.3f}")
-        print(f"{kind:<16} {config!s:<18} " + "  ".join(line), flush=True)
+        records.extend(_time_config(op, native, _ops.set_tuning, kind, config, shapes, measure))
 
     dtype = torch.bfloat16
     shapes = [((rows, dim), Inputs(rows, dim, dtype, quick)) for rows, dim in FORWARD_SHAPES]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,45 +31,60 @@ def _is(value: Any, name: str) -> bool:
     return isinstance(value, TYPES[name])
 
 
+# The keywords that judge a value on its own: keyword -> (the keyword's argument, the value) -> why it fails or "".
+VALUE_KEYWORDS: dict[str, Callable[[Any, Any], str]] = {
+    "const": lambda const, value: "" if value == const else f"{value!r} is not {const!r}",
+    "enum": lambda enum, value: "" if value in enum else f"{value!r} is not one of {enum}",
+    "minimum": lambda minimum, value: (
+        f"{value} < {minimum}" if isinstance(value, int | float) and value < minimum else ""),
+}
+
+
 def errors(value: Any, schema: dict[str, Any], where: str = "$", root: dict[str, Any] = SCHEMA) -> list[str]:
     """Where ``value`` breaks ``schema`` (the subset in KEYWORDS), as 'path: why' lines."""
     unknown = set(schema) - KEYWORDS
     if unknown:
         raise ValueError(f"schema at {where} uses keywords this validator does not know: {sorted(unknown)}")
     if "$ref" in schema:
-        target: Any = root
-        for part in schema["$ref"].removeprefix("#/").split("/"):
-            target = target[part]
-        return errors(value, target, where, root)
+        return errors(value, _referenced(schema["$ref"], root), where, root)
     if "anyOf" in schema:
         if all(errors(value, option, where, root) for option in schema["anyOf"]):
             return [f"{where}: {value!r} matches none of {schema['anyOf']}"]
         return []
-    found: list[str] = []
     if "type" in schema:
         names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         if not any(_is(value, n) for n in names):
             return [f"{where}: {type(value).__name__} {value!r:.60} is not {' or '.join(names)}"]
-    if "const" in schema and value != schema["const"]:
-        found.append(f"{where}: {value!r} is not {schema['const']!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        found.append(f"{where}: {value!r} is not one of {schema['enum']}")
-    if "minimum" in schema and isinstance(value, int | float) and value < schema["minimum"]:
-        found.append(f"{where}: {value} < {schema['minimum']}")
+    found = [f"{where}: {why}" for keyword, check in VALUE_KEYWORDS.items()
+             if keyword in schema and (why := check(schema[keyword], value))]
     if isinstance(value, dict):
-        found += [f"{where}: missing {key!r}" for key in schema.get("required", []) if key not in value]
-        properties = schema.get("properties", {})
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            if key in properties:
-                found += errors(item, properties[key], f"{where}.{key}", root)
-            elif extra is False:
-                found.append(f"{where}: unexpected key {key!r}")
-            elif isinstance(extra, dict):
-                found += errors(item, extra, f"{where}.{key}", root)
+        found += _object_errors(value, schema, where, root)
     if isinstance(value, list) and "items" in schema:
         for i, item in enumerate(value):
             found += errors(item, schema["items"], f"{where}[{i}]", root)
+    return found
+
+
+def _referenced(ref: str, root: dict[str, Any]) -> dict[str, Any]:
+    """The schema a '#/...' reference points at within ``root``."""
+    target: Any = root
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return target
+
+
+def _object_errors(value: dict[str, Any], schema: dict[str, Any], where: str, root: dict[str, Any]) -> list[str]:
+    """Missing required keys, then each key against its property's schema, or additionalProperties'."""
+    found = [f"{where}: missing {key!r}" for key in schema.get("required", []) if key not in value]
+    properties = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    for key, item in value.items():
+        if key in properties:
+            found += errors(item, properties[key], f"{where}.{key}", root)
+        elif extra is False:
+            found.append(f"{where}: unexpected key {key!r}")
+        elif isinstance(extra, dict):
+            found += errors(item, extra, f"{where}.{key}", root)
     return found
 
 

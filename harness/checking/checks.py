@@ -414,16 +414,8 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     subject.current_case = case
     subject._last_output = None
     what = f"{subject.backend.name} on {subject.device}, {subject.dtype_label}, {case!r}"
-    seconds, cut_by_run = subject.case_timeout, False
-    if subject.run_ends_at:
-        left = subject.run_ends_at - time.time()
-        if left <= 0:
-            raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed before {what}")
-        if not seconds or left < seconds:
-            seconds, cut_by_run = left, True
-    subject.refusal = None
-    if subject.other is not None:
-        subject.other.refusal = None
+    seconds, cut_by_run = _seconds_allowed(subject, what)
+    _forget_refusals(subject)
     try:
         with isolation.deadline(seconds, what):
             check()
@@ -433,10 +425,7 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         if cut_by_run:  # the run's deadline, not the case's: no finding about the backend
             raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed during {what}") from None
         # Recorded, then raised past Hypothesis: shrinking would run more cases that may hang as long.
-        detail = f"{subject.backend.name} {exc}"
-        subject.record(declared[0], case, _dim(case), False, detail)
-        subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
-                           subject.replay_command(case, declared[0]))
+        _record_failure(subject, declared[0], case, f"{subject.backend.name} {exc}")
         raise
     except device_faults.DeviceFault as fault:
         # Recorded against the backend that raised it, then past Hypothesis: the process ends after this test.
@@ -445,27 +434,13 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     except (HypothesisException, UnsatisfiedAssumption):
         raise
     except Exception as exc:
-        found = next((s.refusal for s in (subject, subject.other) if s is not None and s.refusal is not None
-                      and s.refusal.error is exc), None)
+        found = _refusal_of(subject, exc)
         if found is not None:  # a clear exception on a valid input: refused, not a breach
             refusals.record(subject, declared, case, found)
             return
         # The backend raised (or returned something that is not a tensor): a failure of this check,
         # with the exception, the case and a replay, never a quiet error outside the verdict.
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
-                  f"{where.lineno})")
-        lost = device_faults.context_lost(subject.device, exc)
-        if lost is not None:  # raised outside any backend call, on a context already gone: nobody's check fails
-            device_faults.declare_lost(device_faults.Lost(f"{detail}; {lost}", device=str(subject.device),
-                                                          nodeid=subject.nodeid))
-            reason = f"{device_faults.NOT_RUN_REASON} before {subject.nodeid} ({detail}; {lost})"
-            subject.collector.add_not_run(subject.backend.name, str(subject.device), reason)
-            pytest.skip(reason)
-        if device_faults.out_of_memory(exc):
-            detail += " (out of memory: the cache was emptied and the run goes on)"
-        recorded = subject.record(declared[0], case, _dim(case), False, detail)
-        device_faults.start_clean(exc, subject.device)
+        detail, recorded = _record_raised(subject, declared[0], case, exc)
         _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
     except BaseException as exc:
         if not getattr(exc, "ended_by_timer", False):
@@ -473,10 +448,64 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
         # Another plugin's timer (pytest-timeout) ended the case (its handler ran and said so): the case is
         # recorded against the declared rule with its replay, as a case timeout is, and the test ends here.
         detail = f"{subject.backend.name} was ended by a test timeout during {case!r}: {exc}"
-        subject.record(declared[0], case, _dim(case), False, detail)
-        subject.on_failure(declared[0], f"contract rule {declared[0]}: {detail}",
-                           subject.replay_command(case, declared[0]))
+        _record_failure(subject, declared[0], case, detail)
         raise isolation.EndedByTimer(detail) from exc
+
+
+def _forget_refusals(subject: Subject) -> None:
+    """A new case starts with no refusal noted on either side of the subject."""
+    for side in (subject, subject.other):
+        if side is not None:
+            side.refusal = None
+
+
+def _refusal_of(subject: Subject, exc: BaseException) -> Any:
+    """The refusal noted when ``exc`` was raised by a backend call on either side, else None."""
+    return next((s.refusal for s in (subject, subject.other)
+                 if s is not None and s.refusal is not None and s.refusal.error is exc), None)
+
+
+def _seconds_allowed(subject: Subject, what: str) -> tuple[float, bool]:
+    """The seconds the case may run, and whether the run's deadline (--deadline), nearer than the case's own,
+    set them; the run's deadline passed already ends the run here."""
+    __tracebackhide__ = True
+    seconds, cut_by_run = subject.case_timeout, False
+    if subject.run_ends_at:
+        left = subject.run_ends_at - time.time()
+        if left <= 0:
+            raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed before {what}")
+        if not seconds or left < seconds:
+            seconds, cut_by_run = left, True
+    return seconds, cut_by_run
+
+
+def _record_failure(subject: Subject, rule_id: str, case: Any, detail: str) -> None:
+    """A case that failed the declared rule and ends the test by an exception raised on past Hypothesis: recorded,
+    and its failure and replay handed on for the report."""
+    subject.record(rule_id, case, _dim(case), False, detail)
+    subject.on_failure(rule_id, f"contract rule {rule_id}: {detail}", subject.replay_command(case, rule_id))
+
+
+def _record_raised(subject: Subject, rule_id: str, case: Any, exc: Exception) -> tuple[str, tuple[str, str | None]]:
+    """What the backend raised, recorded against the declared rule, and the device made clean for the next case:
+    (the detail, the record's replay and expected breach). A device context lost before any backend call fails
+    nobody's check: the test is skipped as not run."""
+    __tracebackhide__ = True
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
+              f"{where.lineno})")
+    lost = device_faults.context_lost(subject.device, exc)
+    if lost is not None:  # raised outside any backend call, on a context already gone: nobody's check fails
+        device_faults.declare_lost(device_faults.Lost(f"{detail}; {lost}", device=str(subject.device),
+                                                      nodeid=subject.nodeid))
+        reason = f"{device_faults.NOT_RUN_REASON} before {subject.nodeid} ({detail}; {lost})"
+        subject.collector.add_not_run(subject.backend.name, str(subject.device), reason)
+        pytest.skip(reason)
+    if device_faults.out_of_memory(exc):
+        detail += " (out of memory: the cache was emptied and the run goes on)"
+    recorded = subject.record(rule_id, case, _dim(case), False, detail)
+    device_faults.start_clean(exc, subject.device)
+    return detail, recorded
 
 
 def record_device_fault(subject: Subject, declared: tuple[str, ...], case: Any,

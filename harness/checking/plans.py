@@ -55,30 +55,11 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                     pytest.skip(f"--replay runs the case in the sweep test of {rule_id}")
                 cases: list[Any] = [subject.replay_case]
             else:
-                option = request.config.getoption("--max-elements")
-                interpreted = bool(getattr(subject.backend.impl, "interpreted", False))
-                if room is None:
-                    budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
-                    source = describe(subject.device, interpreted=interpreted, option=option)
-                else:
-                    budget, source = room(subject.device, interpreted=interpreted, option=option)
                 sweep = request.config.getoption("--sweep")
-                scope = SWEEPS[sweep].scope if sweep else None  # a sweep that is not the gate keeps a share
-                if scope is not None and budget > scope.threshold_elements:
-                    budget, source = scope.threshold_elements, f"--sweep={sweep}"
-                budget //= budget_share
-                if budget_share > 1:
-                    source += f", 1/{budget_share} of it for this entry point"
-                made = plan(subject.dtype, subject.device, budget, source, tuple(entries(subject.backend)))
-                if made.skipped and not made.cases:  # nothing in reach: a skip with the reason, not a vacuous pass
-                    pytest.skip(made.skipped)
-                kept = [c for c in made.cases if scope is None or scope.covers(c)]
-                if scope is not None and not kept:
-                    pytest.skip(f"--sweep={sweep} leaves out these cases; a full run adds {scope.leaves_out()}")
-                if made.skipped:
-                    subject.collector.add_not_run(subject.backend.name, str(subject.device), made.skipped)
-                # Plans are made in x's dtype; the weight's (of a declared pair) goes into each case, as in sweeps.
-                cases = [subject.with_weight_dtype(c) for c in kept]
+                budget, source = _budget(subject, request.config.getoption("--max-elements"), budget_share, room,
+                                         sweep)
+                cases = _planned_cases(subject, plan(subject.dtype, subject.device, budget, source,
+                                                     tuple(entries(subject.backend))), sweep)
             memo: dict[Any, Any] = {"plan": cases}
             for case in cases:
                 run_check(subject, (rule_id,), case, functools.partial(check, subject, case, memo))
@@ -90,3 +71,43 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
         return pytest.mark.conformance(rules=(rule_id,), case_types=(case_type.__name__,))(test)
 
     return decorate
+
+
+def _scope(sweep: str | None) -> Any:
+    """The share of the plans a sweep that is not the gate keeps (smoke's), or None for the whole of them."""
+    return SWEEPS[sweep].scope if sweep else None
+
+
+def _budget(subject: Any, option: int | None, budget_share: int,
+            room: Callable[..., tuple[int, str]] | None, sweep: str | None = None) -> tuple[int, str]:
+    """The elements a plan may use on the subject's device, and where that number comes from: ``room``'s, else
+    the threshold checks' budget, capped by the sweep's scope, divided by ``budget_share``."""
+    interpreted = bool(getattr(subject.backend.impl, "interpreted", False))
+    if room is None:
+        budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
+        source = describe(subject.device, interpreted=interpreted, option=option)
+    else:
+        budget, source = room(subject.device, interpreted=interpreted, option=option)
+    scope = _scope(sweep)
+    if scope is not None and budget > scope.threshold_elements:
+        budget, source = scope.threshold_elements, f"--sweep={sweep}"
+    budget //= budget_share
+    if budget_share > 1:
+        source += f", 1/{budget_share} of it for this entry point"
+    return budget, source
+
+
+def _planned_cases(subject: Any, made: Plan, sweep: str | None = None) -> list[Any]:
+    """The plan's cases (those the sweep's scope keeps) in the subject's weight dtype; what the budget left out is
+    said in the report as not run, and a plan with nothing in reach skips the test with the reason rather than
+    passing it vacuously."""
+    if made.skipped and not made.cases:
+        pytest.skip(made.skipped)
+    scope = _scope(sweep)
+    kept = [c for c in made.cases if scope is None or scope.covers(c)]
+    if scope is not None and not kept:
+        pytest.skip(f"--sweep={sweep} leaves out these cases; a full run adds {scope.leaves_out()}")
+    if made.skipped:
+        subject.collector.add_not_run(subject.backend.name, str(subject.device), made.skipped)
+    # Plans are made in x's dtype; the weight's (of a declared pair) goes into each case, as in sweeps.
+    return [subject.with_weight_dtype(c) for c in kept]

@@ -99,37 +99,15 @@ def resolve(config: pytest.Config) -> RunOptions:
     threads = worker_cpu_threads()
     if threads is not None:  # before any backend call: the global-state snapshots start from this
         torch.set_num_threads(threads)
-    try:
-        devices = tuple(parse_device_option(config.getoption("--device")))
-    except ValueError as exc:
-        raise pytest.UsageError(f"--device: {exc}") from exc
-    if config.getoption("--device"):
-        # A device the user named must exist: a gate that asked for cuda:7 must not pass on the CPU alone.
-        for device in devices:
-            reason = device_unavailable_reason(device)
-            if reason:
-                raise pytest.UsageError(f"--device={config.getoption('--device')}: {device}: {reason}")
+    devices = _resolve_devices(config.getoption("--device"))
     reports = tuple(config.getoption("--report"))
     _check_reports(reports)
     bench = load_bench(config.getoption("--bench-json"))
     _check_budget(config.getoption("--max-elements"), devices)
-    case_timeout = config.getoption("--case-timeout")
-    if case_timeout is None:
-        case_timeout = DEFAULT_CASE_TIMEOUT
-    if case_timeout < 0:
-        raise pytest.UsageError(f"--case-timeout={case_timeout:g}: must be 0 (no deadline) or more")
-    deadline = config.getoption("--deadline", None) or 0.0
-    if deadline < 0:
-        raise pytest.UsageError(f"--deadline={deadline:g}: must be 0 (no limit) or more seconds")
-    # The clock starts when the first process resolves the options; workers take the controller's end.
-    run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) or (
-        time.time() + deadline if deadline else 0.0)
+    case_timeout = _resolve_case_timeout(config.getoption("--case-timeout"))
+    deadline, run_ends_at = _resolve_deadline(config)
     sweep = config.getoption("--sweep") or default_sweep()
-    scope = SWEEPS[sweep].scope
-    # A sweep that is not the gate checks its own dtypes unless --dtype names them.
-    dtypes = _parse_choice_list(config.getoption("--dtype"), DTYPES, "--dtype")
-    if scope is not None and not config.getoption("--dtype"):  # each test then takes the ones for its rules
-        dtypes = tuple(d for d in DTYPES if d in scope.dtypes + scope.bitwise_dtypes)
+    dtypes = _resolve_dtypes(config.getoption("--dtype"), sweep)
     from rmsnorm_conformance.contract import ALL_RULES
 
     rules = _parse_choice_list(config.getoption("--rule"), tuple(r.id for r in ALL_RULES), "--rule", patterns=True)
@@ -137,26 +115,11 @@ def resolve(config: pytest.Config) -> RunOptions:
     if max_examples is not None and max_examples < 1:
         raise pytest.UsageError(f"--max-examples={max_examples}: must be at least 1")
     replay = config.getoption("--replay")
-    replay_case = None
-    if replay:
-        try:
-            replay_case = parse_case(replay)
-        except ReplayError as exc:
-            raise pytest.UsageError(str(exc)) from exc
-    manifest = None
-    manifest_path = config.getoption("--known-failures")
-    if manifest_path:
-        try:
-            manifest = load_manifest(manifest_path)
-        except (OSError, ValueError) as exc:
-            raise pytest.UsageError(f"--known-failures: {exc}") from exc
+    replay_case = _parse_replay(replay)
+    manifest = _load_known_failures(config.getoption("--known-failures"))
     option = config.getoption("--backend")
     backends, not_run = _resolve_backends(config, option, devices)
-    names = [b.name for b in backends]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise pytest.UsageError(f"--backend: two backends share the name {', '.join(map(repr, duplicates))}; "
-                                "names key the report, so each must be unique")
+    names = _unique_names(backends)
     return RunOptions(
         backends=tuple(backends), devices=devices, dtypes=dtypes, rules=rules, sweep=sweep,
         settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(replay)), max_examples=max_examples,
@@ -167,6 +130,78 @@ def resolve(config: pytest.Config) -> RunOptions:
         parity_pairs=tuple(_resolve_parity(backends, devices, config.getoption("--require-parity"),
                                            config.getoption("--modes"))),
         bench=bench, not_run=tuple(not_run), mode_sample=sample_on(config.getoption("--modes")))
+
+
+def _resolve_devices(option: str | None) -> tuple[torch.device, ...]:
+    """--device parsed; a device the user named must exist: a gate that asked for cuda:7 must not pass on the
+    CPU alone."""
+    try:
+        devices = tuple(parse_device_option(option))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--device: {exc}") from exc
+    if option:
+        for device in devices:
+            reason = device_unavailable_reason(device)
+            if reason:
+                raise pytest.UsageError(f"--device={option}: {device}: {reason}")
+    return devices
+
+
+def _resolve_dtypes(option: str | None, sweep: str) -> tuple[str, ...]:
+    """--dtype parsed; without it, a sweep that is not the gate checks its own dtypes (each test then takes the
+    ones for its rules), and the gate every dtype."""
+    dtypes = _parse_choice_list(option, DTYPES, "--dtype")
+    scope = SWEEPS[sweep].scope
+    if scope is not None and not option:
+        dtypes = tuple(d for d in DTYPES if d in scope.dtypes + scope.bitwise_dtypes)
+    return dtypes
+
+
+def _resolve_case_timeout(option: float | None) -> float:
+    case_timeout = DEFAULT_CASE_TIMEOUT if option is None else option
+    if case_timeout < 0:
+        raise pytest.UsageError(f"--case-timeout={case_timeout:g}: must be 0 (no deadline) or more")
+    return case_timeout
+
+
+def _resolve_deadline(config: pytest.Config) -> tuple[float, float]:
+    """(--deadline in seconds, the time.time() at which it passes); (0, 0) for no limit. The clock starts when
+    the first process resolves the options; workers take the controller's end."""
+    deadline = config.getoption("--deadline", None) or 0.0
+    if deadline < 0:
+        raise pytest.UsageError(f"--deadline={deadline:g}: must be 0 (no limit) or more seconds")
+    run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) or (
+        time.time() + deadline if deadline else 0.0)
+    return deadline, run_ends_at
+
+
+def _parse_replay(replay: str | None) -> Any:
+    """The one case --replay names, or None without it."""
+    if not replay:
+        return None
+    try:
+        return parse_case(replay)
+    except ReplayError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+def _load_known_failures(path: str | None) -> Manifest | None:
+    if not path:
+        return None
+    try:
+        return load_manifest(path)
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"--known-failures: {exc}") from exc
+
+
+def _unique_names(backends: list[Backend]) -> list[str]:
+    """The backends' names, each once: names key the report."""
+    names = [b.name for b in backends]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise pytest.UsageError(f"--backend: two backends share the name {', '.join(map(repr, duplicates))}; "
+                                "names key the report, so each must be unique")
+    return names
 
 
 def _unloadable(spec: str, reason: str) -> Backend:
@@ -202,29 +237,40 @@ def _resolve_backends(config: pytest.Config, option: str | None, devices: tuple[
     chosen: list[Backend] = []
     not_run: list[tuple[str, str, str]] = []
     for spec in specs:
-        try:
-            backend = load_backend(spec)
-        except DeclarationError as exc:
-            raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
-        except (ImportError, RuntimeError, OSError) as exc:
-            if ":" in spec:  # the user's own module: a typo should stop the run, not skip it
-                raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
-            backend = _unloadable(spec, f"{spec} cannot be loaded: {exc}")
-        except (ValueError, TypeError) as exc:
-            raise pytest.UsageError(f"--backend: {exc}") from exc
-        if option:
-            chosen.append(backend)
-            continue
-        try:
-            reasons = {str(d): device_unavailable_reason(d) or backend.unavailable_reason(d) for d in devices}
-        except BackendError:
-            chosen.append(backend)  # its tests fail with the probe's error: never a quiet skip
-            continue
-        if any(r is None for r in reasons.values()):
+        backend = _load_selected(spec)
+        # A named backend always runs; a default one only where it can run on some selected device.
+        reasons = None if option else _reasons_not_run(backend, devices)
+        if reasons is None:
             chosen.append(backend)
         else:
-            not_run += [(backend.name, device, str(reason)) for device, reason in reasons.items()]
+            not_run += reasons
     return chosen, not_run
+
+
+def _load_selected(spec: str) -> Backend:
+    """The backend ``spec`` names. A usage error where the user's code or declarations are at fault; one of the
+    project's own that cannot load here becomes a stand-in that is skipped with the reason."""
+    try:
+        return load_backend(spec)
+    except DeclarationError as exc:
+        raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
+    except (ImportError, RuntimeError, OSError) as exc:
+        if ":" in spec:  # the user's own module: a typo should stop the run, not skip it
+            raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
+        return _unloadable(spec, f"{spec} cannot be loaded: {exc}")
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(f"--backend: {exc}") from exc
+
+
+def _reasons_not_run(backend: Backend, devices: tuple[torch.device, ...]) -> list[tuple[str, str, str]] | None:
+    """None where a default backend runs on some selected device; else (name, device, reason) for each."""
+    try:
+        reasons = {str(d): device_unavailable_reason(d) or backend.unavailable_reason(d) for d in devices}
+    except BackendError:
+        return None  # its tests fail with the probe's error: never a quiet skip
+    if any(r is None for r in reasons.values()):
+        return None
+    return [(backend.name, device, str(reason)) for device, reason in reasons.items()]
 
 
 def _resolve_parity(backends: list[Backend], devices: tuple[torch.device, ...], specs: list[str],

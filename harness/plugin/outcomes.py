@@ -40,18 +40,31 @@ def record_report(collector: Collector, report: pytest.TestReport, backends: tup
     elif report.failed or report.outcome == "rerun":
         # A failed attempt that pytest-rerunfailures runs again stays a failure: a kernel that is wrong only
         # sometimes is wrong.
-        failure = dict(_property(report, FAILURE_PROPERTY) or {})
-        if not failure:
-            lines = [_plain(ln) for ln in (report.longreprtext or "").splitlines() if _plain(ln)]
-            failure = {"reason": lines[-1] if lines else "", "replay": ""}
-        if report.nodeid in outcomes and outcomes[report.nodeid]["outcome"] in ("failed", "error"):
-            return  # a teardown error after a failed call, or a later attempt: the first failure is the one to show
-        reason = failure["reason"][:300]
-        if report.outcome == "rerun":
-            reason = f"failed on an attempt that was then rerun: {reason}"[:300]
-        outcomes[report.nodeid] = {"outcome": "failed" if report.when == "call" else "error",
-                                   "reason": reason, "replay": failure.get("replay", ""),
-                                   "where": params, **subject, "rule": failure.get("rule") or subject.get("rule", "")}
+        _record_failure(outcomes, report, params, subject)
+
+
+def _record_failure(outcomes: dict[str, dict[str, str]], report: pytest.TestReport, params: str,
+                    subject: dict[str, str]) -> None:
+    """A failed (or rerun) test's outcome, pinned on its backend, device and rule with the replay of its failing
+    case; the first failure of a test is the one kept."""
+    failure = _failure(report)
+    if report.nodeid in outcomes and outcomes[report.nodeid]["outcome"] in ("failed", "error"):
+        return  # a teardown error after a failed call, or a later attempt: the first failure is the one to show
+    reason = failure["reason"][:300]
+    if report.outcome == "rerun":
+        reason = f"failed on an attempt that was then rerun: {reason}"[:300]
+    outcomes[report.nodeid] = {"outcome": "failed" if report.when == "call" else "error",
+                               "reason": reason, "replay": failure.get("replay", ""),
+                               "where": params, **subject, "rule": failure.get("rule") or subject.get("rule", "")}
+
+
+def _failure(report: pytest.TestReport) -> dict[str, Any]:
+    """The failure a check carried in the report, else the last line of the report's text, without a replay."""
+    failure = dict(_property(report, FAILURE_PROPERTY) or {})
+    if not failure:
+        lines = [_plain(ln) for ln in (report.longreprtext or "").splitlines() if _plain(ln)]
+        failure = {"reason": lines[-1] if lines else "", "replay": ""}
+    return failure
 
 
 def subject_from_id(nodeid: str, params: str, backends: tuple[Backend, ...]) -> dict[str, str]:

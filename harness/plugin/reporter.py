@@ -37,6 +37,20 @@ def write_usage_error(paths: list[str], message: str) -> None:
                 write_report(collector, raw)
 
 
+def exit_status(verdict: str, status: int | pytest.ExitCode, checks: bool) -> int | pytest.ExitCode:
+    """The exit status follows the verdict: FAIL 1 (also when the run stopped early after the failure),
+    INCOMPLETE 2, NOT RUN 1 or 5; pytest's own ``status`` stands where it already says as much, or more."""
+    if verdict == "FAIL" and status in (pytest.ExitCode.OK, pytest.ExitCode.INTERRUPTED,
+                                        pytest.ExitCode.NO_TESTS_COLLECTED):
+        return pytest.ExitCode.TESTS_FAILED
+    if verdict == "INCOMPLETE" and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return pytest.ExitCode.INTERRUPTED
+    if verdict == "NOT RUN" and status == pytest.ExitCode.OK:
+        # A named backend ran no check, or nothing ran at all: nothing was shown to hold.
+        return pytest.ExitCode.TESTS_FAILED if checks else pytest.ExitCode.NO_TESTS_COLLECTED
+    return status
+
+
 class Reporter:
     """The records of the run so far, and the hooks that feed, write and print them."""
 
@@ -131,37 +145,11 @@ class Reporter:
         if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous_sigterm)
         c = self.collector
-        outcomes = c.outcomes.values()
-        finished = len(outcomes) + c.passed_tests
+        finished = len(c.outcomes) + c.passed_tests
         c.not_started = max(0, session.testscollected - finished - len(self.running))
         c.unfinished = list(self.running)
-        status = session.exitstatus
-        o = self.options
-        cut = sum(x["outcome"] == "skipped" and x["reason"].startswith("not finished:") for x in outcomes)
-        left = f"{c.not_started} of {session.testscollected} collected tests never ran"
-        stopped_by = session.shouldstop if isinstance(session.shouldstop, str) else ""
-        if self.interrupted_by:
-            c.incomplete = self.interrupted_by
-        elif o.run_ends_at and time.time() >= o.run_ends_at and (c.unfinished or c.not_started or cut):
-            c.incomplete = (f"the run's deadline (--deadline={o.deadline:g}) passed: {cut} tests were cut short, "
-                            + left)
-        elif status == pytest.ExitCode.INTERRUPTED:
-            c.incomplete = f"stopped: {stopped_by}; {left}" if stopped_by else "interrupted (Ctrl-C or a signal)"
-        elif c.unfinished or c.not_started:
-            c.incomplete = f"stopped early (exit status {int(status)}): {left}"
-        else:
-            c.incomplete = ""
-        # The exit status follows the verdict: FAIL 1 (also when the run stopped early after the failure),
-        # INCOMPLETE 2, NOT RUN 1 or 5.
-        verdict = c.verdict()
-        if verdict == "FAIL" and status in (pytest.ExitCode.OK, pytest.ExitCode.INTERRUPTED,
-                                            pytest.ExitCode.NO_TESTS_COLLECTED):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        elif verdict == "INCOMPLETE" and status in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-            session.exitstatus = pytest.ExitCode.INTERRUPTED
-        elif verdict == "NOT RUN" and status == pytest.ExitCode.OK:
-            # A named backend ran no check, or nothing ran at all: nothing was shown to hold.
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED if c.checks else pytest.ExitCode.NO_TESTS_COLLECTED
+        c.incomplete = self._why_incomplete(session)
+        session.exitstatus = exit_status(c.verdict(), session.exitstatus, bool(c.checks))
         c.selection = selection(self.config, self.options, c)
         for name in c.named_but_not_run():
             c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
@@ -177,6 +165,24 @@ class Reporter:
                 self.written.append(str(write_report(c, path, bench=self.options.bench, plots=True)))
             except OSError as exc:  # one unwritable report must not lose the others
                 self.written.append(f"{path} could NOT be written: {exc.strerror or exc}")
+
+    def _why_incomplete(self, session: pytest.Session) -> str:
+        """Why the run did not finish, "" where it did: a signal, the run's deadline (--deadline) with tests
+        cut short or left, pytest stopped (-x, Ctrl-C), or tests that never started or never ended."""
+        c, o = self.collector, self.options
+        status = session.exitstatus
+        cut = sum(x["outcome"] == "skipped" and x["reason"].startswith("not finished:") for x in c.outcomes.values())
+        left = f"{c.not_started} of {session.testscollected} collected tests never ran"
+        stopped_by = session.shouldstop if isinstance(session.shouldstop, str) else ""
+        if self.interrupted_by:
+            return self.interrupted_by
+        if o.run_ends_at and time.time() >= o.run_ends_at and (c.unfinished or c.not_started or cut):
+            return f"the run's deadline (--deadline={o.deadline:g}) passed: {cut} tests were cut short, " + left
+        if status == pytest.ExitCode.INTERRUPTED:
+            return f"stopped: {stopped_by}; {left}" if stopped_by else "interrupted (Ctrl-C or a signal)"
+        if c.unfinished or c.not_started:
+            return f"stopped early (exit status {int(status)}): {left}"
+        return ""
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         c = self.collector

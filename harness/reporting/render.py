@@ -109,32 +109,43 @@ def _has_stats(summary: Summary) -> bool:
     return summary.margin is not None
 
 
-def backend_rows(c: Collector) -> list[list[Any]]:
+def _by_backend(c: Collector) -> tuple[dict[tuple[str, str], list[Summary]], dict[tuple[str, str], list[str]]]:
+    """Summaries per (backend, device), and the rules of tests that failed or raised without a recorded check
+    (an exception, a timeout, a crash), which count too."""
     by: dict[tuple[str, str], list[Summary]] = {}
     for s in c.summaries.values():
         by.setdefault((s.backend, s.device), []).append(s)
-    # Tests that failed or raised without a recorded check (an exception, a timeout, a crash) count too.
     raised: dict[tuple[str, str], list[str]] = {}
     for o in c.outcomes.values():
         if o["outcome"] in ("failed", "error") and o.get("backend"):
             key = (o["backend"], o.get("device", ""))
             by.setdefault(key, [])
             raised.setdefault(key, []).append(o.get("rule") or o["outcome"])
-    rows = []
-    for (backend, device), items in sorted(by.items()):
-        failed_rules = sorted({s.rule for s in items if s.failures} | set(raised.get((backend, device), [])))
-        expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
-        warned_rules = sorted({s.rule for s in items if s.warnings})
-        note = ", ".join(failed_rules) or "–"
-        kinds = {e["feature"] for e in c.refused if (e["backend"], e["device"]) == (backend, device)}
-        if kinds:
-            note += f" (refused: {', '.join(sorted(kinds))})"
-        if expected_rules:
-            note += " (expected: " + ", ".join(expected_rules) + ")"
-        lost = any((e["backend"], e["device"]) == (backend, device) for e in c.device_lost())
-        rows.append([backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
-                     "FAIL" if failed_rules else "INCOMPLETE" if lost or c.incomplete else "PASS", note,
-                     ", ".join(warned_rules) or "–"])
+    return by, raised
+
+
+def _verdict_row(c: Collector, backend: str, device: str, items: list[Summary], raised: list[str]) -> list[Any]:
+    """One backend on one device: checks, failures, its verdict (a run that ended early or lost the device
+    passes no one) and the rules behind it."""
+    failed_rules = sorted({s.rule for s in items if s.failures} | set(raised))
+    expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
+    warned_rules = sorted({s.rule for s in items if s.warnings})
+    note = ", ".join(failed_rules) or "–"
+    kinds = {e["feature"] for e in c.refused if (e["backend"], e["device"]) == (backend, device)}
+    if kinds:
+        note += f" (refused: {', '.join(sorted(kinds))})"
+    if expected_rules:
+        note += " (expected: " + ", ".join(expected_rules) + ")"
+    lost = any((e["backend"], e["device"]) == (backend, device) for e in c.device_lost())
+    return [backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
+            "FAIL" if failed_rules else "INCOMPLETE" if lost or c.incomplete else "PASS", note,
+            ", ".join(warned_rules) or "–"]
+
+
+def backend_rows(c: Collector) -> list[list[Any]]:
+    by, raised = _by_backend(c)
+    rows = [_verdict_row(c, backend, device, items, raised.get((backend, device), []))
+            for (backend, device), items in sorted(by.items())]
     for entry in c.not_run:
         if (entry["backend"], entry["device"]) not in by:
             rows.append([entry["backend"], entry["device"], 0, 0, "NOT RUN", entry["reason"], "–"])

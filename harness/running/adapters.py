@@ -349,25 +349,43 @@ def _adapt(obj: Any, declared: dict[str, Any], spec: str, *, depth: int) -> Any:
         return OpBackend(op, name, declared)
     target = obj.func if isinstance(obj, functools.partial) else obj
     if _is_module_class(target) and not _forward_takes_weight(target):
-        sig = _signature(obj)
-        if sig is not None and not _takes_varargs(sig) and not _positional(sig):
-            raise _refuse(obj, "its constructor takes no hidden size, so it cannot be built per case")
-        return ModuleBackend(obj, name, declared, eps_name=None if bound_eps is not None else _eps_name(obj))
+        return _adapt_module_class(obj, name, declared, bound_eps)
     if isinstance(obj, torch.nn.Module) and not _forward_takes_weight(type(obj)):
         raise _refuse(obj, f"it is an nn.Module instance built for one hidden size; give its class "
                            f"({type(obj).__name__}, or functools.partial({type(obj).__name__}, ...) with its "
                            "settings) so the harness builds one per hidden size")
     if isinstance(obj, type):
-        if not callable(getattr(obj, "forward", None)):
-            raise _refuse(obj, "it is a class without a forward method")
-        sig = _signature(obj)
-        if sig is not None and _required(sig):
-            needs = ", ".join(p.name for p in _required(sig))
-            raise _refuse(obj, f"its constructor needs {needs}, and its forward takes (x, weight, eps): either give "
-                               "it a no-argument constructor, or make it an nn.Module whose forward takes x alone")
-        return _with_declarations(obj(), declared)
+        return _with_declarations(_protocol_instance(obj), declared)
     if callable(getattr(obj, "forward", None)):
         return _with_declarations(obj, declared)
+    return _adapt_function(obj, name, declared, spec, bound_eps, depth=depth)
+
+
+def _adapt_module_class(obj: Any, name: str, declared: dict[str, Any], bound_eps: float | None) -> Any:
+    """An nn.Module class (or a partial of one) whose forward takes x alone: built per hidden size, which its
+    constructor must therefore take."""
+    sig = _signature(obj)
+    if sig is not None and not _takes_varargs(sig) and not _positional(sig):
+        raise _refuse(obj, "its constructor takes no hidden size, so it cannot be built per case")
+    return ModuleBackend(obj, name, declared, eps_name=None if bound_eps is not None else _eps_name(obj))
+
+
+def _protocol_instance(cls: type) -> Any:
+    """The one instance of a class whose forward takes (x, weight, eps): its constructor must need nothing."""
+    if not callable(getattr(cls, "forward", None)):
+        raise _refuse(cls, "it is a class without a forward method")
+    sig = _signature(cls)
+    if sig is not None and _required(sig):
+        needs = ", ".join(p.name for p in _required(sig))
+        raise _refuse(cls, f"its constructor needs {needs}, and its forward takes (x, weight, eps): either give "
+                           "it a no-argument constructor, or make it an nn.Module whose forward takes x alone")
+    return cls()
+
+
+def _adapt_function(obj: Any, name: str, declared: dict[str, Any], spec: str, bound_eps: float | None, *,
+                    depth: int) -> Any:
+    """A callable without forward, by its signature: (x, weight, eps), eps by keyword, (x, weight), or a
+    zero-argument factory of any shape, called once (not a factory of factories)."""
     if not callable(obj):
         raise _refuse(obj, f"it is a {type(obj).__name__}, not callable")
     sig = _signature(obj)

@@ -8,7 +8,7 @@ that names the attribute, not a test failure later.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -290,37 +290,63 @@ class DeclarationError(ValueError):
     """A backend declares its capabilities in a form the harness cannot read; the message names the attribute."""
 
 
-def validate_declarations(impl: Any, name: str) -> None:
-    """Check the optional capability attributes when the backend loads, so a typo is an error, not a silent skip."""
+def _check_name(impl: Any, name: str) -> None:
     if not isinstance(getattr(impl, "name", name), str):
         raise DeclarationError(f"backend {name!r}: 'name' must be a string, got {impl.name!r}")
-    if hasattr(impl, "dtypes") and impl.dtypes is not None:
-        declared = impl.dtypes
-        if isinstance(declared, (str, torch.dtype)) or not isinstance(declared, Iterable):
-            raise DeclarationError(f"backend {name!r}: 'dtypes' must be a sequence of torch dtypes, got {declared!r}")
-        bad = [d for d in declared if not isinstance(d, torch.dtype)]
-        if bad:
-            raise DeclarationError(f"backend {name!r}: 'dtypes' must hold torch dtypes (e.g. torch.bfloat16), "
-                                   f"got {bad!r}")
-        if not any(d in ALL_DTYPES for d in declared):
-            raise DeclarationError(f"backend {name!r}: 'dtypes' {list(declared)!r} holds none of the contract's "
-                                   f"dtypes ({', '.join(DTYPES)})")
-    if hasattr(impl, "devices") and impl.devices is not None:
-        declared = impl.devices
-        items = (declared,) if isinstance(declared, str) else declared
-        if not isinstance(items, Iterable) or not all(isinstance(d, str) for d in items):
-            raise DeclarationError(f"backend {name!r}: 'devices' must be a device type string or a sequence of them "
-                                   f"(e.g. ('cuda',)), got {declared!r}")
+
+
+def _check_dtypes(impl: Any, name: str) -> None:
+    """A sequence of torch dtypes, at least one of them the contract's."""
+    if not hasattr(impl, "dtypes") or impl.dtypes is None:
+        return
+    declared = impl.dtypes
+    if isinstance(declared, (str, torch.dtype)) or not isinstance(declared, Iterable):
+        raise DeclarationError(f"backend {name!r}: 'dtypes' must be a sequence of torch dtypes, got {declared!r}")
+    bad = [d for d in declared if not isinstance(d, torch.dtype)]
+    if bad:
+        raise DeclarationError(f"backend {name!r}: 'dtypes' must hold torch dtypes (e.g. torch.bfloat16), "
+                               f"got {bad!r}")
+    if not any(d in ALL_DTYPES for d in declared):
+        raise DeclarationError(f"backend {name!r}: 'dtypes' {list(declared)!r} holds none of the contract's "
+                               f"dtypes ({', '.join(DTYPES)})")
+
+
+def _check_devices(impl: Any, name: str) -> None:
+    if not hasattr(impl, "devices") or impl.devices is None:
+        return
+    declared = impl.devices
+    items = (declared,) if isinstance(declared, str) else declared
+    if not isinstance(items, Iterable) or not all(isinstance(d, str) for d in items):
+        raise DeclarationError(f"backend {name!r}: 'devices' must be a device type string or a sequence of them "
+                               f"(e.g. ('cuda',)), got {declared!r}")
+
+
+def _check_supports_backward(impl: Any, name: str) -> None:
     backward = getattr(impl, "supports_backward", None)
     if backward is not None and not isinstance(backward, bool):
         raise DeclarationError(f"backend {name!r}: 'supports_backward' must be True, False or absent, "
                                f"got {backward!r}")
+
+
+def _check_methods(impl: Any, name: str) -> None:
     for method in ("forward_fp32", "unavailable_reason"):
         if hasattr(impl, method) and not callable(getattr(impl, method)):
             raise DeclarationError(f"backend {name!r}: '{method}' must be a method")
     for method in VARIANTS:  # None says "not offered", as absence does
         if getattr(impl, method, None) is not None and not callable(getattr(impl, method)):
             raise DeclarationError(f"backend {name!r}: '{method}' must be a method or None")
+
+
+# Checked in this order: the first attribute in a form the harness cannot read is the one the error names.
+_DECLARATION_CHECKS: tuple[Callable[[Any, str], None], ...] = (
+    _check_name, _check_dtypes, _check_devices, _check_supports_backward, _check_methods,
+)
+
+
+def validate_declarations(impl: Any, name: str) -> None:
+    """Check the optional capability attributes when the backend loads, so a typo is an error, not a silent skip."""
+    for check in _DECLARATION_CHECKS:
+        check(impl, name)
 
 
 def same_layout_copy(t: torch.Tensor) -> torch.Tensor:
