@@ -38,7 +38,7 @@ from rmsnorm_conformance.harness.drawing.cases import (
     SliceCase,
     StridedCase,
     lay_out_weight,
-    make_pad,
+    pad_rows,
     strided_layout,
 )
 from rmsnorm_conformance.harness.running.entry_points import (
@@ -134,12 +134,7 @@ def check_padding(subject: Subject, case: PaddingCase, memo: dict) -> None:
     b = case.batch
     rows, w = _inputs(subject, case)
     gen = b.generator(salt=PAD_SALT)
-    padded = []
-    for t in rows:
-        dtype = str(t.dtype).removeprefix("torch.")
-        before = make_pad(case.content, case.before, b.dim, dtype, gen)
-        after = make_pad(case.content, case.after, b.dim, dtype, gen)
-        padded.append(torch.cat([subject.to_device(before), t, subject.to_device(after)]))
+    padded = [pad_rows(t, case.content, case.before, case.after, gen) for t in rows]
     alone = _call(subject, case, rows, w)
     out = _call(subject, case, padded, w)
     _assert_same(subject, case, actual=[o[case.before: case.before + b.rows] for o in out], expected=alone,
