@@ -261,6 +261,24 @@ def test_backward_is_the_old_backward(dim, dtype, weight_dtype):
             assert_same_bits(new, old, f"{name}: {'output' if k == 0 else f'gradient of input {k}'}")
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 9, 17, 23])
+@pytest.mark.parametrize("dim", [1, 7, 129])
+def test_dw_sums_any_row_count_as_before(rows, dim):
+    """dw sums over the rows in the canonical order with rows in place of elements: row counts that fill a group
+    partly, one group, several, with NaN and Inf rows among them."""
+    order = [10, 7, 11, 8, 12, 9, *range(13, 24), *range(7)]  # normal rows and the NaN / Inf rows alternate first
+    x = edge_rows(dim, torch.float32, rows)[order[:rows]]
+    w = _weight(dim, torch.float32, rows + 1)
+    g = torch.randn(rows, dim, generator=torch.Generator().manual_seed(rows))
+    results = []
+    for fn in (reference.reference_fp32, old_reference_fp32):
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        fn(xr, wr, 1e-6).backward(g)
+        results.append((xr.grad, wr.grad))
+    assert_same_bits(results[0][0], results[1][0], "dx")
+    assert_same_bits(results[0][1], results[1][1], "dw")
+
+
 @pytest.mark.parametrize("dim", [7, 128, 4096])
 def test_fp8_references_are_the_old_ones(dim, monkeypatch):
     """The fp8 references (static and dynamic scale, plain and fused add) and the fp8 rounding classes."""
