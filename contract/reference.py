@@ -14,37 +14,72 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .canonical_order import GROUP, padded_width
 from .inputs import check_inputs, check_residual, check_unweighted_inputs
 from .rmsnorm import OFFSET_DTYPES
 
 
-def _halve(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Add the two halves of the last dim (of size ``width``, a power of two) until one element is left."""
+def _canonical_layout(t: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new contiguous tensor (of ``dtype``, default ``t``'s) holding ``t`` along ``dim`` padded with +0.0 to
+    ``padded_width`` and reordered so that every level of the canonical order adds the first half of that dim to
+    its second half: element ``g * GROUP + j`` (element j of group g) lies at ``j * G + g``.
+
+    In that layout the group step's halvings (j with j + 4, + 2, + 1) come first and the groups step's (g with
+    g + G/2, ...) after, each over two contiguous halves, so a level is one vectorised add over every row at once
+    instead of a strided one; the pairs and the operand order (lower index first) are the canonical order's.
+    """
+    dim %= t.dim()
+    size = t.shape[dim]
+    width = padded_width(size)
+    groups = width // GROUP
+    shape = list(t.shape)
+    shape[dim] = width
+    out = torch.empty(shape, dtype=t.dtype if dtype is None else dtype, device=t.device)
+    grouped = out.unflatten(dim, (GROUP, groups)).transpose(dim, dim + 1)  # [..., g, j, ...]
+    whole, rest = divmod(size, GROUP)
+    if whole:
+        grouped.narrow(dim, 0, whole).copy_(t.narrow(dim, 0, whole * GROUP).unflatten(dim, (whole, GROUP)))
+    if rest:
+        last = grouped.select(dim, whole)  # [..., j, ...] of the partly filled group
+        last.narrow(dim, 0, rest).copy_(t.narrow(dim, whole * GROUP, rest))
+        last.narrow(dim, rest, GROUP - rest).zero_()
+    used = whole + (rest > 0)
+    if used < groups:
+        grouped.narrow(dim, used, groups - used).zero_()
+    return out
+
+
+def _halve_in_place(laid_out: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum over ``dim`` of a :func:`_canonical_layout` tensor, keepdim, adding halves in place (it is consumed)."""
+    width = laid_out.shape[dim]
     while width > 1:
         width //= 2
-        t = t[..., :width] + t[..., width:]
-    return t
+        laid_out.narrow(dim, 0, width).add_(laid_out.narrow(dim, width, width))
+    return laid_out.narrow(dim, 0, 1).clone()  # not a view that keeps the whole buffer alive
 
 
-def sum_fixed_order(t: torch.Tensor) -> torch.Tensor:
-    """Sum over the last dim, keepdim, in the canonical order: pad with +0.0 to ``padded_width``, reduce each
-    group of ``GROUP`` consecutive elements by halving, then the group sums by halving.
+def sum_fixed_order(t: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Sum over ``dim`` (default the last), keepdim, in ``t``'s dtype and the canonical order: pad with +0.0 to
+    ``padded_width``, reduce each group of ``GROUP`` consecutive elements by halving, then the group sums by
+    halving.
 
     The padding changes no sum except that of a row of -0.0 (to +0.0).
     """
-    size = t.shape[-1]
-    width = padded_width(size)
-    if width != size:
-        t = F.pad(t, (0, width - size))
-    groups = _halve(t.unflatten(-1, (width // GROUP, GROUP)), GROUP).squeeze(-1)
-    return _halve(groups, width // GROUP)
+    return _halve_in_place(_canonical_layout(t, dim), dim)
+
+
+def _squares_laid_out(x: torch.Tensor) -> torch.Tensor:
+    """The fp32 squares of ``x`` (any float dtype, upcast) in :func:`_canonical_layout` along the last dim: the
+    upcast, the padding and the layout in one copy, then each square in place (the zeros square to +0.0)."""
+    laid_out = _canonical_layout(x, -1, torch.float32)
+    return laid_out.mul_(laid_out)
 
 
 def sum_of_squares_fixed_order(x32: torch.Tensor) -> torch.Tensor:
     """Sum of squares over the last dim, keepdim, in the canonical order of :func:`sum_fixed_order`."""
+    if x32.dtype == torch.float32:
+        return _halve_in_place(_squares_laid_out(x32), -1)
     return sum_fixed_order(x32 * x32)
 
 
@@ -53,19 +88,42 @@ def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), value, dtype=torch.float32, device=like.device)
 
 
-def _rms(x32: torch.Tensor, eps: float) -> torch.Tensor:
-    """``sqrt(S / D + eps)`` per row, keepdim: the canonical order's normalize step up to its reciprocal."""
-    mean = sum_of_squares_fixed_order(x32) / _scalar(x32.shape[-1], x32)
+def _rms_of(squares: torch.Tensor, size: int, eps: float) -> torch.Tensor:
+    """``sqrt(S / D + eps)`` per row, keepdim, from the :func:`_squares_laid_out` (consumed) of rows of ``size``
+    elements: the canonical order's normalize step up to its reciprocal."""
+    mean = _halve_in_place(squares, -1) / _scalar(size, squares)
     # torch's CPU float sqrt is not correctly rounded (about one result in six is an ulp off; measured on
     # torch 2.13, every CPU capability); the CUDA one is. The fp64 sqrt of an fp32 value, rounded to fp32,
     # is the correctly rounded fp32 sqrt on both.
-    return torch.sqrt((mean + _scalar(eps, x32)).double()).float()
+    return torch.sqrt((mean + _scalar(eps, squares)).double()).float()
+
+
+def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``sqrt(S / D + eps)`` per row of ``x`` (any float dtype, upcast), keepdim."""
+    return _rms_of(_squares_laid_out(x), x.shape[-1], eps)
 
 
 def _reciprocal(rms: torch.Tensor) -> torch.Tensor:
     """``inv = 1 / rms`` per row, one correctly rounded fp32 division (a tensor numerator: torch's division by a
     Python number would multiply by a reciprocal, and ``torch.reciprocal`` promises no rounding)."""
     return _scalar(1.0, rms) / rms
+
+
+def _normalized(x: torch.Tensor, scale32: torch.Tensor | None,
+                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y32, rms, inv)`` for rows ``x`` (any float dtype, upcast): ``y32 = (x32 * inv) * scale32``, or ``x32 * inv``
+    with no scale (a scale of exactly 1 changes no bit)."""
+    squares = _squares_laid_out(x)
+    rms = _rms_of(squares, x.shape[-1], eps)
+    inv = _reciprocal(rms)
+    # One correctly rounded division per row, then two separately rounded multiplies per element
+    # (contract/canonical_order.py, "normalize"; why the edge cases keep their bits: RECIPROCAL_NOTE there).
+    # y32 takes the memory of the squares, spent by now (x.numel() <= its size): on a CPU a fresh large allocation
+    # (its page faults) costs more than the multiplies. x is upcast exactly by the copy; both multiplies in place.
+    y32 = squares.view(-1)[: x.numel()].view(x.shape).copy_(x).mul_(inv)
+    if scale32 is not None:
+        y32.mul_(scale32)
+    return y32, rms, inv
 
 
 class _FixedOrderRMSNorm(torch.autograd.Function):
@@ -78,12 +136,9 @@ class _FixedOrderRMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x32: torch.Tensor, w32: torch.Tensor,
                 eps: float) -> torch.Tensor:
-        rms = _rms(x32, eps)
-        inv = _reciprocal(rms)
+        y32, rms, inv = _normalized(x32, w32, eps)
         ctx.save_for_backward(x32, w32, rms, inv)
-        # One correctly rounded division per row, then two separately rounded multiplies per element
-        # (contract/canonical_order.py, "normalize"; why the edge cases keep their bits: RECIPROCAL_NOTE there).
-        return (x32 * inv) * w32
+        return y32
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # Any: FunctionCtx's stub lacks saved_tensors
@@ -97,14 +152,25 @@ class _FixedOrderRMSNorm(torch.autograd.Function):
         # dw sums over every row in the canonical order, rows in place of elements; the + 0.0 makes a zero
         # sum +0.0 whatever zero rows a kernel pads with.
         per_row = (grad * (x32 * inv)).reshape(-1, x32.shape[-1])
-        dw = sum_fixed_order(per_row.t()).reshape(-1) + 0.0 if per_row.shape[0] else torch.zeros_like(w32)
+        dw = sum_fixed_order(per_row, dim=0).reshape(-1) + 0.0 if per_row.shape[0] else torch.zeros_like(w32)
         return dx, dw, None
+
+
+def _normalize_fp32(x: torch.Tensor, scale32: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """(x32 * inv) * scale32 (no scale: x32 * inv) in the reference's fixed order, the variants differing from
+    forward only in scale32: through the autograd function where a gradient is wanted, else straight (the same
+    ops, without the copies a backward needs kept)."""
+    if torch.is_grad_enabled() and (x.requires_grad or (scale32 is not None and scale32.requires_grad)):
+        if scale32 is None:
+            scale32 = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
+        return _FixedOrderRMSNorm.apply(x.float(), scale32, float(eps))
+    return _normalized(x, scale32, float(eps))[0]
 
 
 def reference_fp32(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """The reference output in fp32 of the very inputs given (upcast), differentiable in both."""
     check_inputs(x, weight, eps)
-    return _FixedOrderRMSNorm.apply(x.float(), weight.float(), float(eps))
+    return _normalize_fp32(x, weight.float(), eps)
 
 
 def seed_formula_fp32(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -129,11 +195,6 @@ def oracle_fp64(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tor
 # Each variant's reference reuses the fixed-order normalization above; only what a variant adds is written here.
 
 
-def _normalize_fp32(x32: torch.Tensor, scale32: torch.Tensor, eps: float) -> torch.Tensor:
-    """(x32 * inv) * scale32 in the reference's fixed order: the variants differ from forward only in scale32."""
-    return _FixedOrderRMSNorm.apply(x32, scale32, float(eps))
-
-
 def reference_fused_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                         eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y32, residual_out)``: residual_out is x + residual in fp32, rounded once to the residual's dtype; y32 is
@@ -141,7 +202,7 @@ def reference_fused_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.T
     check_inputs(x, weight, eps)
     check_residual(x, residual, fp32_residual=True)
     residual_out = (x.float() + residual.float()).to(residual.dtype)
-    return _normalize_fp32(residual_out.float(), weight.float(), eps), residual_out
+    return _normalize_fp32(residual_out, weight.float(), eps), residual_out
 
 
 def offset_scale(weight: torch.Tensor, offset_dtype: str = "float32") -> torch.Tensor:
@@ -158,13 +219,13 @@ def reference_offset(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     """The fp32 reference of ``(x / rms) * (1 + weight)`` (Gemma's norm), the offset formed as ``offset_dtype``
     says."""
     check_inputs(x, weight, eps)
-    return _normalize_fp32(x.float(), offset_scale(weight, offset_dtype), eps)
+    return _normalize_fp32(x, offset_scale(weight, offset_dtype), eps)
 
 
 def reference_unweighted(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """The fp32 reference of ``x / rms``: RMSNorm with no weight (a scale of exactly 1 changes no bit)."""
     check_unweighted_inputs(x, eps)
-    return _normalize_fp32(x.float(), torch.ones(x.shape[-1], dtype=torch.float32, device=x.device), eps)
+    return _normalize_fp32(x, None, eps)
 
 
 def rounding_class_outputs(x: torch.Tensor, scale32: torch.Tensor, eps: float,
@@ -180,9 +241,8 @@ def rounding_class_outputs(x: torch.Tensor, scale32: torch.Tensor, eps: float,
     inputs); by default from ``x`` itself. The steps are the reference's (:class:`_FixedOrderRMSNorm`).
     """
     x32 = x.float()
-    inv = _reciprocal(_rms(x32 if rms_of is None else rms_of.float(), eps))
-    ones = torch.ones(x32.shape[-1], dtype=torch.float32, device=x32.device)
-    normalized = (x32 * inv) * ones
+    inv = _reciprocal(_rms(x if rms_of is None else rms_of, eps))
+    normalized = x32 * inv
     by_rounded_inverse = (x32 * inv.to(out_dtype).float()).to(out_dtype).float()
     return {
         "product_fp32": (normalized * scale32).to(out_dtype),

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from rmsnorm_conformance.contract import Tolerance, UlpBound
-from rmsnorm_conformance.harness.checking.comparison import bits, compare_bitwise, compare_within, ulp_distance
+from rmsnorm_conformance.harness.checking.comparison import (
+    bits,
+    compare_bitwise,
+    compare_within,
+    same_bits,
+    ulp_distance,
+)
 
 
 def test_bitwise_equal_tensors():
@@ -114,3 +120,25 @@ def test_reference_beyond_the_output_range_expects_inf():
     assert compare_within(actual, reference, Tolerance(1e-3, 1e-3, "")).passed
     finite_but_wrong = torch.tensor([65504.0, -math.inf, 1.0], dtype=torch.float16)
     assert not compare_within(finite_but_wrong, reference, Tolerance(1e-3, 1e-3, "")).passed
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("layout", ["whole", "rows_from_one", "odd_width", "column_slice", "transposed"])
+def test_same_bits_sees_one_flipped_bit_anywhere(dtype, layout):
+    """same_bits (whole 64-bit words where sizes and offsets allow, the dtype's own integer view elsewhere)
+    against one flipped bit at every element of the view, and -0.0 against +0.0."""
+    base = torch.randn(6, 12, generator=torch.Generator().manual_seed(0)).to(dtype)
+    view = {"whole": lambda t: t, "rows_from_one": lambda t: t[1:], "odd_width": lambda t: t[:, :5],
+            "column_slice": lambda t: t[:, 3:], "transposed": lambda t: t.t()}[layout]
+    a = view(base)
+    assert same_bits(a, view(base.clone()))
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}[base.element_size()]
+    for index in range(a.numel()):
+        target = view(base.clone())
+        position = tuple(int(i) for i in torch.unravel_index(torch.tensor(index), target.shape))
+        target.view(ints)[position] ^= 1
+        assert not same_bits(a, target), index
+    zeros = torch.zeros(8, dtype=dtype)
+    assert not same_bits(zeros, -zeros)
+    assert not same_bits(a, a.to(torch.float32 if dtype == torch.float64 else torch.float64))

@@ -18,6 +18,7 @@ from rmsnorm_conformance.harness.drawing.cases import (
     SliceCase,
     make_pad,
     make_values,
+    pad_rows,
 )
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 
@@ -143,6 +144,41 @@ def test_weight_families(family):
 def test_pad_contents(content):
     pad = make_pad(content, 3, 16, "float16", torch.Generator().manual_seed(0))
     assert pad.shape == (3, 16) and pad.dtype == torch.float16
+
+
+def _concatenated_pads(content: str, t: torch.Tensor, before: int, after: int, gen: torch.Generator) -> torch.Tensor:
+    """The padded batch as it was built before pad_rows: each pad made apart, then concatenated."""
+    dtype = str(t.dtype).removeprefix("torch.")
+    dt, dim = t.dtype, t.shape[-1]
+
+    def pad(rows: int) -> torch.Tensor:
+        if content == "zeros":
+            return torch.zeros(rows, dim, dtype=dt)
+        if content == "normal":
+            return torch.randn(rows, dim, generator=gen).to(dt)
+        if content == "huge":
+            return (torch.randn(rows, dim, generator=gen).clamp(-3, 3) * {"float16": 2.0e4}.get(dtype, 1.0e15)).to(dt)
+        fill = {"dtype_max": torch.finfo(dt).max, "nan": float("nan"), "inf": float("inf"), "neg_inf": -float("inf")}
+        return torch.full((rows, dim), fill[content], dtype=dt)
+
+    first = pad(before)
+    return torch.cat([first, t, pad(after)])
+
+
+@pytest.mark.parametrize("content", PAD_CONTENTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_pad_rows_are_the_concatenated_pads(content, dtype):
+    """pad_rows writes the pads in place: the same bits, and the generator left where the old build left it."""
+    t = torch.randn(5, 33).to(dtype)
+    bits = {4: torch.int32, 2: torch.int16}[t.element_size()]
+    for before, after in ((0, 3), (4, 0), (2, 7), (0, 0)):
+        old_gen, new_gen = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+        old = _concatenated_pads(content, t, before, after, old_gen)
+        new = pad_rows(t, content, before, after, new_gen)
+        assert torch.equal(new.view(bits), old.view(bits)), (before, after)
+        assert torch.equal(new_gen.get_state(), old_gen.get_state())
+        assert torch.equal(make_pad(content, before, 33, str(dtype).removeprefix("torch."),
+                                    torch.Generator().manual_seed(3)).view(bits), old[:before].view(bits))
 
 
 def test_unknown_family_is_named():

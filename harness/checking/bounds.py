@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from rmsnorm_conformance.harness.checking.comparison import same_bits
+
 # dtype -> (the integer dtype of its bits, the canary's bits): signalling NaNs (the quiet bit clear).
 CANARIES: dict[torch.dtype, tuple[torch.dtype, int]] = {
     torch.float32: (torch.int32, 0x7FA5A5A5),
@@ -201,7 +203,7 @@ class GuardedCall:
         """Copy what the call wrote into each view back into the caller's tensor, and return ``out`` with any output
         that is one of the guarded views replaced by the same view of the caller's tensor (so aliasing shows)."""
         for z in self.zones:
-            if not torch.equal(z.view.view(z.bits_dtype), z.original.view(z.bits_dtype)):
+            if not same_bits(z.view, z.original):
                 try:
                     with torch.no_grad():
                         z.original.copy_(z.view)

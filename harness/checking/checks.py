@@ -326,8 +326,9 @@ def assert_holds(subject: Subject, case: Any, *, ok: bool, what: str, dim: int, 
 
 
 def reference_fp32(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """The contract's reference: fp32 RMSNorm of the very inputs the backend received, upcast."""
-    return reference.reference_fp32(x.float(), w.float(), eps)
+    """The contract's reference: fp32 RMSNorm of the very inputs the backend received, upcast (by the reference
+    itself, exactly: no fp32 copy of x first; an fp32 weight is a pair the reference takes with any x)."""
+    return reference.reference_fp32(x, w.float(), eps)
 
 
 def correctly_rounded(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

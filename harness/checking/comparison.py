@@ -48,6 +48,23 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return raw if width == 64 else raw & ((1 << width) - 1)
 
 
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do two tensors of one dtype and shape hold the same bit patterns? Contiguous ones are compared as whole
+    64-bit words where their sizes and offsets allow (torch.equal's cost is per element: an int64 view of a bf16
+    tensor compares in about a third of the time of its int16 view), others through their own integer view."""
+    a, b = a.detach(), b.detach()
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    size = a.element_size()
+    if a.is_contiguous() and b.is_contiguous() and size < 8 and a.numel() * size % 8 == 0 and all(
+            t.storage_offset() * size % 8 == 0 for t in (a, b)):
+        return bool(torch.equal(a.reshape(-1).view(torch.int64), b.reshape(-1).view(torch.int64)))
+    view = _INT_VIEW.get(a.dtype)
+    if view is None:
+        return bool(torch.equal(a, b))
+    return bool(torch.equal(a.view(view), b.view(view)))
+
+
 def _hex(pattern: int, dtype: torch.dtype) -> str:
     return f"0x{pattern & ((1 << _BITS[dtype]) - 1):0{_BITS[dtype] // 4}x}"
 
@@ -128,8 +145,7 @@ def compare_bitwise(actual: torch.Tensor, expected: torch.Tensor, *, nan_payload
                              problem=f"shape {tuple(actual.shape)}, but expected {tuple(expected.shape)}")
     if not nan_payloads and actual.dtype in _INT_VIEW:
         actual, expected = _canonical_nans(actual.detach()), _canonical_nans(expected.detach())
-    if actual.dtype in _INT_VIEW and torch.equal(actual.detach().view(_INT_VIEW[actual.dtype]),
-                                                 expected.detach().view(_INT_VIEW[expected.dtype])):
+    if actual.dtype in _INT_VIEW and same_bits(actual, expected):
         return BitwiseResult(True, total)  # the common case, on the device, without widening every pattern
     a, e = bits(actual), bits(expected)
     differ = a != e

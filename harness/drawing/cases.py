@@ -175,17 +175,37 @@ def make_weight(family: str, dim: int, dtype: str, gen: torch.Generator) -> torc
 
 def make_pad(content: str, rows: int, dim: int, dtype: str, gen: torch.Generator) -> torch.Tensor:
     """Pad rows; their own outputs are never checked, only their effect on real rows."""
-    dt = torch_dtype(dtype)
+    if content not in PAD_CONTENTS:
+        raise ValueError(f"unknown pad content {content!r}; known: {', '.join(PAD_CONTENTS)}")
+    return _fill_pad(torch.empty(rows, dim, dtype=torch_dtype(dtype)), content, gen)
+
+
+def pad_rows(t: torch.Tensor, content: str, before: int, after: int, gen: torch.Generator) -> torch.Tensor:
+    """``t``'s rows with ``before`` pad rows of ``content`` above them and ``after`` below, as one new tensor on
+    ``t``'s device: the bits of ``torch.cat([make_pad(.., before, ..), t, make_pad(.., after, ..)])`` with the pads
+    drawn from ``gen`` in that order, written in place rather than made apart and concatenated."""
+    if content not in PAD_CONTENTS:
+        raise ValueError(f"unknown pad content {content!r}; known: {', '.join(PAD_CONTENTS)}")
+    rows = t.shape[0]
+    out = torch.empty(before + rows + after, *t.shape[1:], dtype=t.dtype, device=t.device)
+    _fill_pad(out[:before], content, gen)
+    out[before: before + rows].copy_(t)
+    _fill_pad(out[before + rows:], content, gen)
+    return out
+
+
+def _fill_pad(out: torch.Tensor, content: str, gen: torch.Generator) -> torch.Tensor:
+    """Write pad rows of ``content`` into ``out`` (any device; values drawn on the CPU from ``gen``)."""
+    dt = out.dtype
     if content == "zeros":
-        return torch.zeros(rows, dim, dtype=dt)
+        return out.zero_()
     if content == "normal":
-        return torch.randn(rows, dim, generator=gen).to(dt)
+        return out.copy_(torch.randn(out.shape, generator=gen))
     if content == "huge":
-        return (torch.randn(rows, dim, generator=gen).clamp(-3, 3) * _HUGE_SCALE[dtype]).to(dt)
+        scale = _HUGE_SCALE[str(dt).removeprefix("torch.")]
+        return out.copy_(torch.randn(out.shape, generator=gen).clamp(-3, 3) * scale)
     fill = {"dtype_max": torch.finfo(dt).max, "nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
-    if content in fill:
-        return torch.full((rows, dim), fill[content], dtype=dt)
-    raise ValueError(f"unknown pad content {content!r}; known: {', '.join(PAD_CONTENTS)}")
+    return out.fill_(fill[content])
 
 
 # --- Axis-A cases: each names the variant it checks -------------------------------------------------

@@ -124,10 +124,12 @@ def missing_reason(backend: Any, entry: str) -> str | None:
 
 
 def call(subject: Any, entry: str, rows: Sequence[torch.Tensor], weight: torch.Tensor | None,
-         eps: float) -> tuple[torch.Tensor, ...]:
+         eps: float, *, fresh: bool = True) -> tuple[torch.Tensor, ...]:
     """``entry`` of the subject's backend on (rows, weight, eps), through the subject where it offers a call
     (isolated, its global state, inputs and returned outputs watched); every output as a fresh tensor, in the
-    description's order, so that two calls never compare by aliasing."""
+    description's order, so that two calls never compare by aliasing. ``fresh=False`` returns the outputs as the
+    backend gave them, for a caller that is done with them before it calls the backend again (no later call can
+    write into them first)."""
     reason = missing_reason(subject.backend, entry)
     if reason:
         raise LookupError(reason)
@@ -137,4 +139,4 @@ def call(subject: Any, entry: str, rows: Sequence[torch.Tensor], weight: torch.T
     else:
         out = getattr(subject.backend, entry)(*args)
     outs = tuple(out) if isinstance(out, tuple | list) else (out,)
-    return tuple(t.detach().clone() for t in outs)
+    return tuple(t.detach().clone() if fresh else t.detach() for t in outs)
