@@ -189,7 +189,7 @@ def _gate(venv: Venv, cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 # One test, so that pytest-xdist gives it to one worker and the environment is built once; marked to start first,
 # so that the other worker drains the rest of the run meanwhile.
-@pytest.mark.early
+@pytest.mark.early(rank=0)
 def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
     venv, wheel = _install(tmp_path)
     user = _user_dir(tmp_path / "user")
