@@ -22,10 +22,15 @@ if _threads is not None:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "early: a long test that pytest-xdist should start first")
+    config.addinivalue_line("markers", "early(rank=1): a long test that pytest-xdist should start first; a lower "
+                            "rank starts sooner")
 
 
 def pytest_collection_modifyitems(config, items):
-    # The wheel-install test spends most of a minute in subprocesses: begun first, it runs while the other
-    # workers drain the rest, instead of holding up the end of the run.
-    items.sort(key=lambda item: item.get_closest_marker("early") is None)
+    # The long tests (the wheel install, the runs of the zoo, the compile check) begun first run while the other
+    # worker drains the short ones, instead of holding up the end of the run; the longest start first.
+    def rank(item):
+        marker = item.get_closest_marker("early")
+        return float("inf") if marker is None else marker.kwargs.get("rank", 1)
+
+    items.sort(key=rank)

@@ -256,21 +256,22 @@ def test_the_hang_ledger_is_shared_through_its_file(tmp_path):
 def test_the_run_deadline_ends_a_hung_run_incomplete_with_a_report(gate, monkeypatch):
     monkeypatch.setenv("HOSTILE_SLEEP", "600")
     result, data = gate(f"--backend={H}:Sleeps", "--rule=axis_a.repeat,axis_b.output", "--case-timeout=0",
-                        "--deadline=15")
+                        "--deadline=6")
     assert result.ret == 2
     assert data["verdict"] == "INCOMPLETE" and not data["complete"]
-    assert "deadline (--deadline=15) passed" in data["incomplete"]
-    assert data["environment"]["run deadline"] == "15 s"
+    assert "deadline (--deadline=6) passed" in data["incomplete"]
+    assert data["environment"]["run deadline"] == "6 s"
     assert not any(o["outcome"] == "failed" for o in data["outcomes"].values()), "a cut case is no finding"
 
 
 def test_the_run_deadline_after_a_failure_reads_fail(gate, monkeypatch):
     monkeypatch.setenv("HOSTILE_SLEEP", "600")
     result, data = gate(f"--backend=rmsnorm_conformance.zoo:OnePlusWeight,{H}:Sleeps", "--case-timeout=0",
-                        "--rule=semantics.plain_weight", "--deadline=40")
+                        "--rule=semantics.plain_weight", "--deadline=20")
+    # The deadline leaves the defect's test (the first, and a few examples) time to fail on a loaded machine.
     assert result.ret == 1
     assert data["verdict"] == "FAIL" and not data["complete"]
-    assert "deadline (--deadline=40) passed" in data["incomplete"]
+    assert "deadline (--deadline=20) passed" in data["incomplete"]
     assert any(s["rule"] == "semantics.plain_weight" and s["failures"] for s in data["summaries"])
 
 

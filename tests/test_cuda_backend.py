@@ -153,6 +153,7 @@ def test_a_broken_prebuilt_library_is_the_reason(tmp_path, monkeypatch):
         _build.build()
 
 
+@pytest.mark.early  # most of a minute of nvcc: started first, it runs while the other worker drains the rest
 @pytest.mark.skipif(_build.find_nvcc() is None, reason="nvcc not found (set CUDA_HOME or NVCC)")
 def test_sources_compile_with_nvcc(tmp_path):
     result = _build.compile_check(out_dir=str(tmp_path))

@@ -2,18 +2,25 @@
 test of the rule it breaks, naming that rule, its minimal configuration and a replay command; correct backends
 must not fail.
 
-Each defect runs only the suite test that covers its rule (``RULE_TESTS``), under the derandomized ``ci``
-profile, in a pytester subprocess as a user would run it. Holding correct backends to whole suites over many
-Hypothesis seeds is slower than a CI run allows: ``RMSNORM_SEEDS=20 pytest tests/test_detection.py -k
-false_alarm`` runs it (reports/cpu/detection.md records the result).
+Each defect runs only the suite tests that cover its rule (``RULE_TESTS``), under the derandomized ``ci``
+profile, stopping at its first failure, in a pytest subprocess as a user would run it; one subprocess holds a
+group of defects, each to its own selection (tests/detection_plan.py), so the zoo costs a few process starts.
+Holding correct backends to whole suites over many Hypothesis seeds is slower than a CI run allows:
+``RMSNORM_SEEDS=20 pytest tests/test_detection.py -k false_alarm`` runs it (reports/cpu/detection.md records the
+result).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
 import os
 import re
 import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +28,7 @@ import pytest
 from rmsnorm_conformance.contract import ALL_RULES, rule
 from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.replay import parse_case
-from rmsnorm_conformance.zoo import DEFECTS, LaneOrderRMSNorm
+from rmsnorm_conformance.zoo import DEFECTS, EngineStyleRMSNorm, LaneOrderRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -34,11 +41,6 @@ EXPLICIT_TESTS = "not _at_thresholds and not _qk_norm and not test_first_call"
 
 # How many Hypothesis seeds the false-alarm run uses; 0 skips it.
 SEEDS = int(os.environ.get("RMSNORM_SEEDS", "0") or 0)
-
-
-def rule_selection(rule_id: str) -> list[str]:
-    """pytest arguments that run only the suite tests covering ``rule_id``, in every dtype."""
-    return ["--pyargs", "rmsnorm_conformance.suites", f"--rule={rule_id}"]
 
 
 @pytest.fixture
@@ -73,21 +75,140 @@ def _minimal_and_replay(out: str) -> tuple[str, str]:
     return minimal.group(1), replay.group(1)
 
 
-@pytest.mark.parametrize("defect", DEFECTS, ids=lambda d: d.__name__)
-def test_defect_is_caught_in_the_rule_it_breaks(run, defect):
-    """The run fails, every failure names the defect's rule (and no other), and the failure prints the
-    minimal configuration with a replay command that runs that case on that test and backend."""
+# --- The zoo in a few runs -------------------------------------------------------------------------------------
+# Each defect is held to exactly the suite tests that `--rule=<its rule>` selects, in every dtype, and stops at its
+# first failure as `-x` stops a run of it alone: tests/detection_plan.py makes that selection per backend inside
+# one pytest run of many backends, so the zoo costs a few process starts rather than one per defect. Each run's
+# tests share an xdist_group, so that pytest-xdist (--dist=loadgroup) gives them to one worker and the runs
+# spread over the workers. The interface defects run apart, under --strict-interface, so that no numerics defect
+# is held to interface rules it was not planted to break.
+
+GROUPS = 3
+NUMERICS_DEFECTS = [d for d in DEFECTS if rule(d.breaks).severity != "interface"]
+INTERFACE_DEFECTS = [d for d in DEFECTS if rule(d.breaks).severity == "interface"]
+
+
+def group_of(backend: type) -> str:
+    """The run that holds ``backend``, a defect or a control."""
+    if backend in CONTROLS:
+        return CONTROLS[backend][0]
+    if backend in INTERFACE_DEFECTS:
+        return "zoo-interface"
+    return f"zoo-{NUMERICS_DEFECTS.index(backend) % GROUPS}"
+
+
+# The correct controls, each with the selection its run alone took (what its -k and --dtype chose), and its run.
+# LaneOrderRMSNorm: the reduction-order defects switch to its order on some condition; that order on its own passes
+# Axis-A, so their failures come from the switch, not from the order; fp32 shows any change. (The threshold checks
+# of this order run in the false-alarm run over seeds, below.) EngineStyleRMSNorm: an in-place fused add, the
+# Hugging Face rounding order and a bf16 offset, each declared, move the reference the variant rules hold it to:
+# none of them may read as a breach.
+CONTROLS: dict[type, tuple[str, dict]] = {
+    LaneOrderRMSNorm: ("zoo-0", {"module": "test_axis_a.py", "name_has_all": ["float32"],
+                                 "name_has_none": ["_at_thresholds"]}),
+    EngineStyleRMSNorm: ("zoo-1", {"module": "test_variants.py", "dtype": "bfloat16",
+                                   "name_has_any": ["residual", "output", "offset_dtype", "purity",
+                                                    "rounding_class", "fp32_weight"]}),
+}
+
+
+@dataclass(frozen=True)
+class ZooRun:
+    """One pytest run of a group of the zoo: its exit status, terminal output and JSON report."""
+
+    ret: int
+    out: str
+    report: dict
+
+    def outcomes(self, backend: str) -> dict[str, dict]:
+        return {n: o for n, o in self.report["outcomes"].items() if o.get("backend") == backend}
+
+    def failure_section(self, nodeid: str) -> str:
+        """The terminal's failure section of one test (pytest's ``____ test_x[id] ____`` block)."""
+        name = nodeid.split("::", 1)[1]
+        sections = re.split(r"^_+ (\S+) _+$", self.out, flags=re.M)  # a long name has one "_" each side
+        for title, body in zip(sections[1::2], sections[2::2], strict=True):
+            if title == name:
+                return re.split(r"^={3,}", body, maxsplit=1, flags=re.M)[0]  # up to pytest's next "=== x ==="
+        raise AssertionError(f"no failure section for {name} in the output:\n{self.out[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def zoo_run(tmp_path_factory):
+    """The run of a group, started the first time one of its tests asks for it: the suites as a user runs them,
+    in a subprocess from a scratch directory, the project importable. Under pytest-xdist the workers share each
+    group's run through a file (the session's base temporary directory is common to them), so a group runs once
+    even where its tests land on several workers (without --dist=loadgroup)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done: dict[str, ZooRun] = {}
+
+    def get(group: str) -> ZooRun:
+        if group not in done:
+            where = shared / f"detection-{group}"
+            with open(shared / f"detection-{group}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not (where / "run.json").is_file():
+                    where.mkdir(exist_ok=True)
+                    run = _run_group(group, where)
+                    (where / "run.json").write_text(json.dumps(dataclasses.asdict(run)))
+            done[group] = ZooRun(**json.loads((where / "run.json").read_text()))
+        return done[group]
+
+    return get
+
+
+def _run_group(group: str, where: Path) -> ZooRun:
+    plan = {d.name: {"rules": [d.breaks], "stop_first": True} for d in DEFECTS if group_of(d) == group}
+    plan |= {c.name: selection for c, (g, selection) in CONTROLS.items() if g == group}
+    backends = [b for b in (*DEFECTS, *CONTROLS) if b.name in plan]
+    (where / "plan.json").write_text(json.dumps(plan))
+    strict = ["--strict-interface"] if group == "zoo-interface" else []
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env |= {"PYTHONPATH": str(ROOT), "PY_COLORS": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={where / 'tmp'}",
+         "-p", "tests.detection_plan", "--detection-plan=plan.json", "--pyargs", "rmsnorm_conformance.suites",
+         "--backend=" + ",".join(f"rmsnorm_conformance.zoo:{b.__name__}" for b in backends), "--device=cpu",
+         "--sweep=ci", "--report=zoo.json", *strict],
+        cwd=where, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    report = where / "zoo.json"
+    assert report.is_file(), f"the {group} run wrote no report (exit {done.returncode}):\n{done.stdout[-3000:]}"
+    return ZooRun(done.returncode, done.stdout, json.loads(report.read_text()))
+
+
+def _in_groups(backends) -> list:
+    return [pytest.param(b, id=b.__name__, marks=[pytest.mark.xdist_group(group_of(b)), pytest.mark.early])
+            for b in sorted(backends, key=group_of)]
+
+
+@pytest.mark.parametrize("defect", _in_groups(DEFECTS))
+def test_defect_is_caught_in_the_rule_it_breaks(zoo_run, defect):
+    """The defect fails one test of its rule, every failure names the defect's rule (and no other), and the
+    failure prints the minimal configuration with a replay command that runs that case on that test and backend."""
     tests = RULE_TESTS[defect.breaks]
     spec = f"rmsnorm_conformance.zoo:{defect.__name__}"
-    strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
-    result = run(*rule_selection(defect.breaks), f"--backend={spec}", "--device=cpu",
-                 "--sweep=ci", "-x", *strict)
-    out = result.stdout.str()
-    assert result.ret == 1, f"{defect.__name__} was not caught by {tests}:\n{out[-3000:]}"
-    assert set(re.findall(r"contract rule (\S+) \(", out)) == {defect.breaks}, out[-3000:]
-    failed = re.findall(rf"^FAILED \S*?(test_\w+\.py::test_\w+)\[{defect.name}-cpu-[\w-]+\]", out, re.M)
-    assert failed and set(failed) <= set(tests), out[-3000:]
-    minimal, replay = _minimal_and_replay(out)
+    result = zoo_run(group_of(defect))
+    assert result.ret == 1, f"the {group_of(defect)} run did not fail:\n{result.out[-3000:]}"
+    mine = result.outcomes(defect.name)
+    failed = {n: o for n, o in mine.items() if o["outcome"] in ("failed", "error")}
+    assert failed, f"{defect.__name__} was not caught by {tests}: {mine}"
+    # As under -x: the first failure ends the defect's run, so one test failed and its later tests did not run.
+    assert len(failed) == 1, failed
+    ((nodeid, outcome),) = failed.items()
+    assert outcome["rule"] == defect.breaks, outcome
+    assert outcome["reason"].startswith(f"contract rule {defect.breaks} ("), outcome
+    breached = {s["rule"] for s in result.report["summaries"] if s["backend"] == defect.name and s["failures"]}
+    assert breached == {defect.breaks}, breached
+    (row,) = [r for r in result.report["pick"]["rows"] if r["backend"] == defect.name]
+    assert [*row["numerics_breached"], *row["interface_breached"]] == [defect.breaks], row
+    # pytest's FAILED line names a suite test of the rule, in the defect's id.
+    printed = re.findall(rf"^FAILED \S*?(test_\w+\.py::test_\w+)\[{defect.name}-cpu-[\w-]+\]", result.out, re.M)
+    assert printed == [nodeid.split("[", 1)[0]] and set(printed) <= set(tests), printed
+    section = result.failure_section(nodeid)
+    assert set(re.findall(r"contract rule (\S+) \(", section)) == {defect.breaks}, section[-3000:]
+    minimal, replay = _minimal_and_replay(section)
+    assert replay == outcome["replay"]
     words = shlex.split(replay)
     assert words[1:3] == ["--pyargs", "rmsnorm_conformance.suites"]
     assert f"--backend={spec}" in words and f"--rule={defect.breaks}" in words
@@ -95,15 +216,40 @@ def test_defect_is_caught_in_the_rule_it_breaks(run, defect):
     assert parse_case(replayed) == parse_case(minimal), "the replay must run the minimal configuration"
 
 
-def test_lane_order_control_passes_axis_a_in_fp32(run):
-    """The reduction-order defects switch to LaneOrderRMSNorm's order on some condition; that order on its
-    own passes Axis-A, so their failures come from the switch, not from the order. fp32 shows any change. (The
-    threshold checks of this order run in the false-alarm run over seeds, below.)"""
-    result = run(str(SUITES / "test_axis_a.py"), "--backend=rmsnorm_conformance.zoo:LaneOrderRMSNorm",
-                 "--device=cpu",
-                 "--sweep=ci", "-k", "float32 and not _at_thresholds")
-    assert result.ret == 0, result.stdout.str()[-3000:]
-    result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])
+@pytest.mark.parametrize("control", _in_groups(CONTROLS))
+def test_correct_controls_pass_their_selection(zoo_run, control):
+    """LaneOrderRMSNorm passes Axis-A in fp32 (its sweeps, not the thresholds) and EngineStyleRMSNorm the variant
+    rules its declarations move (bf16): no selected test failed, checks ran, and the backend's verdict is PASS."""
+    result = zoo_run(CONTROLS[control][0])
+    # The report's outcomes list what did not pass (a skip says why, as a declaration allows); none may fail.
+    failed = {n: o for n, o in result.outcomes(control.name).items() if o["outcome"] not in ("passed", "skipped")}
+    assert not failed, failed
+    checked = [s for s in result.report["summaries"] if s["backend"] == control.name]
+    assert sum(s["checks"] for s in checked) > 0 and not any(s["failures"] for s in checked), checked
+    (row,) = [r for r in result.report["pick"]["rows"] if r["backend"] == control.name]
+    assert row["verdict"] == "PASS" and not row["interface_breached"], row
+
+
+def test_the_detection_plan_selects_what_rule_and_k_select(run, pytester):
+    """The plan selects, in one run, what a run of each backend alone selected: for a defect the tests of its
+    --rule in every dtype, for a control what its -k chose. Compared by collecting both ways."""
+    defect = next(d for d in DEFECTS if d.breaks == "axis_a.padding")
+    plan = {defect.name: {"rules": [defect.breaks], "stop_first": True}, LaneOrderRMSNorm.name:
+            CONTROLS[LaneOrderRMSNorm][1]}
+    both = f"rmsnorm_conformance.zoo:{defect.__name__},rmsnorm_conformance.zoo:{LaneOrderRMSNorm.__name__}"
+    (pytester.path / "plan.json").write_text(json.dumps(plan))
+    combined = run("-p", "tests.detection_plan", "--detection-plan=plan.json", "--pyargs",
+                   "rmsnorm_conformance.suites", f"--backend={both}", "--device=cpu", "--collect-only", "-q")
+    alone = run("--pyargs", "rmsnorm_conformance.suites", f"--backend=rmsnorm_conformance.zoo:{defect.__name__}",
+                "--device=cpu", f"--rule={defect.breaks}", "--collect-only", "-q")
+    control = run(str(SUITES / "test_axis_a.py"), f"--backend=rmsnorm_conformance.zoo:{LaneOrderRMSNorm.__name__}",
+                  "--device=cpu", "-k", "float32 and not _at_thresholds", "--collect-only", "-q")
+
+    def ids(result) -> set[str]:
+        return {line.rsplit("::", 1)[-1] for line in result.stdout.lines if "::" in line}
+
+    assert ids(alone) and ids(control), (alone.stdout.str()[-2000:], control.stdout.str()[-2000:])
+    assert ids(combined) == ids(alone) | ids(control)
 
 
 @pytest.mark.skipif(not SEEDS, reason="set RMSNORM_SEEDS=N to hold correct backends to whole suites over N seeds")
@@ -128,17 +274,6 @@ def test_no_false_alarm_for_correct_backends(run, pytester, seed):
 
 CORRECT_VARIANT_BACKENDS = ("native,rmsnorm_conformance.zoo:LaneOrderRMSNorm,"
                             "rmsnorm_conformance.zoo:EngineStyleRMSNorm")
-
-
-def test_engine_style_declarations_pass_the_variant_rules(run):
-    """An in-place fused add, the Hugging Face rounding order and a bf16 offset, each declared, move the
-    reference the variant rules hold it to: none of them may read as a breach."""
-    result = run(str(SUITES / "test_variants.py"), "--backend=rmsnorm_conformance.zoo:EngineStyleRMSNorm",
-                 "--device=cpu",
-                 "--sweep=ci", "--dtype=bfloat16", "-k", "residual or output or offset_dtype or purity or "
-                 "rounding_class or fp32_weight")
-    assert result.ret == 0, result.stdout.str()[-3000:]
-    result.stdout.fnmatch_lines(["RMSNorm conformance: PASS*"])
 
 
 @pytest.mark.skipif(not SEEDS, reason="set RMSNORM_SEEDS=N to hold correct variants to their suite over N seeds")

@@ -33,8 +33,6 @@ COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "
 TORCH_SPEC = "torch==" + torch.__version__.split("+", 1)[0]
 # The harness's words: no line of a user's own test run may carry them.
 HARNESS_WORDS = re.compile(r"rmsnorm|conformance", re.IGNORECASE)
-# A gate run small enough for CI: one dtype, two rules, the derandomized sweep.
-QUICK = ["--device=cpu", "--sweep=ci", "--dtype=float32", "--rule=axis_a.batch_size,axis_b.output"]
 
 
 KERNEL = '''\
@@ -189,14 +187,12 @@ def _gate(venv: Venv, cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 # One test, so that pytest-xdist gives it to one worker and the environment is built once; marked to start first,
 # so that the other worker drains the rest of the run meanwhile.
-@pytest.mark.early
+@pytest.mark.early(rank=0)
 def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
     venv, wheel = _install(tmp_path)
     user = _user_dir(tmp_path / "user")
     check_the_wheel_holds_one_package_with_every_source_file(wheel)
-    check_a_correct_kernel_passes(venv, user)
-    check_a_defective_kernel_fails_and_its_replay_reproduces(venv, user)
-    check_kernels_in_the_shapes_they_ship_gate(venv, user)
+    check_kernels_of_every_shape_gate_and_replays_reproduce(venv, user)
     check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv, tmp_path)
     check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv, tmp_path / "own-tests")
 
@@ -216,46 +212,37 @@ def check_the_wheel_holds_one_package_with_every_source_file(wheel: Path) -> Non
     assert {n for n in names if n.endswith(".py")} == expected
 
 
-def check_a_correct_kernel_passes(venv: Venv, user: Path) -> None:
-    done = _gate(venv, user, "--backend=kern:Good", *QUICK)
-    assert done.returncode == 0, done.stdout[-4000:]
-    assert "RMSNorm conformance: PASS" in done.stdout
-
-
-def check_a_defective_kernel_fails_and_its_replay_reproduces(venv: Venv, user: Path) -> None:
-    done = _gate(venv, user, "--backend=kern:Bad", *QUICK)
-    assert done.returncode == 1, done.stdout[-4000:]
-    assert "RMSNorm conformance: FAIL" in done.stdout
-    assert "contract rule axis_a.batch_size (batch size) broken by backend 'bad'" in done.stdout
-    replay = next(line.split("replay: ", 1)[1] for line in done.stdout.splitlines() if "replay: pytest" in line)
-    assert "suites/" not in replay.split("--replay", 1)[0], "a replay must not name paths of a clone"
-    again = venv.run(replay, user)
-    assert again.returncode == 1, again.stdout[-4000:]
-    assert "contract rule axis_a.batch_size (batch size) broken by backend 'bad'" in again.stdout
-    assert "1 failed" in again.stdout
-
-
-def check_kernels_in_the_shapes_they_ship_gate(venv: Venv, user: Path) -> None:
-    # A function, an nn.Module class, a torch.library op and a partial, each correct and each with a planted bug
-    # (tests/test_adapters_shapes.py's kernels), gated in one run with a step summary as GitHub Actions asks.
+def check_kernels_of_every_shape_gate_and_replays_reproduce(venv: Venv, user: Path) -> None:
+    """The user's correct and defective kernels, as a backend class (importing the user's own package named
+    backends), a function, an nn.Module class, a torch.library op and a partial (tests/shipped_kernels.py, as
+    tests/test_adapters_shapes.py gates them), in one gate run with a step summary as GitHub Actions asks: each
+    correct one passes, each defective one fails its rule, and the replays it prints reproduce the breach."""
     from tests.shipped_kernels import BAD, GOOD, KERNELS
     from tests.shipped_kernels import QUICK as SHAPES_QUICK
 
     (user / "kern.py").write_text(KERNEL + "\n" + KERNELS)
     summary = user / "summary.md"
-    done = venv.run(["pytest", "--pyargs", "rmsnorm_conformance.suites", f"--backend={GOOD},{BAD}", *SHAPES_QUICK,
-                     "--report=shapes.json"], user, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    done = venv.run(["pytest", "--pyargs", "rmsnorm_conformance.suites", f"--backend=kern:Good,kern:Bad,{GOOD},{BAD}",
+                     *SHAPES_QUICK, "--report=shapes.json"], user, env={"GITHUB_STEP_SUMMARY": str(summary)},
+                    timeout=600)
     assert done.returncode == 1, done.stdout[-4000:]
+    assert "RMSNorm conformance: FAIL" in done.stdout
+    assert "contract rule axis_a.batch_size (batch size) broken by backend 'bad'" in done.stdout
     report = json.loads((user / "shapes.json").read_text())
-    failed = {o["backend"] for o in report["outcomes"].values() if o["outcome"] == "failed"}
-    assert failed == {"rms_norm_bad", "RMSNormBad", "userlib.rms_norm_bad", "partial_bad"}, failed
+    failed = {(o["backend"], o["rule"]) for o in report["outcomes"].values() if o["outcome"] == "failed"}
+    assert failed == {(name, "axis_a.batch_size")
+                      for name in ("bad", "rms_norm_bad", "RMSNormBad", "userlib.rms_norm_bad", "partial_bad")}, failed
     assert {r["backend"] for r in report["pick"]["rows"] if r["verdict"] == "PASS"} == \
-        {"rms_norm", "RMSNorm", "userlib.rms_norm", "partial_norm"}
+        {"good", "rms_norm", "RMSNorm", "userlib.rms_norm", "partial_norm"}
     assert summary.read_text().startswith("### RMSNorm conformance: FAIL")
-    replay = next(line.split("replay: ", 1)[1] for line in done.stdout.splitlines()
-                  if line.startswith("  replay: pytest") and "RMSNormBad" in line)
-    again = venv.run(replay, user)
-    assert again.returncode == 1 and "contract rule axis_a.batch_size (batch size) broken" in again.stdout
+    replays = [line.split("replay: ", 1)[1] for line in done.stdout.splitlines() if line.startswith("  replay: pytest")]
+    for backend in ("--backend=kern:Bad ", "--backend=kern:RMSNormBad "):
+        replay = next(r for r in replays if backend in r)
+        assert "suites/" not in replay.split("--replay", 1)[0], "a replay must not name paths of a clone"
+        again = venv.run(replay, user)
+        assert again.returncode == 1, again.stdout[-4000:]
+        assert "contract rule axis_a.batch_size (batch size) broken by backend" in again.stdout
+        assert "1 failed" in again.stdout
 
 
 def check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv: Venv, base: Path) -> None:
