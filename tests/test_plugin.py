@@ -245,3 +245,14 @@ def test_installed_but_unused_changes_nothing_for_a_users_own_tests(pytester, mo
     # pytest's own "plugins:" line lists every installed plugin; nothing else may mention the harness.
     lines = (result.stdout.str() + result.stderr.str()).lower().splitlines()
     assert not [line for line in lines if "rmsnorm" in line and not line.startswith("plugins:")]
+
+
+def test_a_collection_error_is_reported_not_an_internal_error(run, pytester):
+    """A test file that fails to import, in a conformance run, is pytest's collection error with its cause; the
+    plugin's hooks must not crash on the collection report."""
+    pytester.makepyfile(test_broken="import a_module_that_does_not_exist_anywhere\n")
+    result = run("test_broken.py", "-q", "--backend=native", "--report=out/r.json")
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and "AttributeError" not in output, output[-2000:]
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest's own answer to a collection error
+    result.stdout.fnmatch_lines(["*ModuleNotFoundError*a_module_that_does_not_exist_anywhere*", "*1 error*"])

@@ -61,7 +61,8 @@ class DeviceLossGuard:
             report.user_properties.append((ENDED_PROPERTY, True))
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
-        if any(name == ENDED_PROPERTY for name, _ in report.user_properties):
+        # A collection error's report (a CollectReport) comes here too, and has no user_properties.
+        if any(name == ENDED_PROPERTY for name, _ in getattr(report, "user_properties", ())):
             return "worker replaced", "R", "WORKER REPLACED"
         return None
 
