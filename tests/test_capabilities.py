@@ -26,7 +26,7 @@ from rmsnorm_conformance.harness.drawing.cases import Batch
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.reporting.render import render_markdown
-from rmsnorm_conformance.harness.running.backend import Backend, same_layout_copy
+from rmsnorm_conformance.harness.running.backend import Backend, BackendError, same_layout_copy
 from rmsnorm_conformance.zoo import EngineStyleRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,7 +239,8 @@ def test_a_fused_add_that_returns_nothing_must_declare_in_place():
             residual.add_(x)
 
     x, w = _rows()
-    with pytest.raises(TypeError, match="fused_add_in_place"):
+    # A protocol breach of the backend (BackendError), never a TypeError that could read as a refused input.
+    with pytest.raises(BackendError, match="fused_add_in_place"):
         Backend(Silent()).fused_add(x, x.clone(), w, 1e-6)
 
 
