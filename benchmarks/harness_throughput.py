@@ -23,6 +23,7 @@ import cProfile
 import json
 import os
 import pstats
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,13 @@ def per_suite(junit: Path) -> dict[str, tuple[int, float]]:
     return {k: (int(v[0]), v[1]) for k, v in out.items()}
 
 
+def slowest(junit: Path, n: int = 15) -> list[tuple[str, float]]:
+    """The n slowest tests (name and seconds), from pytest's junit XML: where a wall-time target is lost."""
+    cases = [(f"{c.get('classname', '?').split('.')[-1]}::{c.get('name', '?')}", float(c.get("time", 0.0)))
+             for c in ET.parse(junit).getroot().iter("testcase")]
+    return sorted(cases, key=lambda kv: -kv[1])[:n]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="native")
@@ -151,9 +159,14 @@ def main() -> None:
             proc = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], cwd=cwd, capture_output=True,
                                   text=True)
             status = proc.returncode
+            print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
             wall = time.perf_counter() - start
         data = json.loads(report.read_text())
         suites = per_suite(junit) if junit.exists() else {}
+        slow = slowest(junit) if junit.exists() else []
+        if junit.exists() and args.out:  # every test's time, beside the markdown
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(junit, Path(args.out).with_suffix(".junit.xml"))
     checks = data["totals"]["checks"]
     command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
     sweep = data["environment"].get("sweep", args.sweep)
@@ -173,6 +186,10 @@ def main() -> None:
         lines += ["| suite | tests | seconds (summed over workers) |", "|---|---|---|"]
         lines += [f"| {name} | {n} | {sec:.1f} |"
                   for name, (n, sec) in sorted(suites.items(), key=lambda kv: -kv[1][1])]
+        lines.append("")
+    if slow:
+        lines += ["| slowest tests | seconds |", "|---|---|"]
+        lines += [f"| `{name}` | {sec:.1f} |" for name, sec in slow]
         lines.append("")
     if stages:
         total = sum(stages.values())

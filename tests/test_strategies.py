@@ -186,3 +186,19 @@ def test_unknown_family_is_named():
         make_values("bogus", 1, 1, "float32", 1e-6, torch.Generator())
     with pytest.raises(ValueError, match="not a case type"):
         parse_case("__import__('os')")
+
+
+def test_large_batches_bound_for_a_gpu_are_drawn_there():
+    """Threshold batches of up to 2^28 elements are drawn by the GPU's generator (the host's draw was most of a
+    threshold plan's time); smaller ones, and everything bound for the CPU, stay host-drawn, the same values on
+    every device."""
+    from rmsnorm_conformance.harness.drawing.cases import DEVICE_DRAW_ELEMENTS, drawing_device
+    from rmsnorm_conformance.harness.running.entry_points import entry_point
+
+    assert drawing_device(DEVICE_DRAW_ELEMENTS, "cuda:0") == torch.device("cuda:0")
+    assert drawing_device(DEVICE_DRAW_ELEMENTS - 1, "cuda:0") == torch.device("cpu")
+    assert drawing_device(DEVICE_DRAW_ELEMENTS * 64, "cpu") == torch.device("cpu")
+    b = Batch(dim=4096, rows=DEVICE_DRAW_ELEMENTS // 4096, dtype="bfloat16", seed=5)
+    (x, residual), _ = entry_point("fused_add").inputs(b, "cpu")
+    assert torch.equal(x.view(torch.int16), b.x().view(torch.int16))
+    assert torch.equal(residual.view(torch.int16), b.residual().view(torch.int16))

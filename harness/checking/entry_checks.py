@@ -40,6 +40,7 @@ from rmsnorm_conformance.harness.drawing.cases import (
     RepeatCase,
     SliceCase,
     StridedCase,
+    drawing_device,
     lay_out_weight,
     pad_rows,
     strided_layout,
@@ -140,7 +141,7 @@ def check_slice_offset(subject: Subject, case: SliceCase, memo: dict) -> None:
 def check_padding(subject: Subject, case: PaddingCase, memo: dict) -> None:
     b = case.batch
     rows, w = _inputs(subject, case)
-    gen = b.generator(salt=PAD_SALT)
+    gen = b.generator(salt=PAD_SALT, device=drawing_device((case.before + case.after) * b.dim, subject.device))
     padded = [pad_rows(t, case.content, case.before, case.after, gen) for t in rows]
     alone = _call(subject, case, rows, w)
     out = _call(subject, case, padded, w, last=True)

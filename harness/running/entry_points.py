@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.contract import reference
-from rmsnorm_conformance.harness.drawing.cases import Batch, lay_out_weight
+from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, lay_out_weight
 
 References = Callable[[Any, Sequence[torch.Tensor], "torch.Tensor | None", float], tuple[torch.Tensor, ...]]
 
@@ -53,8 +53,11 @@ class EntryPoint:
     def inputs(self, batch: Batch, device: torch.device | str, *, rows: int | None = None,
                salt: int = 0) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """The row inputs of ``batch`` (x, and a fused add's residual) and its weight, laid out as the batch says,
-        on ``device``: made on the CPU, so the same bits on any device; the weight laid out there."""
-        made = {"x": lambda: batch.x(rows, salt), "residual": lambda: batch.residual(rows, salt)}
+        on ``device``: made on the CPU, so the same bits on any device, unless they are large enough to be drawn
+        on the GPU itself (cases.drawing_device); the weight laid out there."""
+        where = drawing_device((rows if rows is not None else batch.rows) * batch.dim, device)
+        made = {"x": lambda: batch.x(rows, salt, device=where),
+                "residual": lambda: batch.residual(rows, salt, device=where)}
         row_inputs = [made[name]().to(device) for name in self.rows]
         weight = lay_out_weight(batch.w().to(device), batch.weight_layout) if self.weighted else None
         return row_inputs, weight

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Time to verdict on one GPU (issue: one backend, one H200, -n 8, default sweep, <= 60 s from `pytest` to the
+# verdict, cold start included), from the built wheel in an empty folder, as a kernel author runs it:
+#   OUT=reports/h200/verdict bash benchmarks/h200_verdict.sh [stage ...]
+# stages: triton cuda native (one backend each, default sweep, -n 8), profile (one threshold plan in one process
+# under cProfile), modes (a kernel whose torch.compile path reduces in another order, under the default gate).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-reports/h200/verdict}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+export PYTHONUNBUFFERED=1
+WORKERS=${VERDICT_WORKERS:-8}
+if ! python3 -c 'import rmsnorm_conformance' 2>/dev/null || [ -d rmsnorm_conformance ]; then
+  python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/whl . \
+    && python3 -m pip install -q --no-deps --force-reinstall /tmp/whl/*.whl
+  mv rmsnorm_conformance /tmp/rmsnorm_conformance.src 2>/dev/null
+fi
+T=benchmarks/harness_throughput.py
+for stage in ${*:-triton cuda native profile modes}; do
+  start=$(date +%s)
+  case $stage in
+    triton|cuda|native)
+      timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=$stage --device=cuda \
+        --workers="$WORKERS" --out "$OUT/$stage.md" ;;
+    profile)
+      timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=triton --device=cuda --breakdown \
+        --suite=test_axis_a --out "$OUT/profile.md" -- -k "padding_at_thresholds" --dtype=bfloat16 ;;
+    modes)
+      # Expected: FAIL on axis_a.execution_mode, with no --modes given.
+      (cd "$(mktemp -d)" && timeout -s INT "${VERDICT_LIMIT:-300}" python3 -m pytest --pyargs \
+        rmsnorm_conformance.suites --backend=rmsnorm_conformance.zoo.defects:CompiledPathReduction --device=cuda \
+        -n "$WORKERS" -q -p no:cacheprovider --report="$OUT/modes.md" --report="$OUT/modes.json" | tail -15) ;;
+  esac
+  echo "stage $stage: exit $?, $(( $(date +%s) - start )) s"
+done
