@@ -36,8 +36,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+# The installed package is what runs (pip install -e . in a clone, the wheel on a GPU machine): this tree's
+# rmsnorm_conformance/ folder alone is not the package, so the tree is not put on sys.path.
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 EPS = 1e-6
 BACKENDS = ("native", "triton", "cuda")

@@ -8,7 +8,7 @@
 #
 # benchmarks/engine_wheels.py downloads the wheels and packs the groups. The run names the project's own
 # backends beside the engines (ENGINES_BESIDE, default native,triton,cuda; empty for the engines alone), on
-# ENGINES_WORKERS pytest-xdist workers (default 8) and in ENGINES_DTYPE (default bfloat16; empty for every
+# ENGINES_WORKERS pytest-xdist workers (default 8), under ENGINES_SWEEP (default ci) and in ENGINES_DTYPE (default bfloat16; empty for every
 # dtype), so that it ends within ENGINES_TIME_LIMIT seconds (default 420); ENGINES_ARGS adds pytest options
 # (--require-parity=native:triton, say).
 #
@@ -65,6 +65,7 @@ python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/harness-whl . \
   && python3 -m pip install -q --no-deps --no-index --force-reinstall /tmp/harness-whl/*.whl \
   || echo "harness install failed: exit $?"
 OUT=$(cd "$OUT" && pwd)
+ROOT=$(pwd)
 cd "$(mktemp -d)"
 echo "install: $(( $(date +%s) - start )) s"
 
@@ -102,13 +103,26 @@ EOF
 ready=$(cat /tmp/engines-ready 2>/dev/null)
 [ -n "$ready" ] || { echo "no engine adapter can run here"; exit 5; }
 
-# 5. The suites, the project's backends beside the engines that can run, on xdist workers (a crash ends its
+# 5. Bandwidth and latency of each engine that can run and of the project's backends, against a device copy in
+#    the same run (benchmarks/bench.py, bf16, the shapes; ENGINES_BENCH_LIMIT seconds, 0 for none). Its
+#    JSON feeds "Pick a kernel" (--bench-json) below, so each engine's row shows its bandwidth beside its verdict.
+bench_args=()
+if [ "${ENGINES_BENCH_LIMIT:-240}" != 0 ]; then
+  start=$(date +%s)
+  timeout -s INT "${ENGINES_BENCH_LIMIT:-240}" python3 "$ROOT/benchmarks/bench.py" \
+    --backends "$ready${BESIDE:+,$BESIDE}" --dtypes bfloat16 --no-compile --no-parity \
+    --out "$OUT/engines-bench.json" 2>&1 | tail -n 40 | tee "$OUT/engines-bench-log.txt"
+  echo "bench: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s"
+  [ -s "$OUT/engines-bench.json" ] && bench_args=(--bench-json="$OUT/engines-bench.json")
+fi
+
+# 6. The suites, the project's backends beside the engines that can run, on xdist workers (a crash ends its
 #    worker and is reported against the test it died in), SIGINT on timeout so that the report is still written.
 backends=$ready${BESIDE:+,$BESIDE}
 start=$(date +%s)
 timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --backend="$backends" --device=cuda \
-  -n "$WORKERS" ${DTYPE:+--dtype="$DTYPE"} -q -p no:cacheprovider --sweep=ci \
-  --report="$OUT/engines.md" --report="$OUT/engines.json" ${ENGINES_ARGS:-} 2>&1 | tee "$OUT/engines-log.txt" \
+  -n "$WORKERS" ${DTYPE:+--dtype="$DTYPE"} -q -p no:cacheprovider --sweep="${ENGINES_SWEEP:-ci}" \
+  --report="$OUT/engines.md" --report="$OUT/engines.json" "${bench_args[@]}" ${ENGINES_ARGS:-} 2>&1 | tee "$OUT/engines-log.txt" \
   | tail -n 60
 status=${PIPESTATUS[0]}
 echo "conformance ($backends, ${DTYPE:-every dtype}, $WORKERS workers): exit $status, $(( $(date +%s) - start )) s"

@@ -115,6 +115,43 @@ def slowest(junit: Path, n: int = 15) -> list[tuple[str, float]]:
     return sorted(cases, key=lambda kv: -kv[1])[:n]
 
 
+def render(args: argparse.Namespace, data: dict, status: int, wall: float, suites: dict[str, tuple[int, float]],
+           slow: list[tuple[str, float]], stages: dict[str, float]) -> str:
+    """The run as markdown: verdict and wall time, the time per suite, the slowest tests and the breakdown."""
+    checks = data["totals"]["checks"]
+    command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
+    sweep = data["environment"].get("sweep", args.sweep)
+    lines = [
+        f"# Harness throughput: {args.backend} on {args.device}, sweep {sweep}, "
+        f"{args.workers or 'no'} xdist workers", "",
+        f"Command: `{command}`", "",
+        f"- verdict: {data['verdict']} (pytest exit status {int(status)})",
+        f"- wall time from `pytest` to the verdict: {wall:.1f} s (start-up included)",
+        f"- checks (one comparison each): {checks}; checks per second: {checks / wall:.1f}",
+        f"- tests passed: {data['totals']['passed_tests']}",
+        f"- torch {data['environment'].get('torch')}, {data['environment'].get('platform')}, "
+        f"{data['environment'].get('device cuda:0', 'no GPU')}",
+        "",
+    ]
+    if suites:
+        lines += ["| suite | tests | seconds (summed over workers) |", "|---|---|---|"]
+        lines += [f"| {name} | {n} | {sec:.1f} |"
+                  for name, (n, sec) in sorted(suites.items(), key=lambda kv: -kv[1][1])]
+        lines.append("")
+    if slow:
+        lines += ["| slowest tests | seconds |", "|---|---|"]
+        lines += [f"| `{name}` | {sec:.1f} |" for name, sec in slow]
+        lines.append("")
+    if stages:
+        total = sum(stages.values())
+        lines += ["Where the time went (cProfile; torch and C time charged to the project code that called it):", "",
+                  "| stage | seconds | share |", "|---|---|---|"]
+        lines += [f"| {stage} | {sec:.1f} | {sec / total:.0%} |"
+                  for stage, sec in sorted(stages.items(), key=lambda kv: -kv[1])]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="native")
@@ -167,38 +204,7 @@ def main() -> None:
         if junit.exists() and args.out:  # every test's time, beside the markdown
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(junit, Path(args.out).with_suffix(".junit.xml"))
-    checks = data["totals"]["checks"]
-    command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
-    sweep = data["environment"].get("sweep", args.sweep)
-    lines = [
-        f"# Harness throughput: {args.backend} on {args.device}, sweep {sweep}, "
-        f"{args.workers or 'no'} xdist workers", "",
-        f"Command: `{command}`", "",
-        f"- verdict: {data['verdict']} (pytest exit status {int(status)})",
-        f"- wall time from `pytest` to the verdict: {wall:.1f} s (start-up included)",
-        f"- checks (one comparison each): {checks}; checks per second: {checks / wall:.1f}",
-        f"- tests passed: {data['totals']['passed_tests']}",
-        f"- torch {data['environment'].get('torch')}, {data['environment'].get('platform')}, "
-        f"{data['environment'].get('device cuda:0', 'no GPU')}",
-        "",
-    ]
-    if suites:
-        lines += ["| suite | tests | seconds (summed over workers) |", "|---|---|---|"]
-        lines += [f"| {name} | {n} | {sec:.1f} |"
-                  for name, (n, sec) in sorted(suites.items(), key=lambda kv: -kv[1][1])]
-        lines.append("")
-    if slow:
-        lines += ["| slowest tests | seconds |", "|---|---|"]
-        lines += [f"| `{name}` | {sec:.1f} |" for name, sec in slow]
-        lines.append("")
-    if stages:
-        total = sum(stages.values())
-        lines += ["Where the time went (cProfile; torch and C time charged to the project code that called it):", "",
-                  "| stage | seconds | share |", "|---|---|---|"]
-        lines += [f"| {stage} | {sec:.1f} | {sec / total:.0%} |"
-                  for stage, sec in sorted(stages.items(), key=lambda kv: -kv[1])]
-        lines.append("")
-    text = "\n".join(lines)
+    text = render(args, data, int(status), wall, suites, slow, stages)
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
