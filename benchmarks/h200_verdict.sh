@@ -2,8 +2,9 @@
 # Time to verdict on one GPU (issue: one backend, one H200, -n 8, default sweep, <= 60 s from `pytest` to the
 # verdict, cold start included), from the built wheel in an empty folder, as a kernel author runs it:
 #   OUT=reports/h200/verdict bash benchmarks/h200_verdict.sh [stage ...]
-# stages: triton cuda native (one backend each, default sweep, -n 8), profile (one threshold plan in one process
-# under cProfile), modes (a kernel whose torch.compile path reduces in another order, under the default gate).
+# stages: triton cuda native (one backend each, default sweep, -n 8), profile (PROFILE_SUITE's tests matching
+# PROFILE_K, bf16, in one process under cProfile), modes (a kernel whose torch.compile path reduces in another
+# order, under the default gate).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200/verdict}
@@ -25,7 +26,8 @@ for stage in ${*:-triton cuda native profile modes}; do
         --workers="$WORKERS" --out "$OUT/$stage.md" ;;
     profile)
       timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=triton --device=cuda --breakdown \
-        --suite=test_axis_a --out "$OUT/profile.md" -- -k "padding_at_thresholds" --dtype=bfloat16 ;;
+        --suite="${PROFILE_SUITE:-test_variants}" --out "$OUT/profile.md" -- -k "${PROFILE_K:-fused_add}" \
+        --dtype=bfloat16 ;;
     modes)
       # Expected: FAIL on axis_a.execution_mode, with no --modes given.
       (cd "$(mktemp -d)" && timeout -s INT "${VERDICT_LIMIT:-300}" python3 -m pytest --pyargs \

@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "strategies": "drawing",
     "thresholds": "drawing",
     "Batch": "drawing.cases",
+    "drawing_device": "drawing.cases",
     "AccuracyCase": "drawing.cases",
     "NonfiniteCase": "drawing.cases",
     "GradientCase": "drawing.cases",

@@ -12,6 +12,7 @@ from rmsnorm_conformance.harness import (
     assert_bitwise,
     assert_within,
     conformance,
+    drawing_device,
     strategies,
 )
 
@@ -41,7 +42,9 @@ def _grads(subject, x, w, g, eps):
 def _inputs(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
-    g = subject.to_device(torch.randn(b.rows, b.dim, generator=b.generator(salt=5)).to(x.dtype))
+    where = drawing_device(b.rows * b.dim, subject.device)  # as x: large ones on the GPU itself
+    g = subject.to_device(torch.randn(b.rows, b.dim, generator=b.generator(salt=5, device=where), device=where)
+                          .to(x.dtype))
     return x, w, g
 
 

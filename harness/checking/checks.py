@@ -29,7 +29,7 @@ from rmsnorm_conformance.harness.checking.comparison import (
     compare_within,
 )
 from rmsnorm_conformance.harness.checking.known_failures import Manifest
-from rmsnorm_conformance.harness.drawing.cases import Batch, torch_dtype
+from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, torch_dtype
 from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running import device_faults, isolation
@@ -215,12 +215,13 @@ class Subject:
 
     def inputs(self, batch: Batch, *, rows: int | None = None, salt: int = 0,
                drawn_on_device: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """x and weight of ``batch`` on the subject's device, made on the CPU, so the same on any device.
-        ``drawn_on_device`` draws x on the device instead: for batches of billions of elements that would take
-        minutes to draw on the host, in checks that compare rows of one device with each other."""
-        if drawn_on_device:
-            return batch.x(rows, salt, device=self.device), self.to_device(batch.w())
-        return self.to_device(batch.x(rows, salt)), self.to_device(batch.w())
+        """x and weight of ``batch`` on the subject's device, made on the CPU, so the same on any device, unless x
+        is large enough to be drawn on the GPU itself (cases.drawing_device). ``drawn_on_device`` draws x on the
+        device whatever its size: for batches of billions of elements that would take minutes to draw on the host,
+        in checks that compare rows of one device with each other."""
+        where = self.device if drawn_on_device else drawing_device(
+            (rows if rows is not None else batch.rows) * batch.dim, self.device)
+        return self.to_device(batch.x(rows, salt, device=where)), self.to_device(batch.w())
 
     def replay_command(self, case: Any, rule_id: str) -> str:
         """One command, to run from any directory where the backend imports, that re-runs just this case in this

@@ -113,7 +113,12 @@ def _whole(subject: Subject, case: Any, memo: dict) -> tuple[list[torch.Tensor],
     key = (case.batch, case.entry)
     if memo.get("whole", (None,))[0] != key:
         memo.pop("whole", None)  # free the previous batch first: threshold batches fill the budget
-        rows, w = _inputs(subject, case)
+        if memo.get("drawn", (None,))[0] != key:
+            # Kept apart from the outputs: a backend that refuses the whole batch is asked again by the next
+            # case, and must not cost a fresh draw of up to the whole budget each time.
+            memo.pop("drawn", None)
+            memo["drawn"] = (key, _inputs(subject, case))
+        rows, w = memo["drawn"][1]
         memo["whole"] = (key, (rows, w, _call(subject, case, rows, w)))
     return memo["whole"][1]
 

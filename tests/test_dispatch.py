@@ -1,4 +1,5 @@
-"""Registry dispatch: ``get_op("rms_norm", device=...)`` finds a backend that can run and is correct there."""
+"""Registry dispatch (the project's own kernel registry, not a conformance rule, so not in the suites every kernel
+author runs): ``get_op("rms_norm", device=...)`` finds a backend that can run and is correct there."""
 
 from __future__ import annotations
 
