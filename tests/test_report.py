@@ -79,3 +79,17 @@ def test_write_picks_the_format_by_suffix(tmp_path):
     c.add(_check())
     assert json.loads(write_report(c, tmp_path / "a" / "r.json").read_text())["verdict"] == "PASS"
     assert write_report(c, tmp_path / "r.md").read_text().startswith("# RMSNorm conformance report: PASS")
+
+
+def test_a_failed_test_without_checks_joins_its_backends_device_row():
+    """The test id names the device type (cuda), the checks the device (cuda:0): one row, not a second of 0 checks."""
+    from rmsnorm_conformance.harness.reporting.render import backend_rows
+
+    c = Collector()
+    c.add(_check(device="cuda:0"))
+    c.outcomes["suites/t.py::test[k-cuda-bfloat16]"] = {"outcome": "failed", "reason": "boom", "replay": "r",
+                                                        "where": "k-cuda", "backend": "k", "device": "cuda",
+                                                        "rule": "semantics.empty_batch"}
+    rows = backend_rows(c)
+    assert [(r[0], r[1], r[4]) for r in rows] == [("k", "cuda:0", "FAIL")]
+    assert "semantics.empty_batch" in rows[0][5]

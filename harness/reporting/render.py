@@ -118,10 +118,19 @@ def _by_backend(c: Collector) -> tuple[dict[tuple[str, str], list[Summary]], dic
     raised: dict[tuple[str, str], list[str]] = {}
     for o in c.outcomes.values():
         if o["outcome"] in ("failed", "error") and o.get("backend"):
-            key = (o["backend"], o.get("device", ""))
+            key = (o["backend"], _checked_device(by, o["backend"], o.get("device", "")))
             by.setdefault(key, [])
             raised.setdefault(key, []).append(o.get("rule") or o["outcome"])
     return by, raised
+
+
+def _checked_device(by: dict[tuple[str, str], list[Summary]], backend: str, device: str) -> str:
+    """A failed test's device as its checks name it: the test id says ``cuda``, the checks ``cuda:0``. Where the
+    backend's checks ran on exactly one device of that type, the failure belongs to that row, not a row of its own."""
+    if ":" in device:
+        return device
+    same = {d for b, d in by if b == backend and d.split(":")[0] == device}
+    return same.pop() if len(same) == 1 else device
 
 
 def _verdict_row(c: Collector, backend: str, device: str, items: list[Summary], raised: list[str]) -> list[Any]:
