@@ -87,9 +87,11 @@ _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, wa
 # registers at 4096). Wider rows take the two-kernel path (row statistics first).
 _GPU_BWD = _Tuning(tile=2048, max_rows=DW_ROWS_PER_PROGRAM, max_block=4096, loop_block=4096, warp_elems=512,
                    max_warps=16)
-# The interpreter pays a fixed Python cost per operation and per program: big tiles, few programs, and in
-# the backward subtrees of up to 4096 rows taken in one tile.
-_INTERP_FWD = _Tuning(tile=1 << 18, max_rows=4096, max_block=1 << 20, loop_block=1 << 16, warp_elems=512,
+# The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
+# whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call
+# 7 ms instead of 28 with 2^18 and a 2^18-element call 45 ms instead of 29; the suites' calls are mostly small
+# (CI's Triton threshold tests, bf16: 132 s -> 48 s). In the backward, subtrees of up to 4096 rows in one tile.
+_INTERP_FWD = _Tuning(tile=1 << 15, max_rows=4096, max_block=1 << 20, loop_block=1 << 16, warp_elems=512,
                       max_warps=4)
 _INTERP_BWD = _Tuning(tile=1 << 18, max_rows=4096, max_block=1 << 16, loop_block=1 << 16, warp_elems=512,
                       max_warps=4, subtree_elems=1 << 18)
