@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Time to verdict on one GPU (issue: one backend, one H200, -n 8, default sweep, <= 60 s from `pytest` to the
-# verdict, cold start included), from the built wheel in an empty folder, as a kernel author runs it:
+# Time to verdict on one GPU (the target: one backend, one H200, -n 8, default sweep, <= 60 s from `pytest` to
+# the verdict, cold start included), from the built wheel in an empty folder, as a kernel author runs it:
 #   OUT=reports/h200/verdict bash benchmarks/h200_verdict.sh [stage ...]
 # stages: triton cuda native (one backend each, default sweep, -n 8), profile (PROFILE_SUITE's tests matching
 # PROFILE_K, bf16, in one process under cProfile), modes (a kernel whose torch.compile path reduces in another
@@ -12,10 +12,12 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1
 WORKERS=${VERDICT_WORKERS:-8}
-if ! python3 -c 'import rmsnorm_conformance' 2>/dev/null || [ -d rmsnorm_conformance ]; then
+# The package as a kernel author has it: installed from a wheel of this tree where it is not installed yet (a bare
+# GPU machine); an existing install (pip install -e . in a clone) is left as it is. The runs start in empty folders,
+# where this tree's rmsnorm_conformance/ folder cannot shadow the package.
+if ! (cd "$(mktemp -d)" && python3 -c 'import rmsnorm_conformance.suites') 2>/dev/null; then
   python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/whl . \
     && python3 -m pip install -q --no-deps --force-reinstall /tmp/whl/*.whl
-  mv rmsnorm_conformance /tmp/rmsnorm_conformance.src 2>/dev/null
 fi
 T=benchmarks/harness_throughput.py
 for stage in ${*:-triton cuda native profile modes}; do
