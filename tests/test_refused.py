@@ -150,3 +150,23 @@ def test_refusals_fold_by_kind_and_gate_only_when_strict():
     assert c.verdict() == "FAIL"
     again = Collector.from_json(json.loads(json.dumps(c.to_json())))
     assert again.refused == c.refused
+
+
+def test_refused_dims_fold_into_one_kind_in_pick_a_kernel_and_the_verdict_table():
+    """A kernel that refuses odd dims reads as refusing one kind of input (named with the first few dims and a
+    count), not one kind per dim it met: "Pick a kernel" ranks by the number of kinds refused."""
+    from rmsnorm_conformance.harness.reporting.pick_a_kernel import pick_rows
+    from rmsnorm_conformance.harness.reporting.render import backend_rows
+
+    c = Collector(named_backends=["k"])
+    c.add(Check("k", "cpu", "float32", 64, "axis_b.output", True))
+    entry = {"backend": "k", "device": "cpu", "dtype": "float32", "rule": "axis_a.batch_size", "entry": "forward",
+             "input": "x ...", "feature": "dim 3", "exception": "DSLRuntimeError: no", "case": "c", "replay": "r",
+             "size": 8, "gating": False}
+    for dim in (3, 1, 7, 33, 63, 65, 127, 1025):
+        c.add_refused({**entry, "feature": f"dim {dim}", "case": f"c{dim}"})
+    c.add_refused({**entry, "feature": "strided weight", "exception": "ValueError: contiguous"})
+    (row,) = pick_rows(c)
+    assert row.refused == ["strided weight (ValueError)", "dims 1, 3, 7, 33, 63, 65 and 2 more (DSLRuntimeError)"]
+    (verdict,) = backend_rows(c)
+    assert "(refused: strided weight, dims 1, 3, 7, 33, 63, 65 and 2 more)" in verdict[5]

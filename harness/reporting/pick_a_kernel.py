@@ -19,7 +19,7 @@ from typing import Any
 
 from rmsnorm_conformance.contract import rule
 from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE as REFUSED
-from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.reporting.records import Collector, fold_refused
 
 VERDICT_ORDER = ("PASS", "XFAIL", "INCOMPLETE", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then "
@@ -345,8 +345,8 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         row_type = device.split(" ")[0].split(":")[0]
         declared = next((e["limits"] for e in c.not_run
                          if (e["backend"], e["device"]) == (backend, device) and e.get("limits")), "")
-        refused = list(dict.fromkeys(f"{e['feature']} ({e['exception'].split(':', 1)[0]})" for e in c.refused
-                                     if (e["backend"], e["device"]) == (backend, device)))
+        refused = fold_refused((e["feature"], e["exception"].split(":", 1)[0]) for e in c.refused
+                               if (e["backend"], e["device"]) == (backend, device))
         if verdict in ("PASS", "XFAIL") and any(e["gating"] for e in c.refused
                                                  if (e["backend"], e["device"]) == (backend, device)):
             verdict = "FAIL"  # refusals gate under --strict-interface; the limits column names them

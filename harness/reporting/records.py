@@ -6,6 +6,7 @@ Workers and merged runs exchange these as JSON; ``render`` turns them into markd
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,3 +384,31 @@ def _from_finite_json(record: dict[str, Any]) -> dict[str, Any]:
     if out.get("dim_margins"):
         out["dim_margins"] = {k: _NONFINITE[v] if isinstance(v, str) else v for k, v in out["dim_margins"].items()}
     return out
+
+
+# How many refused dims a report names before it counts the rest.
+DIMS_SHOWN = 6
+
+
+def fold_refused(kinds: Iterable[tuple[str, str]]) -> list[str]:
+    """Refused kinds of input, ``(feature, exception type)`` (features as harness/running/limits.py's
+    ``refused_feature`` names them), as a reader sees them: every ``dim N`` of one exception type in one entry
+    ("dims 1, 3, 7, 33, 63, 65 and 21 more (DSLRuntimeError)"), so that a kernel that refuses odd dims reads as
+    refusing one kind of input, not one per dim it met; the rest as they are."""
+    dims: dict[str, set[int]] = {}
+    out: list[str] = []
+    for feature, exc in kinds:
+        size = feature.removeprefix("dim ")
+        if feature.startswith("dim ") and size.isdigit():
+            dims.setdefault(exc, set()).add(int(size))
+        else:
+            out.append(f"{feature} ({exc})" if exc else feature)
+    for exc, found in dims.items():
+        ordered = sorted(found)
+        shown = ", ".join(map(str, ordered[:DIMS_SHOWN]))
+        if len(ordered) > DIMS_SHOWN:
+            shown += f" and {len(ordered) - DIMS_SHOWN} more"
+        label = f"{'dims' if len(ordered) > 1 else 'dim'} {shown}"
+        out.append(f"{label} ({exc})" if exc else label)
+    return list(dict.fromkeys(out))
+

@@ -25,7 +25,7 @@ from rmsnorm_conformance.harness.checking.known_failures import entry_status
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import Pictures
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
-from rmsnorm_conformance.harness.reporting.records import Collector, Summary, finite_tree
+from rmsnorm_conformance.harness.reporting.records import Collector, Summary, finite_tree, fold_refused
 
 REPORT_SUFFIXES = (".md", ".markdown", ".json")
 
@@ -140,9 +140,10 @@ def _verdict_row(c: Collector, backend: str, device: str, items: list[Summary], 
     expected_rules = sorted({s.rule for s in items if s.expected_failures} - set(failed_rules))
     warned_rules = sorted({s.rule for s in items if s.warnings})
     note = ", ".join(failed_rules) or "–"
-    kinds = {e["feature"] for e in c.refused if (e["backend"], e["device"]) == (backend, device)}
+    kinds = fold_refused(sorted({(e["feature"], "") for e in c.refused
+                                 if (e["backend"], e["device"]) == (backend, device)}))
     if kinds:
-        note += f" (refused: {', '.join(sorted(kinds))})"
+        note += f" (refused: {', '.join(kinds)})"
     if expected_rules:
         note += " (expected: " + ", ".join(expected_rules) + ")"
     lost = any((e["backend"], e["device"]) == (backend, device) for e in c.device_lost())
