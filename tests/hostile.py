@@ -240,3 +240,27 @@ class WrongOnFirstCalls(NativeRMSNormOp):
         type(self).calls += 1
         y = super().forward(x, weight, eps)
         return y + 1 if type(self).calls <= 3 else y
+
+
+class RefusesOddDims(NativeRMSNormOp):
+    """Correct on every even dim, and raises a clear ValueError on an odd one in every entry point without declaring
+    it, as quack's CuTe DSL kernels do ("could not build valid IR"): each refusal must read as refused, in the
+    checks that call the backend's methods directly (variant purity) as in those that go through the subject."""
+
+    name = "refuses_odd_dims"
+
+
+def _refusing_odd_dims(method: str):
+    def call(self, x: torch.Tensor, *args, **kwargs):
+        if x.shape[-1] % 2:
+            raise ValueError(f"dim {x.shape[-1]} is odd: this kernel takes even dims only")
+        return getattr(NativeRMSNormOp, method)(self, x, *args, **kwargs)
+
+    call.__name__ = method
+    return call
+
+
+for _method in ("forward", "forward_fp32", "fused_add", "forward_offset", "forward_unweighted", "forward_fp8_static",
+                "forward_fp8_dynamic", "fused_add_fp8_static", "fused_add_fp8_dynamic"):
+    if hasattr(NativeRMSNormOp, _method):
+        setattr(RefusesOddDims, _method, _refusing_odd_dims(_method))

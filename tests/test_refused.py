@@ -170,3 +170,26 @@ def test_refused_dims_fold_into_one_kind_in_pick_a_kernel_and_the_verdict_table(
     assert row.refused == ["strided weight (ValueError)", "dims 1, 3, 7, 33, 63, 65 and 2 more (DSLRuntimeError)"]
     (verdict,) = backend_rows(c)
     assert "(refused: strided weight, dims 1, 3, 7, 33, 63, 65 and 2 more)" in verdict[5]
+
+
+def test_a_refusal_in_the_purity_check_reads_refused_not_impure(run, pytester):
+    """The purity check calls the backend's own method on guarded buffers; a clean refusal of the input there (an
+    odd dim, as quack's compiler refuses it) must read as refused, as it does in every other check, and fail only
+    under --strict-interface."""
+    odd = ("AccuracyCase(batch=Batch(dim=3, rows=2, dtype='float32', values='normal', weight='normal', eps=1e-06, "
+           "seed=0))")
+    args = ["--pyargs", "rmsnorm_conformance.suites", "--backend=tests.hostile:RefusesOddDims", "--device=cpu",
+            "--dtype=float32", "--rule=variants.purity", f"--replay={odd}", SMALL]
+    lenient = run(*args, "--report=lenient.json")
+    report = json.loads((pytester.path / "lenient.json").read_text())
+    # The one case was refused, so nothing about the backend was shown to hold: NOT RUN (exit 5), never a failure.
+    assert lenient.ret == 5 and report["verdict"] == "NOT RUN", lenient.stdout.str()[-3000:]
+    assert report["totals"]["failed_checks"] == 0 and not [
+        o for o in report["outcomes"].values() if o["outcome"] in ("failed", "error")]
+    assert {(e["rule"], e["feature"]) for e in report["refused"]} == {("variants.purity", "dim 3")}, report["refused"]
+    assert all(e["exception"].startswith("ValueError: dim 3 is odd") for e in report["refused"])
+
+    strict = run(*args, "--strict-interface", "--report=strict.json")
+    assert strict.ret == 1, strict.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "strict.json").read_text())
+    assert {o["rule"] for o in report["outcomes"].values() if o["outcome"] == "failed"} == {"refused"}
