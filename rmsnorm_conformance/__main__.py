@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command, rest = args[0], args[1:]
     if command == "merge":
-        from .harness.matrix import main as merge_main
+        from .harness.reporting.merge import main as merge_main
 
         return merge_main(rest)
     from .contract.render import main as contract_main

@@ -53,3 +53,19 @@ def test_a_test_that_failed_without_a_check_still_fails_its_row(tmp_path):
     text = merge([path])
     assert "FAIL [1]" in text and "worker 'gw0' crashed" in text
     assert "errors" in text
+
+
+def test_the_command_line_runs_each_of_its_commands(tmp_path):
+    """``rmsnorm-conformance merge`` and ``contract`` as a user types them, in a fresh interpreter: the entry point
+    must import what each command needs (a renamed module once broke merge there alone)."""
+    import subprocess
+    import sys
+
+    a = _report(tmp_path / "cpu.json", "native", "cpu", "x86_64")
+    merged = subprocess.run([sys.executable, "-m", "rmsnorm_conformance", "merge", str(a), "--out",
+                             str(tmp_path / "m.md")], capture_output=True, text=True, check=False)
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    assert (tmp_path / "m.md").read_text().startswith("# Conformance matrix")
+    contract = subprocess.run([sys.executable, "-m", "rmsnorm_conformance", "contract", "--check"],
+                              capture_output=True, text=True, check=False)
+    assert contract.returncode == 0, contract.stderr[-2000:]
