@@ -27,6 +27,12 @@ def run(pytester, monkeypatch):
     return go
 
 
+@pytest.fixture
+def usage(pytester):
+    """A run that ends in a usage error before any backend is called: in this process (no interpreter start)."""
+    return lambda *args: pytester.runpytest_inprocess("--sweep=ci", SMALL, "-p", "no:cacheprovider", *args)
+
+
 def test_native_passes_prints_tables_and_writes_both_reports(run, pytester):
     result = run(str(SUITES / "test_axis_b.py"), "--backend=native", "--device=cpu", "-k", "test_output",
                  "--report=out/r.md", "--report=out/r.json")
@@ -86,12 +92,12 @@ def test_backend_that_cannot_run_is_skipped_with_its_reason_and_the_run_does_not
     assert all(o["outcome"] == "skipped" for o in data["outcomes"].values())
 
 
-def test_missing_device_is_skipped_with_its_reason(run):
+def test_missing_device_is_skipped_with_its_reason(usage):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = run(str(SUITES / "test_axis_b.py"), "--backend=native", "--device=cuda")
+    result = usage(str(SUITES / "test_axis_b.py"), "--backend=native", "--device=cuda")
     assert result.ret == 4  # a device the user named must exist
     assert "no CUDA device is available on this machine" in result.stderr.str()
 
@@ -102,8 +108,8 @@ def test_missing_device_is_skipped_with_its_reason(run):
     ("--device=tpu9", "is not a device"),
     ("--replay=Bogus(1)", "is not a case type"),
 ])
-def test_bad_options_are_usage_errors_that_say_why(run, option, message):
-    result = run(str(SUITES / "test_axis_b.py"), option)
+def test_bad_options_are_usage_errors_that_say_why(usage, option, message):
+    result = usage(str(SUITES / "test_axis_b.py"), option)
     assert result.ret == 4
     assert message in result.stderr.str() + result.stdout.str()
 
@@ -165,10 +171,10 @@ def test_known_failure_manifest_turns_listed_breaches_into_xfails(run, pytester)
     assert data["expected"][1]["passed"] > 0
 
 
-def test_a_manifest_with_an_unknown_rule_is_a_usage_error(run, pytester):
+def test_a_manifest_with_an_unknown_rule_is_a_usage_error(usage, pytester):
     pytester.makefile(".json", bad='{"expected": [{"backend": "x", "device": "cpu", "rule": "axis_c.*", '
                                    '"reason": "r"}]}')
-    result = run(str(SUITES / "test_axis_b.py"), "--known-failures=bad.json")
+    result = usage(str(SUITES / "test_axis_b.py"), "--known-failures=bad.json")
     assert result.ret == 4
     assert "matches no contract rule" in result.stderr.str()
 

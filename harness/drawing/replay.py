@@ -29,6 +29,9 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     **FIELD_VOCABULARY,
 }
 _MAX_TEXT = 4000  # a case repr is a few hundred characters; anything far longer is not one
+# Each case type's field types, resolved once at import, while the modules that define them are in sys.modules
+# (get_type_hints reads a class's module from there; a pytest run in-process may have dropped it since).
+_HINTS: dict[str, dict[str, Any]] = {name: typing.get_type_hints(cls) for name, cls in CASE_TYPES.items()}
 
 
 class ReplayError(ValueError):
@@ -83,7 +86,7 @@ def _call(node: ast.Call) -> Any:
     if node.args:
         raise ReplayError(f"{cls.__name__}(...) takes keyword arguments only, as its repr prints them")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
+    hints = _HINTS[node.func.id]
     values: dict[str, Any] = {}
     for kw in node.keywords:
         if kw.arg is None:

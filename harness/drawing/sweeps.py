@@ -13,7 +13,6 @@ Qwen3-8B's dims (4096, 128) and heads (8, 32), within 2^18 elements. Every rule 
 
 from __future__ import annotations
 
-import functools
 import os
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from hypothesis import settings
 
 PREFIX = "rmsnorm-conformance."
+_REGISTERED_WITH: set[int] = set()  # the Hypothesis settings classes the profiles are registered with
 
 
 class Scope(NamedTuple):
@@ -102,10 +102,14 @@ SWEEPS: dict[str, Sweep] = {
 }
 
 
-@functools.cache
 def register_profiles() -> None:
-    """Register every sweep as a Hypothesis profile named ``PREFIX + name`` (once per process)."""
+    """Register every sweep as a Hypothesis profile named ``PREFIX + name``, once per import of Hypothesis (a
+    pytest run in-process, as pytester's, can drop Hypothesis from sys.modules and import it anew)."""
     from hypothesis import HealthCheck, settings
+
+    if id(settings) in _REGISTERED_WITH:
+        return
+    _REGISTERED_WITH.add(id(settings))
 
     # The subject fixture is function-scoped on purpose (one backend, device and dtype per test), case sizes vary
     # by design, and strategies filter by the size budget: none of these checks says anything useful here.
