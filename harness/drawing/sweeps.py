@@ -105,7 +105,7 @@ SWEEPS: dict[str, Sweep] = {
 def register_profiles() -> None:
     """Register every sweep as a Hypothesis profile named ``PREFIX + name``, once per import of Hypothesis (a
     pytest run in-process, as pytester's, can drop Hypothesis from sys.modules and import it anew)."""
-    from hypothesis import HealthCheck, settings
+    from hypothesis import HealthCheck, Phase, settings
 
     if id(settings) in _REGISTERED_WITH:
         return
@@ -115,10 +115,16 @@ def register_profiles() -> None:
     # by design, and strategies filter by the size budget: none of these checks says anything useful here.
     health = (HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large,
               HealthCheck.filter_too_much, HealthCheck.differing_executors)
+    # After a failure: shrink to the minimal configuration the report prints, and stop there. Hypothesis' explain
+    # phase (which parts of the case could vary) re-ran a failing check about a hundred times for a line nobody
+    # reads beside the minimal configuration and replay (20 of a zoo defect's 36 s), and generating on after the
+    # first failure, looking for a second distinct bug, ran every remaining example of a test that had failed.
+    phases = tuple(p for p in Phase if p is not Phase.explain)
     for name, sweep in SWEEPS.items():
         fixed: dict[str, Any] = {"derandomize": True, "database": None} if sweep.derandomize else {}
         settings.register_profile(PREFIX + name, max_examples=sweep.max_examples, deadline=None,
-                                  suppress_health_check=health, print_blob=True, **fixed)
+                                  suppress_health_check=health, print_blob=True, phases=phases,
+                                  report_multiple_bugs=False, **fixed)
 
 
 def default_sweep() -> str:
