@@ -79,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "SEMANTIC_CHECKS": "checking.entry_checks",
     "FORWARD_GROUP": "checking.entry_checks",
     "VARIANT_BUDGET_SHARE": "checking.entry_checks",
+    "VARIANT_GROUPS": "checking.entry_checks",
     "generate_tests": "checking.entry_checks",
     "variant_group": "checking.entry_checks",
     # reporting

@@ -29,6 +29,7 @@ from rmsnorm_conformance.harness import (
     ROUNDED_ENTRY_POINTS,
     UNWEIGHTED,
     VARIANT_BUDGET_SHARE,
+    VARIANT_GROUPS,
     AccuracyCase,
     Batch,
     EntryPoint,
@@ -75,7 +76,7 @@ def _inputs(subject, entry: EntryPoint, b: Batch):
 
 # --- Axis-A and NaN/Inf confinement, for each variant: the check set forward's tests come from -------------------
 
-for _entry, _prefix in ((FUSED_ADD, "fused_add_"), (OFFSET, "offset_"), (UNWEIGHTED, "unweighted_")):
+for _entry, _prefix in VARIANT_GROUPS:
     globals().update(generate_tests(variant_group(_entry, _prefix), __name__))
 
 

@@ -264,3 +264,12 @@ for _method in ("forward", "forward_fp32", "fused_add", "forward_offset", "forwa
                 "forward_fp8_dynamic", "fused_add_fp8_static", "fused_add_fp8_dynamic"):
     if hasattr(NativeRMSNormOp, _method):
         setattr(RefusesOddDims, _method, _refusing_odd_dims(_method))
+
+
+class OffsetRaises(NativeRMSNormOp):
+    """Its weight-offset entry point raises on every call; its other entry points are the reference."""
+
+    name = "offset_raises"
+
+    def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        raise RuntimeError("offset kernel not built for this device")

@@ -20,6 +20,7 @@ from rmsnorm_conformance.contract.rmsnorm import (
 from rmsnorm_conformance.harness.drawing import budget, thresholds
 from rmsnorm_conformance.harness.drawing.cases import Batch, lay_out_weight
 from rmsnorm_conformance.harness.drawing.replay import parse_case
+from rmsnorm_conformance.harness.running import fresh_process
 from rmsnorm_conformance.harness.running.backend import Backend
 from rmsnorm_conformance.harness.running.entry_points import entry_points, missing_reason
 from rmsnorm_conformance.harness.running.fresh_process import FIRST_CALL_DIMS, first_call_plan
@@ -97,6 +98,54 @@ def test_first_call_plan_rotates_which_entry_point_goes_first():
     firsts = [made.cases[2 * i].entry for i in range(len(FIRST_CALL_DIMS))]
     assert set(firsts) == set(ENTRIES)
     assert all(c.batch.rows * c.batch.dim <= 1 << 20 for c in made.cases)
+
+
+def test_every_entry_points_first_calls_share_one_process_that_takes_turns(monkeypatch):
+    """The plain norm's and the variants' first-call plans run in one fresh process per backend, device and dtype,
+    the plans taking turns at going first from dim to dim; a test whose cases it lacks, or a process that died,
+    runs its own cases alone, so that a crash is blamed on the entry point that crashed."""
+    forward = first_call_plan("float32", CPU, 1 << 20, "b", ("forward", "forward_fp32")).cases
+    offset = first_call_plan("float32", CPU, 1 << 17, "b", ("forward_offset",)).cases
+    together = fresh_process.interleaved([forward, offset])
+    assert sorted(map(repr, together)) == sorted(map(repr, [*forward, *offset]))
+    firsts = [next(c for c in together if c.batch.dim == dim) for dim in FIRST_CALL_DIMS]
+    assert [c.entry == "forward_offset" for c in firsts][:2] == [False, True]  # turns: plain first, then offset
+    assert [c.batch.dim for c in together] == sorted((c.batch.dim for c in together), key=FIRST_CALL_DIMS.index)
+
+    started = []
+
+    def fake_run(spec, device, cases, *, dies=False):
+        started.append(tuple(cases))
+        if dies:
+            return fresh_process.FreshCalls({}, "the fresh process exited with status -11")
+        return fresh_process.FreshCalls({c: ((), ()) for c in cases})
+
+    monkeypatch.setattr(fresh_process, "_RUNS", {})
+    monkeypatch.setattr(fresh_process, "run_fresh", fake_run)
+    assert fresh_process.fresh_calls("b", CPU, forward, together).covers(forward)
+    assert fresh_process.fresh_calls("b", CPU, offset, together).covers(offset)
+    assert started == [tuple(together)], "one process for both plans"
+    fresh_process.fresh_calls("b", CPU, offset[:1], [])  # not among the cases made together: run alone
+    assert started[-1] == tuple(offset[:1])
+
+    started.clear()
+    monkeypatch.setattr(fresh_process, "_RUNS", {})
+    monkeypatch.setattr(fresh_process, "run_fresh", lambda spec, device, cases: fake_run(
+        spec, device, cases, dies=len(cases) > len(offset)))
+    assert fresh_process.fresh_calls("b", CPU, offset, together).covers(offset)
+    assert started == [tuple(together), tuple(offset)], "the shared process died: the test's own cases, alone"
+
+
+def test_a_call_that_raises_in_the_fresh_process_fails_its_own_case_alone():
+    """In the shared fresh process a case whose call raises is recorded with its error; the other cases' calls go
+    on and come back (here: a backend whose offset entry point raises, beside its plain norm)."""
+    cases = first_call_plan("float32", CPU, 1 << 14, "b", ("forward", "forward_offset")).cases
+    calls = fresh_process.run_fresh("tests.hostile:OffsetRaises", CPU, cases)
+    assert calls.error is None
+    offset = {c for c in cases if c.entry == "forward_offset"}
+    assert offset and set(calls.case_errors) == offset
+    assert all("first call raised RuntimeError: offset kernel" in e for e in calls.case_errors.values())
+    assert set(calls.outputs) == set(cases) - offset and all(first for first, _ in calls.outputs.values())
 
 
 def test_budget_follows_free_memory_on_a_gpu(monkeypatch):

@@ -47,13 +47,16 @@ from rmsnorm_conformance.harness.drawing.cases import (
 )
 from rmsnorm_conformance.harness.running.backend import same_layout_copy
 from rmsnorm_conformance.harness.running.entry_points import (
+    FUSED_ADD,
+    OFFSET,
+    UNWEIGHTED,
     EntryPoint,
     call,
     entry_point,
     entry_points,
     missing_reason,
 )
-from rmsnorm_conformance.harness.running.fresh_process import first_call_plan, run_fresh
+from rmsnorm_conformance.harness.running.fresh_process import first_call_plan, fresh_calls, interleaved
 from rmsnorm_conformance.harness.running.modes import sample_backend, sample_modes
 
 REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
@@ -289,6 +292,21 @@ def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) 
                      what=f"{b.rows} rows under {label} differ from the same rows run eagerly")
 
 
+def _first_calls_together(subject: Subject, memo: dict) -> list[FirstCallCase]:
+    """Every first-call case of this subject's entry points (the plain norm's and each variant's it offers), in
+    the order one fresh process makes them; the asking test's own plan where the others cannot be made here."""
+    make = memo.get("plan_for")
+    if make is None:
+        return list(memo["plan"])
+    plans = []
+    for group in (FORWARD_GROUP, *(variant_group(e, prefix) for e, prefix in VARIANT_GROUPS)):
+        entries = group.entries(subject.backend)
+        if entries and group.skip_reason(subject) is None and not any(
+                missing_reason(subject.backend, e) for e in entries):
+            plans.append(make(entries, group.budget_share))
+    return interleaved(plans)
+
+
 # How a report names each execution mode of the sample.
 MODE_LABELS = {"compile": "torch.compile", "cudagraph": "CUDA-graph capture and replay"}
 
@@ -300,11 +318,15 @@ def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
             reason = missing_reason(subject.backend, c.entry)
             if reason:
                 pytest.skip(reason)
-        memo["fresh"] = run_fresh(subject.backend.spec, subject.device, memo["plan"])
+        memo["fresh"] = fresh_calls(subject.backend.spec, subject.device, memo["plan"], _first_calls_together(
+            subject, memo))
     fresh = memo["fresh"]
     b = case.batch
     assert_holds(subject, case, ok=fresh.error is None, dim=b.dim,
                  what=f"the first calls could not be made in a fresh process: {fresh.error}")
+    assert_holds(subject, case, ok=case not in fresh.case_errors, dim=b.dim,
+                 what=f"{case.entry} for dim {b.dim}, {subject.dtype_label} in a fresh process: "
+                      f"{fresh.case_errors.get(case)}")
     first, second = ([subject.to_device(t) for t in outs] for outs in fresh.outputs[case])
     rows, w = _inputs(subject, case)
     warm = call(subject, case.entry, rows, w, b.eps)
@@ -440,6 +462,9 @@ class EntryGroup:
 
 
 FORWARD_GROUP = EntryGroup("", entry_points)
+# The variants whose entry points get the whole check set (suites/test_variants.py), with their tests' prefixes.
+VARIANT_GROUPS: tuple[tuple[EntryPoint, str], ...] = ((FUSED_ADD, "fused_add_"), (OFFSET, "offset_"),
+                                                      (UNWEIGHTED, "unweighted_"))
 
 
 def variant_group(entry: EntryPoint, prefix: str) -> EntryGroup:

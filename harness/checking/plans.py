@@ -61,6 +61,10 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                 cases = _planned_cases(subject, plan(subject.dtype, subject.device, budget, source,
                                                      tuple(entries(subject.backend))), sweep)
             memo: dict[Any, Any] = {"plan": cases}
+            if subject.replay_case is None:
+                # The same plan for other entry points (a budget share each), for checks that make several
+                # entry points' cases at once: the first calls, one fresh process for all of them.
+                memo["plan_for"] = functools.partial(_plan_for, subject, request.config, plan, room)
             for case in cases:
                 run_check(subject, (rule_id,), case, functools.partial(check, subject, case, memo))
 
@@ -71,6 +75,17 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
         return pytest.mark.conformance(rules=(rule_id,), case_types=(case_type.__name__,))(test)
 
     return decorate
+
+
+def _plan_for(subject: Any, config: pytest.Config, plan: PlanMaker, room: Callable[..., tuple[int, str]] | None,
+              entries: Sequence[str], budget_share: int) -> list[Any]:
+    """The cases ``plan`` makes for ``entries`` under ``budget_share``, as a test of those entry points makes them
+    for this subject; none where the sweep's scope leaves them all out."""
+    sweep = config.getoption("--sweep")
+    budget, source = _budget(subject, config.getoption("--max-elements"), budget_share, room, sweep)
+    made = plan(subject.dtype, subject.device, budget, source, tuple(entries))
+    scope = _scope(sweep)
+    return [subject.with_weight_dtype(c) for c in made.cases if scope is None or scope.covers(c)]
 
 
 def _scope(sweep: str | None) -> Any:

@@ -3,13 +3,17 @@ where the long-running test process, whose caches are long warm, can no longer s
 
 The test process writes a request (the backend's spec, the device and the cases), runs
 ``python -m rmsnorm_conformance.harness.running.fresh_process REQUEST RESULT``, and compares what came back. One fresh
-process per (backend, device, dtype) makes every case's first call, then every case's second call. Which
-entry point calls a dim first rotates from dim to dim, so each entry point meets a cold cache shared by all
-of them on some dims, and its own cold cache on every dim.
+process per (backend, device, dtype) makes the first call of every case of every entry point's plan (the plain
+norm's and each variant's), then every case's second call: each (entry point, dim) call is the first of its
+kind there. Which entry point calls a dim first rotates from dim to dim, so each entry point meets a cold cache
+shared by all of them on some dims, and its own cold cache on every dim. A case whose call raises is recorded
+with its error and the others go on; a process that dies is run again for the asking test's cases alone, so a
+crash is blamed on the entry point that crashed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -49,13 +53,57 @@ def first_call_plan(dtype: str, device: torch.device, budget: int, source: str, 
     return Plan(cases)
 
 
+def interleaved(plans: Sequence[Sequence[FirstCallCase]]) -> list[FirstCallCase]:
+    """The cases of several entry points' plans as one process makes them: dim after dim, in the order the
+    plans list their dims, the plans taking turns at going first (plan i first at the i-th dim)."""
+    dims: list[int] = []
+    by_dim: list[dict[int, list[FirstCallCase]]] = []
+    for plan in plans:
+        mine: dict[int, list[FirstCallCase]] = {}
+        for case in plan:
+            if case.batch.dim not in dims:
+                dims.append(case.batch.dim)
+            mine.setdefault(case.batch.dim, []).append(case)
+        by_dim.append(mine)
+    ordered: list[FirstCallCase] = []
+    for i, dim in enumerate(dims):
+        turn = i % max(len(by_dim), 1)
+        for mine in (*by_dim[turn:], *by_dim[:turn]):
+            ordered += [c for c in mine.get(dim, ()) if c not in ordered]
+    return ordered
+
+
 @dataclass(frozen=True)
 class FreshCalls:
     """What a fresh process returned: per case the outputs of its first and of its second call (every output of
-    the entry point, in its order), or why it failed."""
+    the entry point, in its order), or the error that case's call raised; ``error`` when the process failed."""
 
     outputs: dict[FirstCallCase, tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
     error: str | None = None
+    case_errors: dict[FirstCallCase, str] = dataclasses.field(default_factory=dict)
+
+    def covers(self, cases: Sequence[FirstCallCase]) -> bool:
+        return self.error is None and all(c in self.outputs or c in self.case_errors for c in cases)
+
+
+# One process's calls per (spec, device, cases made): the first test of a (backend, device, dtype) that asks runs
+# every entry point's plan; the others read it. Per test process (each xdist worker has its own).
+_RUNS: dict[tuple[str, str, tuple[FirstCallCase, ...]], FreshCalls] = {}
+
+
+def fresh_calls(spec: str, device: torch.device, cases: Sequence[FirstCallCase],
+                together: Sequence[FirstCallCase] = ()) -> FreshCalls:
+    """The fresh first and second calls of ``cases``: from the one process that makes ``together`` (every entry
+    point's plan for this backend, device and dtype; ``cases`` among them), run once; where that process failed
+    as a whole, from a process of ``cases`` alone."""
+    shared = tuple(together) if set(cases) <= set(together) else tuple(cases)
+    key = (spec, str(device), shared)
+    if key not in _RUNS:
+        _RUNS[key] = run_fresh(spec, device, shared)
+    calls = _RUNS[key]
+    if calls.covers(cases) or shared == tuple(cases):
+        return calls
+    return run_fresh(spec, device, cases)
 
 
 def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase]) -> FreshCalls:
@@ -74,7 +122,9 @@ def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase]) -
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
             return FreshCalls({}, f"the fresh process exited with status {proc.returncode}: " + " | ".join(tail))
         saved = torch.load(result)
-    return FreshCalls({c: (first, second) for c, (first, second) in zip(cases, saved, strict=True)})
+    outputs = {c: (got["first"], got["second"]) for c, got in zip(cases, saved, strict=True) if "error" not in got}
+    errors = {c: got["error"] for c, got in zip(cases, saved, strict=True) if "error" in got}
+    return FreshCalls(outputs, case_errors=errors)
 
 
 class _Caller:
@@ -98,9 +148,16 @@ def main(argv: list[str]) -> int:
         case = parse_case(text)
         rows, weight = entry_point(case.entry).inputs(case.batch, device)
         calls.append((case.entry, rows, weight, case.batch.eps))
-    first = [tuple(t.cpu() for t in call(caller, *c)) for c in calls]
-    second = [tuple(t.cpu() for t in call(caller, *c)) for c in calls]
-    torch.save(list(zip(first, second, strict=True)), result_path)
+    got: list[dict[str, Any]] = [{} for _ in calls]
+    for key in ("first", "second"):
+        for i, c in enumerate(calls):
+            if "error" in got[i]:
+                continue
+            try:
+                got[i][key] = tuple(t.cpu() for t in call(caller, *c))
+            except Exception as exc:  # this case's call failed; the other cases' calls go on
+                got[i] = {"error": f"its {key} call raised {type(exc).__name__}: {exc}"}
+    torch.save(got, result_path)
     return 0
 
 
