@@ -136,6 +136,30 @@ def test_every_entry_points_first_calls_share_one_process_that_takes_turns(monke
     assert started == [tuple(together), tuple(offset)], "the shared process died: the test's own cases, alone"
 
 
+def test_xdist_workers_share_one_first_call_process_through_a_file(monkeypatch, tmp_path):
+    """Under pytest-xdist the first-call tests of one backend and dtype land on several workers: one makes the
+    process's calls under a lock in the run's shared folder and saves them; the others read them."""
+    cases = first_call_plan("float32", CPU, 1 << 12, "b", ("forward",)).cases
+    started = []
+
+    def fake_run(spec, device, made):
+        started.append(made)
+        return fresh_process.FreshCalls({c: ((torch.full((2,), float(i)),), (torch.ones(1),))
+                                         for i, c in enumerate(made)})
+
+    monkeypatch.setattr(fresh_process, "run_fresh", fake_run)
+    monkeypatch.setattr(fresh_process, "SHARED_DIR", tmp_path)
+    for _worker in range(3):  # each worker's own memory starts empty
+        monkeypatch.setattr(fresh_process, "_RUNS", {})
+        calls = fresh_process.fresh_calls("b", CPU, cases, cases)
+        assert calls.covers(cases) and torch.equal(calls.outputs[cases[1]][0][0], torch.full((2,), 1.0))
+    assert len(started) == 1, "one process for the whole run"
+    monkeypatch.setattr(fresh_process, "SHARED_DIR", None)
+    monkeypatch.setattr(fresh_process, "_RUNS", {})
+    fresh_process.fresh_calls("b", CPU, cases, cases)
+    assert len(started) == 2, "without a shared folder each process makes its own"
+
+
 def test_a_call_that_raises_in_the_fresh_process_fails_its_own_case_alone():
     """In the shared fresh process a case whose call raises is recorded with its error; the other cases' calls go
     on and come back (here: a backend whose offset entry point raises, beside its plain norm)."""

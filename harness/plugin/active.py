@@ -30,7 +30,7 @@ from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_com
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
-from rmsnorm_conformance.harness.running import device_faults, isolation
+from rmsnorm_conformance.harness.running import device_faults, fresh_process, isolation
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
@@ -60,6 +60,8 @@ def run_options(config: pytest.Config) -> RunOptions:
         config.stash[OPTIONS] = options
         workerinput = getattr(config, "workerinput", None)
         config.stash[HANGS] = HangLedger(workerinput.get(WORKER_HANGS) if workerinput else None)
+        if workerinput and workerinput.get(WORKER_HANGS):  # the run's shared folder: one first-call process
+            fresh_process.SHARED_DIR = Path(workerinput[WORKER_HANGS]).parent
         if workerinput is None:
             reporter = Reporter(config, options)
             config.pluginmanager.register(reporter, "rmsnorm-conformance-reporter")

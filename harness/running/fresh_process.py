@@ -14,6 +14,7 @@ crash is blamed on the entry point that crashed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -30,6 +31,11 @@ from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase
 from rmsnorm_conformance.harness.drawing.thresholds import Plan
 from rmsnorm_conformance.harness.running.entry_points import call, entry_point
+
+try:
+    import fcntl  # workers share a first-call process through a locked file (POSIX)
+except ImportError:  # elsewhere each worker makes its own
+    fcntl = None  # type: ignore[assignment]
 
 # Every threshold dim and an odd one (tail masking), each once: each call below is the first for its dim.
 FIRST_CALL_DIMS: tuple[int, ...] = (*THRESHOLD_DIMS, 1000)
@@ -87,8 +93,39 @@ class FreshCalls:
 
 
 # One process's calls per (spec, device, cases made): the first test of a (backend, device, dtype) that asks runs
-# every entry point's plan; the others read it. Per test process (each xdist worker has its own).
+# every entry point's plan; the others read it, in this process from here, in other xdist workers from a file.
 _RUNS: dict[tuple[str, str, tuple[FirstCallCase, ...]], FreshCalls] = {}
+# The folder a run's xdist workers share (the plugin sets it in each worker): one worker makes a process's calls,
+# the others wait on its lock and read what it saved.
+SHARED_DIR: Path | None = None
+
+
+def _run_shared(spec: str, device: torch.device, cases: tuple[FirstCallCase, ...]) -> FreshCalls:
+    """:func:`run_fresh` once for the whole run: under a lock in ``SHARED_DIR`` where workers share one."""
+    if SHARED_DIR is None or fcntl is None:
+        return run_fresh(spec, device, cases)
+    name = hashlib.sha256(repr((spec, str(device), cases)).encode()).hexdigest()[:20]
+    saved = SHARED_DIR / f"first-calls-{name}.pt"
+    with open(SHARED_DIR / f"first-calls-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if saved.is_file():
+            got = torch.load(saved)
+            return _calls(cases, got["calls"], got["error"])
+        calls = run_fresh(spec, device, cases)
+        rows = [{"first": calls.outputs[c][0], "second": calls.outputs[c][1]} if c in calls.outputs
+                else {"error": calls.case_errors[c]} for c in cases if c in calls.outputs or c in calls.case_errors]
+        if calls.error is None and len(rows) == len(cases):
+            torch.save({"calls": rows, "error": None}, saved)
+        return calls
+
+
+def _calls(cases: Sequence[FirstCallCase], saved: list[dict[str, Any]], error: str | None = None) -> FreshCalls:
+    """A process's saved calls (one dict per case, in order: "first" and "second", or "error") as FreshCalls."""
+    if error is not None:
+        return FreshCalls({}, error)
+    outputs = {c: (got["first"], got["second"]) for c, got in zip(cases, saved, strict=True) if "error" not in got}
+    errors = {c: got["error"] for c, got in zip(cases, saved, strict=True) if "error" in got}
+    return FreshCalls(outputs, case_errors=errors)
 
 
 def fresh_calls(spec: str, device: torch.device, cases: Sequence[FirstCallCase],
@@ -99,7 +136,7 @@ def fresh_calls(spec: str, device: torch.device, cases: Sequence[FirstCallCase],
     shared = tuple(together) if set(cases) <= set(together) else tuple(cases)
     key = (spec, str(device), shared)
     if key not in _RUNS:
-        _RUNS[key] = run_fresh(spec, device, shared)
+        _RUNS[key] = _run_shared(spec, device, shared)
     calls = _RUNS[key]
     if calls.covers(cases) or shared == tuple(cases):
         return calls
@@ -121,10 +158,7 @@ def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase]) -
         if proc.returncode != 0 or not result.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
             return FreshCalls({}, f"the fresh process exited with status {proc.returncode}: " + " | ".join(tail))
-        saved = torch.load(result)
-    outputs = {c: (got["first"], got["second"]) for c, got in zip(cases, saved, strict=True) if "error" not in got}
-    errors = {c: got["error"] for c, got in zip(cases, saved, strict=True) if "error" in got}
-    return FreshCalls(outputs, case_errors=errors)
+        return _calls(cases, torch.load(result))
 
 
 class _Caller:
