@@ -77,8 +77,9 @@ def _squares_laid_out(x: torch.Tensor) -> torch.Tensor:
 
 
 def sum_of_squares_fixed_order(x32: torch.Tensor) -> torch.Tensor:
-    """Sum of squares over the last dim, keepdim, in the canonical order of :func:`sum_fixed_order`."""
-    if x32.dtype == torch.float32:
+    """Sum of squares over the last dim, keepdim, in the canonical order of :func:`sum_fixed_order`. Where autograd
+    records it (x requires grad), out of place: the in-place squares of the fast path cannot be differentiated."""
+    if x32.dtype == torch.float32 and not (x32.requires_grad and torch.is_grad_enabled()):
         return _halve_in_place(_squares_laid_out(x32), -1)
     return sum_fixed_order(x32 * x32)
 
