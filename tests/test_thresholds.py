@@ -120,6 +120,8 @@ def test_every_entry_points_first_calls_share_one_process_that_takes_turns(monke
             return fresh_process.FreshCalls({}, "the fresh process exited with status -11")
         return fresh_process.FreshCalls({c: ((), ()) for c in cases})
 
+    # This process's own memory alone: under pytest-xdist the plugin gives each worker the run's shared folder.
+    monkeypatch.setattr(fresh_process, "SHARED_DIR", None)
     monkeypatch.setattr(fresh_process, "_RUNS", {})
     monkeypatch.setattr(fresh_process, "run_fresh", fake_run)
     assert fresh_process.fresh_calls("b", CPU, forward, together).covers(forward)
