@@ -114,7 +114,7 @@ def test_every_entry_points_first_calls_share_one_process_that_takes_turns(monke
 
     started = []
 
-    def fake_run(spec, device, cases, *, dies=False):
+    def fake_run(spec, device, cases, keep=None, *, dies=False):
         started.append(tuple(cases))
         if dies:
             return fresh_process.FreshCalls({}, "the fresh process exited with status -11")
@@ -144,10 +144,12 @@ def test_xdist_workers_share_one_first_call_process_through_a_file(monkeypatch, 
     cases = first_call_plan("float32", CPU, 1 << 12, "b", ("forward",)).cases
     started = []
 
-    def fake_run(spec, device, made):
+    def fake_run(spec, device, made, keep=None):
         started.append(made)
-        return fresh_process.FreshCalls({c: ((torch.full((2,), float(i)),), (torch.ones(1),))
-                                         for i, c in enumerate(made)})
+        result = [{"first": (torch.full((2,), float(i)),), "second": (torch.ones(1),)} for i in range(len(made))]
+        if keep is not None:  # the process's result file, as run_fresh keeps it
+            torch.save(result, keep)
+        return fresh_process._calls(made, result)
 
     monkeypatch.setattr(fresh_process, "run_fresh", fake_run)
     monkeypatch.setattr(fresh_process, "SHARED_DIR", tmp_path)

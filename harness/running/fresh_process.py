@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,20 +110,12 @@ def _run_shared(spec: str, device: torch.device, cases: tuple[FirstCallCase, ...
     with open(SHARED_DIR / f"first-calls-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if saved.is_file():
-            got = torch.load(saved)
-            return _calls(cases, got["calls"], got["error"])
-        calls = run_fresh(spec, device, cases)
-        rows = [{"first": calls.outputs[c][0], "second": calls.outputs[c][1]} if c in calls.outputs
-                else {"error": calls.case_errors[c]} for c in cases if c in calls.outputs or c in calls.case_errors]
-        if calls.error is None and len(rows) == len(cases):
-            torch.save({"calls": rows, "error": None}, saved)
-        return calls
+            return _calls(cases, torch.load(saved))
+        return run_fresh(spec, device, cases, keep=saved)
 
 
-def _calls(cases: Sequence[FirstCallCase], saved: list[dict[str, Any]], error: str | None = None) -> FreshCalls:
-    """A process's saved calls (one dict per case, in order: "first" and "second", or "error") as FreshCalls."""
-    if error is not None:
-        return FreshCalls({}, error)
+def _calls(cases: Sequence[FirstCallCase], saved: list[dict[str, Any]]) -> FreshCalls:
+    """A process's result file (one dict per case, in order: "first" and "second", or "error") as FreshCalls."""
     outputs = {c: (got["first"], got["second"]) for c, got in zip(cases, saved, strict=True) if "error" not in got}
     errors = {c: got["error"] for c, got in zip(cases, saved, strict=True) if "error" in got}
     return FreshCalls(outputs, case_errors=errors)
@@ -143,9 +136,11 @@ def fresh_calls(spec: str, device: torch.device, cases: Sequence[FirstCallCase],
     return run_fresh(spec, device, cases)
 
 
-def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase]) -> FreshCalls:
+def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase], keep: Path | None = None
+              ) -> FreshCalls:
     """Load the backend from ``spec`` in a fresh process on ``device`` and make ``cases``' first calls there in
-    order, then their second calls in the same order."""
+    order, then their second calls in the same order; ``keep``: where to copy the result file of a process that
+    finished."""
     with tempfile.TemporaryDirectory(prefix="rmsnorm-first-call-") as tmp:
         request, result = Path(tmp, "request.json"), Path(tmp, "result.pt")
         request.write_text(json.dumps({"spec": spec, "device": str(device), "cases": [repr(c) for c in cases],
@@ -158,6 +153,8 @@ def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase]) -
         if proc.returncode != 0 or not result.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
             return FreshCalls({}, f"the fresh process exited with status {proc.returncode}: " + " | ".join(tail))
+        if keep is not None:
+            shutil.copyfile(result, keep)
         return _calls(cases, torch.load(result))
 
 
