@@ -104,7 +104,7 @@ def group_of(backend: type) -> str:
 # Hugging Face rounding order and a bf16 offset, each declared, move the reference the variant rules hold it to:
 # none of them may read as a breach.
 CONTROLS: dict[type, tuple[str, dict]] = {
-    LaneOrderRMSNorm: ("zoo-0", {"module": "test_axis_a.py", "name_has_all": ["float32"],
+    LaneOrderRMSNorm: ("zoo-0", {"module": "test_axis_a.py", "dtype": "float32",
                                  "name_has_none": ["_at_thresholds"]}),
     EngineStyleRMSNorm: ("zoo-1", {"module": "test_variants.py", "dtype": "bfloat16",
                                    "name_has_any": ["residual", "output", "offset_dtype", "purity",
@@ -246,7 +246,7 @@ def test_the_detection_plan_selects_what_rule_and_k_select(run, pytester):
     alone = run("--pyargs", "rmsnorm_conformance.suites", f"--backend=rmsnorm_conformance.zoo:{defect.__name__}",
                 "--device=cpu", f"--rule={defect.breaks}", "--collect-only", "-q")
     control = run(str(SUITES / "test_axis_a.py"), f"--backend=rmsnorm_conformance.zoo:{LaneOrderRMSNorm.__name__}",
-                  "--device=cpu", "-k", "float32 and not _at_thresholds", "--collect-only", "-q")
+                  "--device=cpu", "--dtype=float32", "-k", "not _at_thresholds", "--collect-only", "-q")
 
     def ids(result) -> set[str]:
         return {line.rsplit("::", 1)[-1] for line in result.stdout.lines if "::" in line}
