@@ -46,9 +46,9 @@ _ALIGN_BYTES = 16
 _INT32_LIMIT = 2**31
 
 # The backward reduces dw over the rows in the canonical order: each program owns a subtree of the tree over
-# the rows (eight groups of eight rows on a GPU, at a stride of 1/8 of the padded batch) and writes one fp32
-# partial row; 64 rows per program keep the partial rows' traffic near 2% of the inputs' at bf16.
-DW_ROWS_PER_PROGRAM = 64
+# the rows (groups of eight rows at a stride of 1/8 of the padded batch) and writes one fp32 partial row; at
+# least 32 rows per program keep the partial rows' traffic near 4% of the inputs' at bf16.
+DW_ROWS_PER_PROGRAM = 32
 # dw's partial rows are added in passes of at most this many rows per output row.
 _DW_PASS = 64
 
@@ -61,7 +61,10 @@ class LaunchConfig(NamedTuple):
     tiles: int  # tiles per row: 1 keeps a row whole in registers; more loops over strided tiles of it
     vec: int  # elements per 16-byte access; every row start is a multiple of it (else the input is copied)
     num_warps: int
-    subtree: int = 0  # backward: rows of dw's tree per program, a power of two >= 64 (0 in the forward)
+    subtree: int = 0  # backward: rows of dw's tree per program, a power of two >= 32 (0 in the forward)
+    strided: bool = False  # backward: tile t holds leaves t, t + T, ... of the subtree (see the kernel)
+    prefetch: bool = False  # backward: the next tile's rows are loaded before this tile is reduced
+    joint: bool = False  # backward: a row's sum of squares and dot product are reduced together
 
 
 class _Tuning(NamedTuple):
@@ -73,6 +76,10 @@ class _Tuning(NamedTuple):
     max_warps: int
     subtree_elems: int = 0  # backward: elements of dw's subtree per program that it aims at (0: 64 rows)
     min_warps: int = 4
+    strided: bool = False  # backward: strided tiles (GPU only: the interpreter keeps one tile per subtree)
+    subtree_rows: int = DW_ROWS_PER_PROGRAM  # backward: rows of dw's subtree per program, at least
+    prefetch: bool = False  # backward: load tile t + 1 before reducing tile t (GPU only)
+    joint: bool = False  # backward: both row sums through one tree of pairs (GPU only)
 
 
 # GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
@@ -82,11 +89,13 @@ class _Tuning(NamedTuple):
 # (0.983 / 0.990). More rows a program at 128 were slower (32 rows: 0.474).
 _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
                    min_warps=1)
-# GPU backward: one row at a time at 4096 columns (8 warps, 0.243 of copy), 16 rows at 128 (4 warps, 0.342):
-# the best pair of the same sweep. dw's subtree keeps up to six partial rows live (ptxas for sm_90: 128
-# registers at 4096). Wider rows take the two-kernel path (row statistics first).
-_GPU_BWD = _Tuning(tile=2048, max_rows=DW_ROWS_PER_PROGRAM, max_block=4096, loop_block=4096, warp_elems=512,
-                   max_warps=16)
+# GPU backward, from benchmarks/triton_tuning.py --backward-variants on an H200 (bf16, fraction of a device copy,
+# reports/h200/kernels/run4): the next tile's rows loaded before this tile is reduced (prefetch), the subtree's
+# lowest levels added element by element across tiles (strided), a row's two sums through one tree (joint) and
+# 32 rows per program at 4096 (one row a tile, 8 warps: 255 registers and no spill; 64 rows spilled). 16 rows a
+# tile and 4 warps at 128. Wider rows take the two-kernel path (row statistics first).
+_GPU_BWD = _Tuning(tile=2048, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
+                   max_warps=16, subtree_elems=1 << 13, strided=True, prefetch=True, joint=True)
 # The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
 # whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call
 # 7 ms instead of 28 with 2^18 and a 2^18-element call 45 ms instead of 29; the suites' calls are mostly small
@@ -94,7 +103,7 @@ _GPU_BWD = _Tuning(tile=2048, max_rows=DW_ROWS_PER_PROGRAM, max_block=4096, loop
 _INTERP_FWD = _Tuning(tile=1 << 15, max_rows=4096, max_block=1 << 20, loop_block=1 << 16, warp_elems=512,
                       max_warps=4)
 _INTERP_BWD = _Tuning(tile=1 << 18, max_rows=4096, max_block=1 << 16, loop_block=1 << 16, warp_elems=512,
-                      max_warps=4, subtree_elems=1 << 18)
+                      max_warps=4, subtree_elems=1 << 18, subtree_rows=64)
 
 
 @functools.cache
@@ -108,7 +117,7 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
     rows = min(max(tuning.tile // block, 1), tuning.max_rows)
     subtree = 0
     if backward:
-        subtree = DW_ROWS_PER_PROGRAM
+        subtree = tuning.subtree_rows
         if tuning.subtree_elems:
             subtree = min(max(1 << (max(tuning.subtree_elems // block, 1).bit_length() - 1), subtree), 4096)
         # at most six levels of the subtree are left to the stack of finished subtrees (see _push)
@@ -116,8 +125,10 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
     per_access = _ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
     vec = min(per_access, dim & -dim)  # largest power of two dividing dim, so contiguous rows qualify
     num_warps = min(max(rows * block // tuning.warp_elems, tuning.min_warps), tuning.max_warps)
+    gpu_backward = backward and not interpreted
     return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps,
-                        subtree=subtree)
+                        subtree=subtree, strided=gpu_backward and tuning.strided,
+                        prefetch=gpu_backward and tuning.prefetch, joint=gpu_backward and tuning.joint)
 
 
 def dw_programs(n_rows: int, subtree: int = DW_ROWS_PER_PROGRAM) -> int:
@@ -214,6 +225,18 @@ if triton is not None:
             if t.shape[0] > 1:
                 t = _sum(tl.reshape(t, [t.shape[0] // 2, 2, t.shape[1], t.shape[2]]), 1)
         return tl.reshape(t, [t.shape[1], t.shape[2]])
+
+    @_device_function
+    def _pair_sums(v):  # noqa: ANN001
+        """[A, G, 8, 2] -> [A, 2]: _halve(_group_sums(.)) of v[..., 0] and of v[..., 1] at once, so that each
+        level's exchange between threads carries both sums (the same adds, in the same order)."""
+        t = _sum(tl.reshape(v, [v.shape[0], v.shape[1], 2, 4, 2]), 2)
+        t = _sum(tl.reshape(t, [v.shape[0], v.shape[1], 2, 2, 2]), 2)
+        t = _sum(t, 2)
+        for _ in tl.static_range(20):
+            if t.shape[1] > 1:
+                t = _sum(tl.reshape(t, [t.shape[0], 2, t.shape[1] // 2, 2]), 1)
+        return tl.reshape(t, [t.shape[0], 2])
 
     @_device_function
     def _rms(sum_sq, eps, DIM: tl.constexpr):  # noqa: ANN001
@@ -368,21 +391,66 @@ if triton is not None:
         tl.store(stats_ptr + 2 * row + one, _inv(rms))
         tl.store(stats_ptr + 2 * row + 1 + one, c)
 
+    @_device_function
+    def _bwd_rows(p, t, n_programs, J: tl.constexpr, LEAVES: tl.constexpr, TILES: tl.constexpr,  # noqa: ANN001
+                  MBITS: tl.constexpr, STRIDED: tl.constexpr):
+        """The rows of tile t of program p's subtree: leaf k is row 8 * (p + n_programs * bitrev(k >> 3)) +
+        bitrev(k & 7). STRIDED: tile t holds leaves t, t + TILES, t + 2 * TILES, ...; else t * LEAVES on."""
+        leaf = t + TILES * J if STRIDED else t * LEAVES + J
+        m = _bitrev(leaf >> 3, MBITS)
+        return 8 * (p + n_programs * m) + _bitrev(leaf & 7, 3)
+
+    @_device_function
+    def _bwd_leaf(
+        x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps,  # noqa: ANN001
+        DIM: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, ZERO_PAST: tl.constexpr,
+        JOINT: tl.constexpr,
+    ):
+        """dx of one tile's rows (stored), and their dw products g * (x * inv), [LEAVES, GROUPS, 8] in fp32.
+        ZERO_PAST: rows past the batch give +0.0 products (rather than ones computed from zero rows). JOINT: the
+        two row sums go through their trees together."""
+        gw = g * w
+        if STATS:
+            inv = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
+            coef = tl.load(stats_ptr + 2 * rows + 1, mask=row_mask, other=0.0)
+        else:
+            if JOINT:
+                sum_sq, dot = tl.split(_pair_sums(tl.join(x * x, gw * x)))
+            else:
+                sum_sq = _halve(_group_sums(x * x))
+                dot = _halve(_group_sums(gw * x))
+            rms = _rms(sum_sq, eps, DIM)
+            inv = _inv(rms)
+            coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, DIM, tl.float32)), rms * rms)
+        inv3 = inv[:, None, None]
+        if STORE_DX:
+            dx = (gw - x * coef[:, None, None]) * inv3
+            _store_f32(dx_ptr + (rows * DIM)[:, None, None] + cols[None, :, :], dx, mask)
+        prod = g * (x * inv3)
+        if ZERO_PAST:
+            prod = tl.where(row_mask[:, None, None], prod, 0.0)
+        return prod
+
     @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "n_programs", "eps"])
     def _rms_norm_bwd_kernel(
         x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, stats_ptr,  # noqa: ANN001
         n_rows, x_row_stride, g_row_stride, n_programs, eps,  # noqa: ANN001
         DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr, MBITS: tl.constexpr,
-        VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
+        VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, STRIDED: tl.constexpr = False,
+        PREFETCH: tl.constexpr = False, JOINT: tl.constexpr = False,
     ):
         """dx of the rows of program p's subtree, and its fp32 partial of dw, for columns chunk * GROUPS * 8 on.
 
         Program p owns rows 8 * (p + n_programs * m) + e for e in [0, 8), m in [0, 2**MBITS): the first
-        levels of dw's canonical tree over the padded batch (e's bits from the highest, then m's). They are
-        visited as leaves k = 0, 1, ... in the order of those levels, LEAVES at a time; a tile's leaves are
-        added in pairs, and the tiles through a stack of finished subtrees. The partial goes to row p of
-        part_ptr, which no other program touches: no atomics, the same bits on every run. STATS: inv and c
-        come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows and they are
+        levels of dw's canonical tree over the padded batch (e's bits from the highest, then m's), visited as
+        leaves k = 0, 1, ... in the order of those levels, in 2**LEVELS tiles of LEAVES rows. Not STRIDED: tile
+        t holds leaves t * LEAVES on, which are added in pairs inside the tile, and the tiles' sums go through
+        a stack of finished subtrees. STRIDED: tile t holds leaves t, t + T, t + 2T, ... (T tiles); the tiles
+        go through the stack element by element (the tree's lowest levels, no data crossing threads) and the
+        LEAVES rows of the total are added in pairs once, at the end (its highest levels). PREFETCH: tile t + 1
+        is loaded before tile t is reduced. JOINT: a row's two sums are reduced together. The partial goes to
+        row p of part_ptr, which no other program touches: no atomics, the same bits on every run. STATS: inv
+        and c come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows and they are
         computed here.
         """
         p = tl.program_id(0).to(tl.int64)
@@ -392,40 +460,55 @@ if triton is not None:
         cols = ((chunk * GROUPS + groups) * 8)[:, None] + lanes[None, :]
         col_mask = cols < DIM
         w = _load_f32(w_ptr + cols, col_mask)[None, :, :]
-        zero = tl.zeros([GROUPS, 8], tl.float32)
+        zero = tl.zeros([LEAVES, GROUPS, 8] if STRIDED else [GROUPS, 8], tl.float32)
         s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
         c = zero
         j = tl.arange(0, LEAVES)
-        for t in range(1 << LEVELS):  # LEAVES << LEVELS == 8 << MBITS, the subtree's rows
-            leaf = t * LEAVES + j
-            m = _bitrev(leaf >> 3, MBITS)
-            rows = 8 * (p + n_programs * m) + _bitrev(leaf & 7, 3)
-            c = zero
-            if tl.min(rows, 0) < n_rows:  # subtrees past the batch are zero rows: their sum is +0.0
-                row_mask = rows < n_rows
+        if PREFETCH:
+            rows = _bwd_rows(p, 0, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+            row_mask = rows < n_rows
+            mask = row_mask[:, None, None] & col_mask[None, :, :]
+            x_rows = tl.multiple_of(rows * x_row_stride, VEC)
+            g_rows = tl.multiple_of(rows * g_row_stride, VEC)
+            x_next = tl.load(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
+            g_next = tl.load(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
+            for t in range(1 << LEVELS):
+                x = x_next.to(tl.float32)
+                g = g_next.to(tl.float32)
+                rows_t, row_mask_t, mask_t = rows, row_mask, mask
+                rows = _bwd_rows(p, t + 1, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+                row_mask = (rows < n_rows) & (t + 1 < (1 << LEVELS))
                 mask = row_mask[:, None, None] & col_mask[None, :, :]
-                x_rows = rows * x_row_stride
-                g_rows = rows * g_row_stride
-                if VEC > 1:
-                    x_rows = tl.multiple_of(x_rows, VEC)
-                    g_rows = tl.multiple_of(g_rows, VEC)
-                x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
-                g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
-                gw = g * w
-                if STATS:
-                    inv = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
-                    coef = tl.load(stats_ptr + 2 * rows + 1, mask=row_mask, other=0.0)
-                else:
-                    rms = _rms(_halve(_group_sums(x * x)), eps, DIM)
-                    inv = _inv(rms)
-                    dot = _halve(_group_sums(gw * x))
-                    coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, DIM, tl.float32)), rms * rms)
-                inv3 = inv[:, None, None]
-                if STORE_DX:
-                    dx = (gw - x * coef[:, None, None]) * inv3
-                    _store_f32(dx_ptr + (rows * DIM)[:, None, None] + cols[None, :, :], dx, mask)
-                c = _adjacent(g * (x * inv3))
-            c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
+                x_rows = tl.multiple_of(rows * x_row_stride, VEC)
+                g_rows = tl.multiple_of(rows * g_row_stride, VEC)
+                x_next = tl.load(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
+                g_next = tl.load(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
+                c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols, dx_ptr, stats_ptr, eps,
+                              DIM, STORE_DX, STATS, True, JOINT)
+                if not STRIDED:
+                    c = _adjacent(c)
+                c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
+        else:
+            for t in range(1 << LEVELS):  # LEAVES << LEVELS == 8 << MBITS, the subtree's rows
+                rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+                c = zero
+                if tl.min(rows, 0) < n_rows:  # subtrees past the batch are zero rows: their sum is +0.0
+                    row_mask = rows < n_rows
+                    mask = row_mask[:, None, None] & col_mask[None, :, :]
+                    x_rows = rows * x_row_stride
+                    g_rows = rows * g_row_stride
+                    if VEC > 1:
+                        x_rows = tl.multiple_of(x_rows, VEC)
+                        g_rows = tl.multiple_of(g_rows, VEC)
+                    x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
+                    g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
+                    c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps,
+                                  DIM, STORE_DX, STATS, STRIDED, JOINT)
+                    if not STRIDED:
+                        c = _adjacent(c)
+                c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
+        if STRIDED:
+            c = _adjacent(c)
         tl.store(part_ptr + p * DIM + cols, c, mask=col_mask)
 
     @triton.jit(do_not_specialize=["n_out"])
@@ -671,7 +754,8 @@ def _backward(
     _launch_bwd(
         (programs, cfg.tiles),
         (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps,
-         dim, cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1),
+         dim, cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1, cfg.strided, cfg.prefetch,
+         cfg.joint),
         cfg.num_warps,
         x.device,
     )

@@ -2,6 +2,9 @@
 it, for Nsight Compute:
 
     ncu --set full --nvtx --nvtx-include "prof/" --clock-control none -o prof python benchmarks/profile_kernels.py
+
+With ``--triton-backward``: the Triton backward instead, under the code's tuning and under each tuning named
+in TRITON_BACKWARD_TUNINGS (fields of its _GPU_BWD), one launch of each at both shapes.
 """
 
 from __future__ import annotations
@@ -31,7 +34,40 @@ def profile_shape(op: object, backward: object, rows: int, dim: int) -> None:
     torch.cuda.synchronize()
 
 
+# _GPU_BWD fields of the Triton backward tunings profiled besides the code's own.
+TRITON_BACKWARD_TUNINGS: tuple[dict, ...] = (
+    {"strided": True, "prefetch": True, "warp_elems": 256},
+    {"strided": True, "prefetch": True, "tile": 1024, "warp_elems": 256, "min_warps": 1},
+)
+
+
+def profile_triton_backward() -> int:
+    import rmsnorm_conformance.backends.triton_rmsnorm as tr
+
+    base = tr._GPU_BWD
+    for rows, dim in SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(dim)
+        x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
+        g = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
+        w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
+        for fields in ({}, *TRITON_BACKWARD_TUNINGS):
+            tr._GPU_BWD = base._replace(**fields)
+            tr.launch_config.cache_clear()
+            tr._backward(x, w, g, 1e-6, True, True)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push("prof")
+            tr._backward(x, w, g, 1e-6, True, True)
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+        tr._GPU_BWD = base
+        del x, g, w
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main() -> int:
+    if "--triton-backward" in sys.argv:
+        return profile_triton_backward()
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
 
     op = CudaRMSNormOp()

@@ -2,6 +2,11 @@
 (tile, warp_elems) pair, each against a device copy of the same x in the same run, and the best pair.
 
     python benchmarks/triton_tuning.py --out tuning.json
+    python benchmarks/triton_tuning.py --backward-variants --out variants.json
+
+The second form times the backward's kernel variants (BWD_VARIANTS: strided tiles, prefetch, warps, rows per
+tile and per subtree) at each target shape, checks each one's dx and dw bit for bit against the code's default
+and reports the registers and spills of each binary.
 
 The tuning is a function of (dim, dtype) only whichever pair wins, so every pair is batch-invariant; the sweep
 only picks the fastest. Bytes as in bench.py: forward x read + y written; backward x, dy read + dx written.
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 import torch
 
@@ -86,15 +92,99 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
     return results
 
 
+# Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
+# default. "run 3" is the tuning before strided tiles, prefetch and joint sums.
+_RUN3 = dict(strided=False, prefetch=False, joint=False, subtree_elems=0, subtree_rows=64)
+BWD_VARIANTS: list[tuple[str, dict]] = [
+    ("default", {}),
+    ("run 3", _RUN3),
+    ("not joint", dict(joint=False)),
+    ("64 rows a program", dict(subtree_elems=1 << 14)),
+    ("16 rows a program at 4096", dict(subtree_rows=16)),
+    ("8 rows a tile at 128", dict(tile=1024)),
+    ("32 rows a tile at 128", dict(tile=4096)),
+    ("16 warps at 4096, 8 at 128", dict(warp_elems=256)),
+    ("4 warps at 4096, 2 at 128", dict(warp_elems=1024, min_warps=2)),
+]
+
+
+def _binaries(kernel: Any) -> dict:
+    """Triton's compiled binaries of a kernel: key -> (registers, spilled bytes, warps); {} if not readable."""
+    try:
+        return {key: (k.n_regs, k.n_spills, k.metadata.num_warps)
+                for caches in kernel.device_caches.values() for key, k in caches[0].items()}
+    except Exception:  # another Triton's layout of its caches
+        return {}
+
+
+def sweep_backward_variants(dtype: torch.dtype = torch.bfloat16) -> dict:
+    """Each variant of BWD_VARIANTS: dx + dw time against a copy, bitwise check against the default, binary."""
+    import rmsnorm_conformance.backends.triton_rmsnorm as tr
+
+    base = tr._GPU_BWD
+    results: list[dict] = []
+    for rows, dim in SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(dim)
+        x = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
+        w = (1 + 0.1 * torch.randn(dim, device="cuda", generator=gen)).to(dtype)
+        g = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
+        y = torch.empty_like(x)
+        copy_us = min(_median_us(lambda x=x, y=y: y.copy_(x)) for _ in range(2))
+        copy_gbps = 2 * x.nbytes / copy_us / 1e3
+        ref = None
+        for label, fields in BWD_VARIANTS:
+            tr._GPU_BWD = base._replace(**fields)
+            tr.launch_config.cache_clear()
+            cfg = tr.launch_config(dim, dtype, backward=True)
+            before = _binaries(tr._rms_norm_bwd_kernel)
+            try:
+                dx, dw = tr._backward(x, w, g, 1e-6, True, True)
+                torch.cuda.synchronize()
+
+                def call(x=x, w=w, g=g) -> None:
+                    tr._backward(x, w, g, 1e-6, True, True)
+                us = min(_median_us(call) for _ in range(2))
+            except Exception as exc:
+                print(f"{rows}x{dim} {label}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                continue
+            if ref is None:
+                ref = (dx, dw)
+            same = torch.equal(dx.view(torch.int16), ref[0].view(torch.int16)) and \
+                torch.equal(dw.view(torch.int16), ref[1].view(torch.int16))
+            new = [v for k, v in _binaries(tr._rms_norm_bwd_kernel).items() if k not in before]
+            ratio = 3 * x.nbytes / us / 1e3 / copy_gbps
+            rec = {"rows": rows, "dim": dim, "variant": label, "fields": fields, "config": cfg._asdict(),
+                   "us": round(us, 1), "copy_us": round(copy_us, 1), "ratio_to_copy": round(ratio, 3),
+                   "bitwise_equal_to_default": bool(same), "binary (regs, spill bytes, warps)": new}
+            results.append(rec)
+            print(f"{rows}x{dim} {label:<28} {us:9.1f} us  {ratio:.3f} of copy  equal={same}  {new}  {cfg}",
+                  flush=True)
+        tr._GPU_BWD = base
+        tr.launch_config.cache_clear()
+        del x, w, g, y, ref
+        torch.cuda.empty_cache()
+
+    def worst(label: str) -> float:
+        ratios = [r["ratio_to_copy"] for r in results if r["variant"] == label and r["bitwise_equal_to_default"]]
+        return min(ratios) if len(ratios) == len(SHAPES) else 0.0
+
+    label = max((v for v, _ in BWD_VARIANTS), key=worst)
+    best = {"backward": {**base._asdict(), **dict(BWD_VARIANTS)[label]}, "label": label,
+            "worst_ratio_to_copy": worst(label)}
+    print("best (the highest worst-shape ratio):", best, flush=True)
+    return {"backward_variants": results, "best": best}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON output")
+    parser.add_argument("--backward-variants", action="store_true", help="sweep BWD_VARIANTS instead")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("triton_tuning.py: needs a CUDA GPU")
         return 0
     with open(args.out, "w") as f:
-        json.dump(sweep(), f, indent=1)
+        json.dump(sweep_backward_variants() if args.backward_variants else sweep(), f, indent=1)
     return 0
 
 
