@@ -65,6 +65,8 @@ class LaunchConfig(NamedTuple):
     strided: bool = False  # backward: tile t holds leaves t, t + T, ... of the subtree (see the kernel)
     prefetch: bool = False  # backward: the next tile's rows are loaded before this tile is reduced
     joint: bool = False  # backward: a row's sum of squares and dot product are reduced together
+    flat: bool = False  # backward, with prefetch: the tile is loaded as [rows, columns] and reshaped
+    maxnreg: int = 0  # backward: registers a thread at most (0: the compiler's choice)
 
 
 class _Tuning(NamedTuple):
@@ -80,6 +82,8 @@ class _Tuning(NamedTuple):
     subtree_rows: int = DW_ROWS_PER_PROGRAM  # backward: rows of dw's subtree per program, at least
     prefetch: bool = False  # backward: load tile t + 1 before reducing tile t (GPU only)
     joint: bool = False  # backward: both row sums through one tree of pairs (GPU only)
+    flat: bool = False  # backward, with prefetch: tiles loaded as [rows, columns] (GPU only)
+    maxnreg: int = 0  # backward: a cap on registers a thread (GPU only; 0: none)
 
 
 # GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
@@ -95,7 +99,7 @@ _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, wa
 # 32 rows per program at 4096 (one row a tile, 8 warps: 255 registers and no spill; 64 rows spilled). 16 rows a
 # tile and 4 warps at 128. Wider rows take the two-kernel path (row statistics first).
 _GPU_BWD = _Tuning(tile=2048, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
-                   max_warps=16, subtree_elems=1 << 13, strided=True, prefetch=True, joint=True)
+                   max_warps=16, subtree_elems=1 << 13, strided=True, prefetch=True, joint=True, flat=True)
 # The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
 # whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call
 # 7 ms instead of 28 with 2^18 and a 2^18-element call 45 ms instead of 29; the suites' calls are mostly small
@@ -128,7 +132,8 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
     gpu_backward = backward and not interpreted
     return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps,
                         subtree=subtree, strided=gpu_backward and tuning.strided,
-                        prefetch=gpu_backward and tuning.prefetch, joint=gpu_backward and tuning.joint)
+                        prefetch=gpu_backward and tuning.prefetch, joint=gpu_backward and tuning.joint,
+                        flat=gpu_backward and tuning.flat, maxnreg=tuning.maxnreg if gpu_backward else 0)
 
 
 def dw_programs(n_rows: int, subtree: int = DW_ROWS_PER_PROGRAM) -> int:
@@ -401,14 +406,25 @@ if triton is not None:
         return 8 * (p + n_programs * m) + _bitrev(leaf & 7, 3)
 
     @_device_function
+    def _rows_by_cols(r, c, FLAT: tl.constexpr):  # noqa: ANN001
+        """r[:, None] + c[None, :] (FLAT: c is [N]) or r[:, None, None] + c (c is [1, G, 8])."""
+        return r[:, None] + c[None, :] if FLAT else r[:, None, None] + c
+
+    @_device_function
+    def _mask_by_cols(r, c, FLAT: tl.constexpr):  # noqa: ANN001
+        """_rows_by_cols for masks: & in place of +."""
+        return r[:, None] & c[None, :] if FLAT else r[:, None, None] & c
+
+    @_device_function
     def _bwd_leaf(
         x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps,  # noqa: ANN001
         DIM: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, ZERO_PAST: tl.constexpr,
-        JOINT: tl.constexpr,
+        JOINT: tl.constexpr, FLAT: tl.constexpr,
     ):
         """dx of one tile's rows (stored), and their dw products g * (x * inv), [LEAVES, GROUPS, 8] in fp32.
         ZERO_PAST: rows past the batch give +0.0 products (rather than ones computed from zero rows). JOINT: the
-        two row sums go through their trees together."""
+        two row sums go through their trees together. FLAT: cols and mask are [GROUPS * 8] and [LEAVES, GROUPS *
+        8] (else [1, GROUPS, 8] and [LEAVES, GROUPS, 8])."""
         gw = g * w
         if STATS:
             inv = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
@@ -425,7 +441,9 @@ if triton is not None:
         inv3 = inv[:, None, None]
         if STORE_DX:
             dx = (gw - x * coef[:, None, None]) * inv3
-            _store_f32(dx_ptr + (rows * DIM)[:, None, None] + cols[None, :, :], dx, mask)
+            if FLAT:
+                dx = tl.reshape(dx, [dx.shape[0], dx.shape[1] * dx.shape[2]])
+            _store_f32(_rows_by_cols(dx_ptr + rows * DIM, cols, FLAT), dx, mask)
         prod = g * (x * inv3)
         if ZERO_PAST:
             prod = tl.where(row_mask[:, None, None], prod, 0.0)
@@ -437,7 +455,7 @@ if triton is not None:
         n_rows, x_row_stride, g_row_stride, n_programs, eps,  # noqa: ANN001
         DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr, MBITS: tl.constexpr,
         VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, STRIDED: tl.constexpr = False,
-        PREFETCH: tl.constexpr = False, JOINT: tl.constexpr = False,
+        PREFETCH: tl.constexpr = False, JOINT: tl.constexpr = False, FLAT: tl.constexpr = False,
     ):
         """dx of the rows of program p's subtree, and its fp32 partial of dw, for columns chunk * GROUPS * 8 on.
 
@@ -448,10 +466,11 @@ if triton is not None:
         a stack of finished subtrees. STRIDED: tile t holds leaves t, t + T, t + 2T, ... (T tiles); the tiles
         go through the stack element by element (the tree's lowest levels, no data crossing threads) and the
         LEAVES rows of the total are added in pairs once, at the end (its highest levels). PREFETCH: tile t + 1
-        is loaded before tile t is reduced. JOINT: a row's two sums are reduced together. The partial goes to
-        row p of part_ptr, which no other program touches: no atomics, the same bits on every run. STATS: inv
-        and c come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows and they are
-        computed here.
+        is loaded before tile t is reduced (FLAT: loaded as [LEAVES, GROUPS * 8] and reshaped, which lets Triton
+        lay rows out across warps and a row's groups across lanes). JOINT: a row's two sums are reduced together.
+        The partial goes to row p of part_ptr, which no other program touches: no atomics, the same bits on every
+        run. STATS: inv and c come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows
+        and they are computed here.
         """
         p = tl.program_id(0).to(tl.int64)
         chunk = tl.program_id(1)
@@ -465,26 +484,32 @@ if triton is not None:
         c = zero
         j = tl.arange(0, LEAVES)
         if PREFETCH:
+            if FLAT:  # the tile as [LEAVES, GROUPS * 8], reshaped after the load (see the docstring)
+                cols_l = chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8)
+                col_mask_l = cols_l < DIM
+            else:
+                cols_l = cols[None, :, :]
+                col_mask_l = col_mask[None, :, :]
             rows = _bwd_rows(p, 0, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
             row_mask = rows < n_rows
-            mask = row_mask[:, None, None] & col_mask[None, :, :]
-            x_rows = tl.multiple_of(rows * x_row_stride, VEC)
-            g_rows = tl.multiple_of(rows * g_row_stride, VEC)
-            x_next = tl.load(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
-            g_next = tl.load(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
+            mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
+            x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
+                             mask=mask, other=0.0)
+            g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
+                             mask=mask, other=0.0)
             for t in range(1 << LEVELS):
-                x = x_next.to(tl.float32)
-                g = g_next.to(tl.float32)
+                x = tl.reshape(x_next, [LEAVES, GROUPS, 8]).to(tl.float32)
+                g = tl.reshape(g_next, [LEAVES, GROUPS, 8]).to(tl.float32)
                 rows_t, row_mask_t, mask_t = rows, row_mask, mask
                 rows = _bwd_rows(p, t + 1, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
                 row_mask = (rows < n_rows) & (t + 1 < (1 << LEVELS))
-                mask = row_mask[:, None, None] & col_mask[None, :, :]
-                x_rows = tl.multiple_of(rows * x_row_stride, VEC)
-                g_rows = tl.multiple_of(rows * g_row_stride, VEC)
-                x_next = tl.load(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
-                g_next = tl.load(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask=mask, other=0.0)
-                c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols, dx_ptr, stats_ptr, eps,
-                              DIM, STORE_DX, STATS, True, JOINT)
+                mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
+                x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
+                                 mask=mask, other=0.0)
+                g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
+                                 mask=mask, other=0.0)
+                c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps,
+                              DIM, STORE_DX, STATS, True, JOINT, FLAT)
                 if not STRIDED:
                     c = _adjacent(c)
                 c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
@@ -502,8 +527,8 @@ if triton is not None:
                         g_rows = tl.multiple_of(g_rows, VEC)
                     x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
                     g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
-                    c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps,
-                                  DIM, STORE_DX, STATS, STRIDED, JOINT)
+                    c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols[None, :, :], dx_ptr, stats_ptr, eps,
+                                  DIM, STORE_DX, STATS, STRIDED, JOINT, False)
                     if not STRIDED:
                         c = _adjacent(c)
                 c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
@@ -553,7 +578,8 @@ class _Launcher:
         assert all(constexpr[self._runtime :]), "constexpr parameters must come last"
         self._compiled: dict[tuple, tuple | None] = {}
 
-    def __call__(self, grid: tuple[int, ...], args: tuple, num_warps: int, device: torch.device) -> None:
+    def __call__(self, grid: tuple[int, ...], args: tuple, num_warps: int, device: torch.device,
+                 maxnreg: int = 0) -> None:
         if _INTERPRETED:
             # NaN and Inf inputs are part of the contract; numpy's warnings about them are noise here.
             with np.errstate(all="ignore"):
@@ -561,9 +587,9 @@ class _Launcher:
             return
         if device.index != torch._C._cuda_getDevice():  # what torch.cuda.current_device() returns
             with torch.cuda.device(device):
-                self(grid, args, num_warps, device)
+                self(grid, args, num_warps, device, maxnreg)
             return
-        key = self._key(args, num_warps, device)
+        key = self._key(args, num_warps, device, maxnreg)
         entry = self._compiled.get(key)
         if entry is not None and not _launch_hooks_installed():
             run, function, packed = entry
@@ -571,7 +597,8 @@ class _Launcher:
             run(*grid, *(1,) * (3 - len(grid)), stream, function, packed, None, None, None, *args)
             return
         # No multiply-add contraction: the canonical order rounds every product on its own.
-        compiled = self.kernel[grid](*args, num_warps=num_warps, enable_fp_fusion=False)
+        options = {"maxnreg": maxnreg} if maxnreg else {}  # a cap on registers a thread (0: the compiler's)
+        compiled = self.kernel[grid](*args, num_warps=num_warps, enable_fp_fusion=False, **options)
         if key not in self._compiled:
             try:
                 entry = (compiled.run, compiled.function, compiled.packed_metadata)
@@ -580,10 +607,11 @@ class _Launcher:
             self._compiled[key] = entry
 
 
-    def _key(self, args: tuple, num_warps: int, device: torch.device) -> tuple:
+    def _key(self, args: tuple, num_warps: int, device: torch.device, maxnreg: int = 0) -> tuple:
         return (
             device.index,
             num_warps,
+            maxnreg,
             args[self._runtime :],
             # Triton types an int as i64 from 2**31 on: a different binary.
             tuple([a.dtype if isinstance(a, torch.Tensor) else type(a) is int and a >= _INT32_LIMIT
@@ -755,9 +783,10 @@ def _backward(
         (programs, cfg.tiles),
         (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps,
          dim, cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1, cfg.strided, cfg.prefetch,
-         cfg.joint),
+         cfg.joint, cfg.flat),
         cfg.num_warps,
         x.device,
+        cfg.maxnreg,
     )
     dw = _sum_partials(partials, w) if need_dw else None
     return (dx.view(x.shape) if need_dx else None), dw

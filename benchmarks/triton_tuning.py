@@ -94,17 +94,17 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 
 # Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
 # default. "run 3" is the tuning before strided tiles, prefetch and joint sums.
-_RUN3 = dict(strided=False, prefetch=False, joint=False, subtree_elems=0, subtree_rows=64)
+_RUN3 = dict(strided=False, prefetch=False, joint=False, flat=False, subtree_elems=0, subtree_rows=64)
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
     ("run 3", _RUN3),
+    ("not flat", dict(flat=False)),
     ("not joint", dict(joint=False)),
-    ("64 rows a program", dict(subtree_elems=1 << 14)),
-    ("16 rows a program at 4096", dict(subtree_rows=16)),
     ("8 rows a tile at 128", dict(tile=1024)),
-    ("32 rows a tile at 128", dict(tile=4096)),
-    ("16 warps at 4096, 8 at 128", dict(warp_elems=256)),
-    ("4 warps at 4096, 2 at 128", dict(warp_elems=1024, min_warps=2)),
+    ("8 warps at 128", dict(warp_elems=256, max_warps=8)),
+    ("32 rows a tile, 8 warps at 128", dict(tile=4096)),
+    ("16 rows a program at 4096", dict(subtree_rows=16)),
+    ("at most 128 registers", dict(maxnreg=128)),
 ]
 
 
