@@ -264,3 +264,28 @@ def test_a_collection_error_is_reported_not_an_internal_error(run, pytester):
     assert "INTERNALERROR" not in output and "AttributeError" not in output, output[-2000:]
     assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest's own answer to a collection error
     result.stdout.fnmatch_lines(["*ModuleNotFoundError*a_module_that_does_not_exist_anywhere*", "*1 error*"])
+
+
+class _Item:
+    """What longest_first reads of a collected test: its name and whether it is a conformance test."""
+
+    def __init__(self, name: str, conformance: bool = True) -> None:
+        self.name, self._conformance = name, conformance
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return object() if name == "conformance" and self._conformance else None
+
+
+def test_xdist_workers_deal_the_longest_conformance_tests_first():
+    from rmsnorm_conformance.harness.plugin.active import longest_first
+
+    names = ["test_repeat[native-cpu-float32]", "test_padding_at_thresholds[native-cpu-float32]",
+             "test_output[native-cpu-float32]", "test_first_call[native-cpu-bfloat16]",
+             "test_fused_add_first_call[native-cpu-float32]", "test_execution_mode[native-cpu-float32]"]
+    items = [_Item("test_own_first_call", conformance=False), *map(_Item, names)]
+    longest_first(items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == [
+        "test_first_call[native-cpu-bfloat16]", "test_fused_add_first_call[native-cpu-float32]",
+        "test_execution_mode[native-cpu-float32]", "test_padding_at_thresholds[native-cpu-float32]",
+        # the rest keep their order: a user's own test, then the short conformance tests
+        "test_own_first_call", "test_repeat[native-cpu-float32]", "test_output[native-cpu-float32]"]
