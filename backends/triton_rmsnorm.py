@@ -93,12 +93,14 @@ class _Tuning(NamedTuple):
 # (0.983 / 0.990). More rows a program at 128 were slower (32 rows: 0.474).
 _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
                    min_warps=1)
-# GPU backward, from benchmarks/triton_tuning.py --backward-variants on an H200 (bf16, fraction of a device copy,
-# reports/h200/kernels/run4): the next tile's rows loaded before this tile is reduced (prefetch), the subtree's
-# lowest levels added element by element across tiles (strided), a row's two sums through one tree (joint) and
-# 32 rows per program at 4096 (one row a tile, 8 warps: 255 registers and no spill; 64 rows spilled). 16 rows a
-# tile and 4 warps at 128. Wider rows take the two-kernel path (row statistics first).
-_GPU_BWD = _Tuning(tile=2048, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
+# GPU backward, from benchmarks/triton_tuning.py --backward-variants on an H200 (bf16, fraction of a device copy
+# of dx + dw, reports/h200/kernels/run4): the next tile's rows loaded before this tile is reduced (prefetch), the
+# subtree's lowest levels added element by element across tiles (strided), a row's two sums through one tree
+# (joint), tiles loaded as [rows, columns] (flat) and 32 rows a program at 4096: 0.37 -> 0.615 at 65536 x 4096
+# (one row a tile, 8 warps, 255 registers and no spill; 64 rows a program spilled) and 0.44 -> 0.68 at
+# 2097152 x 128 (8 rows a tile, 4 warps; 16 rows: 0.48, 32 rows and 8 warps: 0.19). Wider rows take the
+# two-kernel path (row statistics first).
+_GPU_BWD = _Tuning(tile=1024, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
                    max_warps=16, subtree_elems=1 << 13, strided=True, prefetch=True, joint=True, flat=True)
 # The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
 # whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call

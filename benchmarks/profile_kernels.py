@@ -34,10 +34,10 @@ def profile_shape(op: object, backward: object, rows: int, dim: int) -> None:
     torch.cuda.synchronize()
 
 
-# _GPU_BWD fields of the Triton backward tunings profiled besides the code's own.
+# _GPU_BWD fields of the Triton backward tunings profiled besides the code's own: run 3's.
 TRITON_BACKWARD_TUNINGS: tuple[dict, ...] = (
-    {"strided": True, "prefetch": True, "warp_elems": 256},
-    {"strided": True, "prefetch": True, "tile": 1024, "warp_elems": 256, "min_warps": 1},
+    {"strided": False, "prefetch": False, "joint": False, "flat": False, "subtree_elems": 0, "subtree_rows": 64,
+     "tile": 2048},
 )
 
 
