@@ -439,6 +439,8 @@ if triton is not None:
                 dot = _halve(_group_sums(gw * x))
             rms = _rms(sum_sq, eps, DIM)
             inv = _inv(rms)
+            if not ZERO_PAST:  # a row past the batch must give +0.0 products: not 0 * (1 / 0) where eps is 0 in fp32
+                inv = tl.where(row_mask, inv, 0.0)
             coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, DIM, tl.float32)), rms * rms)
         inv3 = inv[:, None, None]
         if STORE_DX:
