@@ -76,7 +76,7 @@ class _Tuning(NamedTuple):
     loop_block: int
     warp_elems: int  # elements per warp that the warp count aims at
     max_warps: int
-    subtree_elems: int = 0  # backward: elements of dw's subtree per program that it aims at (0: 64 rows)
+    subtree_elems: int = 0  # backward: elements of dw's subtree per program that it aims at (0: subtree_rows)
     min_warps: int = 4
     strided: bool = False  # backward: strided tiles (GPU only: the interpreter keeps one tile per subtree)
     subtree_rows: int = DW_ROWS_PER_PROGRAM  # backward: rows of dw's subtree per program, at least
