@@ -78,10 +78,9 @@ def _minimal_and_replay(out: str) -> tuple[str, str]:
 # --- The zoo in a few runs -------------------------------------------------------------------------------------
 # Each defect is held to exactly the suite tests that `--rule=<its rule>` selects, in every dtype, and stops at its
 # first failure as `-x` stops a run of it alone: tests/detection_plan.py makes that selection per backend inside
-# one pytest run of many backends, so the zoo costs a few process starts rather than one per defect. Each run's
-# tests share an xdist_group, so that pytest-xdist (--dist=loadgroup) gives them to one worker and the runs
-# spread over the workers. The interface defects run apart, under --strict-interface, so that no numerics defect
-# is held to interface rules it was not planted to break.
+# one pytest run of many backends, so the zoo costs a few process starts rather than one per defect. Each run is
+# one test (below), so that pytest-xdist spreads the runs over the workers. The interface defects run apart, under
+# --strict-interface, so that no numerics defect is held to interface rules it was not planted to break.
 
 GROUPS = 3
 NUMERICS_DEFECTS = [d for d in DEFECTS if rule(d.breaks).severity != "interface"]
@@ -138,7 +137,7 @@ def zoo_run(tmp_path_factory):
     """The run of a group, started the first time one of its tests asks for it: the suites as a user runs them,
     in a subprocess from a scratch directory, the project importable. Under pytest-xdist the workers share each
     group's run through a file (the session's base temporary directory is common to them), so a group runs once
-    even where its tests land on several workers (without --dist=loadgroup)."""
+    even where its tests land on several workers."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     done: dict[str, ZooRun] = {}
@@ -177,18 +176,34 @@ def _run_group(group: str, where: Path) -> ZooRun:
     return ZooRun(done.returncode, done.stdout, json.loads(report.read_text()))
 
 
-def _in_groups(backends) -> list:
-    return [pytest.param(b, id=b.__name__, marks=[pytest.mark.xdist_group(group_of(b)), pytest.mark.early])
-            for b in sorted(backends, key=group_of)]
+# One test per run of the zoo, each defect and control of it a subtest: a worker that runs a group's pytest also
+# checks every backend of it, so no worker waits on a run another worker holds (pytest-xdist's --dist=loadgroup,
+# which kept a group's tests on one worker, stopped grouping with pytest 9.2's structured node ids:
+# pytest-dev/pytest-xdist#1386).
+GROUP_NAMES = sorted({group_of(b) for b in (*DEFECTS, *CONTROLS)})
 
 
-@pytest.mark.parametrize("defect", _in_groups(DEFECTS))
-def test_defect_is_caught_in_the_rule_it_breaks(zoo_run, defect):
+@pytest.mark.early
+@pytest.mark.parametrize("group", GROUP_NAMES)
+def test_every_defect_is_caught_and_every_control_passes(zoo_run, subtests, group):
+    """Each defect of the group's run is caught in the rule it breaks, and each control passes (a subtest each,
+    named by the backend's class)."""
+    result = zoo_run(group)
+    members = [b for b in (*DEFECTS, *CONTROLS) if group_of(b) == group]
+    assert members, f"no backend in {group}"
+    for backend in members:
+        with subtests.test(backend=backend.__name__):
+            if backend in CONTROLS:
+                check_control_passes_its_selection(result, backend)
+            else:
+                check_defect_is_caught_in_the_rule_it_breaks(result, backend)
+
+
+def check_defect_is_caught_in_the_rule_it_breaks(result: ZooRun, defect: type) -> None:
     """The defect fails one test of its rule, every failure names the defect's rule (and no other), and the
     failure prints the minimal configuration with a replay command that runs that case on that test and backend."""
     tests = RULE_TESTS[defect.breaks]
     spec = f"rmsnorm_conformance.zoo:{defect.__name__}"
-    result = zoo_run(group_of(defect))
     assert result.ret == 1, f"the {group_of(defect)} run did not fail:\n{result.out[-3000:]}"
     mine = result.outcomes(defect.name)
     failed = {n: o for n, o in mine.items() if o["outcome"] in ("failed", "error")}
@@ -219,11 +234,9 @@ def test_defect_is_caught_in_the_rule_it_breaks(zoo_run, defect):
     assert parse_case(replayed) == parse_case(minimal), "the replay must run the minimal configuration"
 
 
-@pytest.mark.parametrize("control", _in_groups(CONTROLS))
-def test_correct_controls_pass_their_selection(zoo_run, control):
+def check_control_passes_its_selection(result: ZooRun, control: type) -> None:
     """LaneOrderRMSNorm passes Axis-A in fp32 (its sweeps, not the thresholds) and EngineStyleRMSNorm the variant
     rules its declarations move (bf16): no selected test failed, checks ran, and the backend's verdict is PASS."""
-    result = zoo_run(CONTROLS[control][0])
     # The report's outcomes list what did not pass (a skip says why, as a declaration allows); none may fail.
     failed = {n: o for n, o in result.outcomes(control.name).items() if o["outcome"] not in ("passed", "skipped")}
     assert not failed, failed
