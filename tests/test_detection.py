@@ -12,8 +12,6 @@ result).
 
 from __future__ import annotations
 
-import dataclasses
-import fcntl
 import json
 import os
 import re
@@ -132,32 +130,9 @@ class ZooRun:
         raise AssertionError(f"no failure section for {name} in the output:\n{self.out[-3000:]}")
 
 
-@pytest.fixture(scope="session")
-def zoo_run(tmp_path_factory):
-    """The run of a group, started the first time one of its tests asks for it: the suites as a user runs them,
-    in a subprocess from a scratch directory, the project importable. Under pytest-xdist the workers share each
-    group's run through a file (the session's base temporary directory is common to them), so a group runs once
-    even where its tests land on several workers."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    done: dict[str, ZooRun] = {}
-
-    def get(group: str) -> ZooRun:
-        if group not in done:
-            where = shared / f"detection-{group}"
-            with open(shared / f"detection-{group}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if not (where / "run.json").is_file():
-                    where.mkdir(exist_ok=True)
-                    run = _run_group(group, where)
-                    (where / "run.json").write_text(json.dumps(dataclasses.asdict(run)))
-            done[group] = ZooRun(**json.loads((where / "run.json").read_text()))
-        return done[group]
-
-    return get
-
-
 def _run_group(group: str, where: Path) -> ZooRun:
+    """The run of a group: the suites as a user runs them, in a subprocess from the scratch directory ``where``,
+    the project importable."""
     plan = {d.name: {"rules": [d.breaks], "stop_first": True} for d in DEFECTS if group_of(d) == group}
     plan |= {c.name: selection for c, (g, selection) in CONTROLS.items() if g == group}
     backends = [b for b in (*DEFECTS, *CONTROLS) if b.name in plan]
@@ -185,10 +160,10 @@ GROUP_NAMES = sorted({group_of(b) for b in (*DEFECTS, *CONTROLS)})
 
 @pytest.mark.early
 @pytest.mark.parametrize("group", GROUP_NAMES)
-def test_every_defect_is_caught_and_every_control_passes(zoo_run, subtests, group):
+def test_every_defect_is_caught_and_every_control_passes(tmp_path, subtests, group):
     """Each defect of the group's run is caught in the rule it breaks, and each control passes (a subtest each,
     named by the backend's class)."""
-    result = zoo_run(group)
+    result = _run_group(group, tmp_path)
     members = [b for b in (*DEFECTS, *CONTROLS) if group_of(b) == group]
     assert members, f"no backend in {group}"
     for backend in members:
