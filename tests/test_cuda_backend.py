@@ -145,6 +145,28 @@ def test_extension_name_tracks_sources_and_arch():
     assert "-fmad=false" in flags and "--use_fast_math" not in flags
 
 
+def test_the_build_compiles_every_unit_and_the_digest_covers_every_source(tmp_path, monkeypatch):
+    """Every .cu and .cpp beside the build is one of its units (a unit left out would fail only at load, on a
+    GPU), and a change to any source or header, or a new one, changes the extension's name (so no stale
+    library is loaded)."""
+    units = {p.name for p in _build.SOURCE_DIR.iterdir() if p.suffix in (".cu", ".cpp")}
+    assert units == {*_build.KERNEL_UNITS, *_build.BINDING_UNITS}
+    for src in _build.source_files():
+        (tmp_path / src.name).write_bytes(src.read_bytes())
+    monkeypatch.setattr(_build, "SOURCE_DIR", tmp_path)
+    before = _build.source_digest()
+    seen = {before}
+    for path in sorted(tmp_path.iterdir()):
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n")
+        seen.add(_build.source_digest())
+        path.write_bytes(original)
+    assert _build.source_digest() == before
+    assert len(seen) == 1 + len(list(tmp_path.iterdir())) >= 1 + 13 + 3
+    (tmp_path / "extra.h").write_text("// new\n")
+    assert _build.source_digest() not in seen
+
+
 def test_a_broken_prebuilt_library_is_the_reason(tmp_path, monkeypatch):
     bogus = tmp_path / "not_a_library.so"
     bogus.write_text("not an ELF file")
@@ -158,7 +180,10 @@ def test_a_broken_prebuilt_library_is_the_reason(tmp_path, monkeypatch):
 def test_sources_compile_with_nvcc(tmp_path):
     result = _build.compile_check(out_dir=str(tmp_path))
     assert result.ok, result.report
-    assert (tmp_path / "rmsnorm_kernels.o").stat().st_size > 0
+    for unit in _build.KERNEL_UNITS:  # every kernel unit compiled, not only the first
+        assert (tmp_path / unit.replace(".cu", ".o")).stat().st_size > 0, unit
+    for unit in (*_build.KERNEL_UNITS, *_build.BINDING_UNITS):
+        assert f"{unit}: compiled" in result.report, result.report
 
 
 # ------------------------------------------------------------------------------------------------------

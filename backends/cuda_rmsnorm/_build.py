@@ -1,11 +1,13 @@
 """Building the CUDA operator library: the flags, the lazy torch.utils.cpp_extension build (or a prebuilt
 library named by an environment variable), and a compile-only check.
 
-The kernels (rmsnorm_kernels.cu) include no torch header and compile with nvcc alone; the binding
-(binding.cpp) includes only CPU-side torch headers and Python's limited API. So the compile check runs on
-any machine with nvcc and a torch wheel, a CPU-only one included, and needs no GPU; and the library, which
-registers torch operators (plus one small limited-API module), loads into any Python 3.10+ that runs the
-torch it was built against.
+The kernels (rmsnorm_kernels.cu, the plans and entry points, and one unit per kernel family and element type:
+forward_*.cu, fused_add_*.cu, backward_*.cu) include no torch header and compile with nvcc alone; the binding
+(binding.cpp, binding_autograd.cpp, binding_python.cpp) includes only CPU-side torch headers and Python's limited
+API. Every unit is its own translation unit, so a cold build compiles them in parallel (ninja, MAX_JOBS).
+So the compile check runs on any machine with nvcc and a torch wheel, a CPU-only one included, and needs no
+GPU; and the library, which registers torch operators (plus one small limited-API module), loads into any
+Python 3.10+ that runs the torch it was built against.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ SOURCE_DIR = Path(__file__).resolve().parent
 KERNELS = "rmsnorm_kernels.cu"
 BINDING = "binding.cpp"
 HEADER = "rmsnorm.h"
+# Every translation unit, the slowest first (ninja starts them in this order). No split changes a kernel's
+# machine code: each kernel is instantiated in exactly one unit, from the same source (rmsnorm_device.h).
+KERNEL_UNITS = (
+    "forward_bf16.cu", "forward_f16.cu", "forward_f32.cu", "backward_bf16.cu", "backward_f16.cu",
+    "fused_add_f32.cu", "backward_f32.cu", "fused_add_bf16.cu", "fused_add_f16.cu", KERNELS,
+)
+BINDING_UNITS = ("binding_autograd.cpp", BINDING, "binding_python.cpp")
+SOURCE_SUFFIXES = (".cu", ".cpp", ".h")
 
 # Where the built extension is cached; unset means torch's default (TORCH_EXTENSIONS_DIR or ~/.cache).
 BUILD_DIR_ENV = "RMSNORM_CUDA_BUILD_DIR"
@@ -69,9 +79,14 @@ def nvcc_flags(extra_arch: str | None = None) -> list[str]:
 def source_digest() -> str:
     """A short hash of the sources: a changed header rebuilds too, which torch's own versioning misses."""
     digest = hashlib.sha256()
-    for name in (HEADER, KERNELS, BINDING):
-        digest.update((SOURCE_DIR / name).read_bytes())
+    for path in source_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
+
+
+def source_files() -> list[Path]:
+    """Every C++/CUDA source and header of the library (the wheel packages the same suffixes)."""
+    return sorted(p for p in SOURCE_DIR.iterdir() if p.suffix in SOURCE_SUFFIXES)
 
 
 def extension_name(extra_arch: str | None = None) -> str:
@@ -118,7 +133,7 @@ def build(extra_arch: str | None = None, *, verbose: bool = False) -> str:
     try:
         return cpp_extension.load(
             name=name,
-            sources=[str(SOURCE_DIR / BINDING), str(SOURCE_DIR / KERNELS)],
+            sources=[str(SOURCE_DIR / name) for name in (*BINDING_UNITS, *KERNEL_UNITS)],
             extra_cflags=["-O3"],
             extra_cuda_cflags=nvcc_flags(extra_arch),
             extra_include_paths=[str(SOURCE_DIR)],
@@ -168,47 +183,67 @@ def _run(command: list[str]) -> tuple[int, str, float]:
     return proc.returncode, (proc.stdout + proc.stderr).strip(), time.perf_counter() - start
 
 
-def compile_check(*, verbose: bool = False, out_dir: str | None = None) -> CheckResult:
-    """nvcc the kernels for sm_90 (+ compute_90 PTX) and compile the binding against torch's headers.
+def _check_commands(nvcc: str, cxx: str | None, target: Path, verbose: bool) -> dict[str, list[str]]:
+    """The compile check's command for each unit: nvcc -c for the kernel units (objects in `target`), a
+    syntax-only pass of the host compiler for the binding units (none without a host compiler)."""
+    from torch.utils import cpp_extension
+
+    std = f"-std={cxx_standard()}"
+    commands: dict[str, list[str]] = {}
+    for unit in KERNEL_UNITS:
+        command = [nvcc, "-c", str(SOURCE_DIR / unit), "-o", str(target / (Path(unit).stem + ".o")),
+                   f"-I{SOURCE_DIR}", std, *_TORCH_NVCC_DEFINES, *nvcc_flags()]
+        commands[unit] = [*command, "-Xptxas=-v"] if verbose else command
+    if cxx is not None:
+        includes = [f"-I{path}" for path in cpp_extension.include_paths()]
+        includes += [f"-I{sysconfig.get_paths()['include']}", f"-I{SOURCE_DIR}"]
+        for unit in BINDING_UNITS:
+            commands[unit] = [cxx, "-fsyntax-only", std, "-DTORCH_EXTENSION_NAME=rmsnorm_compile_check",
+                              "-DTORCH_API_INCLUDE_EXTENSION_H", *includes, str(SOURCE_DIR / unit)]
+    return commands
+
+
+def compile_check(*, verbose: bool = False, out_dir: str | None = None, jobs: int | None = None) -> CheckResult:
+    """nvcc every kernel unit for sm_90 (+ compute_90 PTX) and compile every binding unit against torch's
+    headers, `jobs` at a time (default: the CPU count, as ninja would).
 
     Nothing is linked or loaded, so no GPU is needed. ``verbose`` adds ptxas's register and spill report.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     nvcc = find_nvcc()
     if nvcc is None:
         return CheckResult(False, "nvcc not found: set CUDA_HOME or NVCC, or put nvcc on the PATH")
     import torch
-    from torch.utils import cpp_extension
 
-    std = f"-std={cxx_standard()}"
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rmsnorm-cuda-check-") as tmp:
         target = Path(out_dir or tmp)
         target.mkdir(parents=True, exist_ok=True)
-        command = [nvcc, "-c", str(SOURCE_DIR / KERNELS), "-o", str(target / "rmsnorm_kernels.o"),
-                   f"-I{SOURCE_DIR}", std, *_TORCH_NVCC_DEFINES, *nvcc_flags()]
-        if verbose:
-            command.append("-Xptxas=-v")
-        code, output, seconds = _run(command)
-        if code != 0:
-            return CheckResult(False, f"nvcc failed on {KERNELS} ({' '.join(command)}):\n{output}")
-        lines.append(f"{KERNELS}: compiled by {nvcc} for {', '.join(arch_flags())} in {seconds:.1f} s")
-        if verbose and output:
-            lines.append(output)
-
-        cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+        commands = _check_commands(nvcc, cxx, target, verbose)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+            results = dict(zip(commands, pool.map(_run, commands.values()), strict=True))
+        wall = time.perf_counter() - start
+        for unit, (code, output, _) in results.items():
+            if code == 0:
+                continue
+            if unit in BINDING_UNITS:
+                return CheckResult(False, f"{cxx} failed on {unit} against torch {torch.__version__}'s headers "
+                                          f"({' '.join(commands[unit])}):\n{output}")
+            return CheckResult(False, f"nvcc failed on {unit} ({' '.join(commands[unit])}):\n{output}")
+        for unit in KERNEL_UNITS:
+            code, output, seconds = results[unit]
+            lines.append(f"{unit}: compiled by {nvcc} for {', '.join(arch_flags())} in {seconds:.1f} s")
+            if verbose and output:
+                lines.append(output)
         if cxx is None:
-            lines.append(f"{BINDING}: skipped, no host C++ compiler (set CXX)")
-            return CheckResult(True, "\n".join(lines))
-        includes = [f"-I{path}" for path in cpp_extension.include_paths()]
-        includes += [f"-I{sysconfig.get_paths()['include']}", f"-I{SOURCE_DIR}"]
-        command = [cxx, "-fsyntax-only", std, "-DTORCH_EXTENSION_NAME=rmsnorm_compile_check",
-                   "-DTORCH_API_INCLUDE_EXTENSION_H", *includes, str(SOURCE_DIR / BINDING)]
-        code, output, seconds = _run(command)
-        if code != 0:
-            return CheckResult(False, f"{cxx} failed on {BINDING} against torch {torch.__version__}'s headers "
-                                      f"({' '.join(command)}):\n{output}")
-        lines.append(f"{BINDING}: compiled by {cxx} against torch {torch.__version__}'s headers "
-                     f"in {seconds:.1f} s")
+            lines.append(f"{', '.join(BINDING_UNITS)}: skipped, no host C++ compiler (set CXX)")
+        for unit in BINDING_UNITS if cxx is not None else ():
+            lines.append(f"{unit}: compiled by {cxx} against torch {torch.__version__}'s headers "
+                         f"in {results[unit][2]:.1f} s")
+        lines.append(f"{len(commands)} units, {max(1, jobs or os.cpu_count() or 1)} at a time: {wall:.1f} s")
     return CheckResult(True, "\n".join(lines))
 
 
@@ -220,9 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rmsnorm_conformance.backends.cuda_rmsnorm",
                                      description="Build checks for the CUDA RMSNorm backend.")
     parser.add_argument("--compile-check", action="store_true",
-                        help="compile the sources for sm_90 (+ PTX) without a GPU; non-zero exit on failure")
+                        help="compile every unit for sm_90 (+ PTX) without a GPU; non-zero exit on failure")
     parser.add_argument("--verbose", action="store_true", help="also print ptxas's register and spill report")
-    parser.add_argument("--out", metavar="DIR", help="keep the object file in DIR (default: a temp dir)")
+    parser.add_argument("--out", metavar="DIR", help="keep the object files in DIR (default: a temp dir)")
+    parser.add_argument("--jobs", type=int, metavar="N", help="units compiled at once (default: the CPU count)")
     parser.add_argument("--bench", action="store_true",
                         help="on a GPU: bandwidth against a device copy and latency against F.rms_norm")
     parser.add_argument("--json", metavar="PATH", help="with --bench: also write the records as JSON to PATH")
@@ -251,6 +287,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.compile_check:
         parser.print_help()
         return 2
-    result = compile_check(verbose=args.verbose, out_dir=args.out)
+    result = compile_check(verbose=args.verbose, out_dir=args.out, jobs=args.jobs)
     print(result.report, file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1

@@ -1,0 +1,8 @@
+// The forward kernels for __nv_bfloat16 rows: one translation unit of the parallel build (rmsnorm_device.h).
+#include "rmsnorm_device.h"
+
+namespace rmsnorm {
+namespace detail {
+template const char* forward_launch<__nv_bfloat16>(const ForwardPlan&, const ForwardArgs&, Variant, bool, cudaStream_t);
+}  // namespace detail
+}  // namespace rmsnorm
