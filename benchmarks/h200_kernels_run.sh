@@ -5,8 +5,9 @@
 # benchmarks/bench.py (forward, fused add in and out of place, backward, latency, and the parity phase that
 # compares native on the CPU and the GPU, Triton and CUDA bit for bit), each bandwidth against a copy in the
 # same run.
-#   OUT=dir DEADLINE=seconds [STAGES="..."] [BENCH_ARGS="..."] bash benchmarks/h200_kernels_run.sh
-# STAGES: any of build test_cuda test_triton sweep profile bench (default all). The profile and the benchmark
+#   OUT=dir DEADLINE=seconds [STAGES="..."] [BENCH_ARGS="..."] [SWEEP_ARGS="..."] bash benchmarks/h200_kernels_run.sh
+# STAGES: any of build test_cuda test_triton sweep profile bench (default all). The build stage starts from an
+# empty RMSNORM_CUDA_BUILD_DIR on a fresh machine: its logged time is the cold build. The profile and the benchmark
 # run under the sweep's picks (RMSNORM_CUDA_*_CONFIG) unless APPLY_PICKS=0. Wheels in .whl/ (Liger-Kernel,
 # say) are installed first, for bench.py's peers. The package must be installed from a wheel of this tree, with
 # the source folder rmsnorm_conformance/ moved away (it would shadow the installed package, whose subpackages
@@ -50,7 +51,8 @@ fi
 stage build 200 python3 -c 'from rmsnorm_conformance.backends.cuda_rmsnorm import _build; print(_build.build())'
 stage test_cuda 150 python3 -m pytest tests/test_cuda_backend.py -n 8 -q -p no:cacheprovider --tb=short
 stage test_triton 150 python3 -m pytest tests/test_triton_backend.py -n 8 -q -p no:cacheprovider --tb=short
-stage sweep 200 python3 benchmarks/kernel_sweep.py --out "$OUT/cuda-sweep.json"
+# shellcheck disable=SC2086
+stage sweep 200 python3 benchmarks/kernel_sweep.py --out "$OUT/cuda-sweep.json" ${SWEEP_ARGS:-}
 # The sweep's picks for what follows (APPLY_PICKS=0: the code's defaults). No configuration changes a bit.
 if [ "${APPLY_PICKS:-1}" = 1 ] && [ -s "$OUT/cuda-sweep.json" ]; then
   eval "$(python3 benchmarks/kernel_sweep.py --picks "$OUT/cuda-sweep.json")"

@@ -25,12 +25,19 @@ import torch
 
 EPS = 1e-6
 FORWARD_SHAPES = ((65536, 4096), (2097152, 128), (16384, 8192), (4096, 4096))
-FUSED_SHAPES = ((65536, 4096), (2097152, 128), (4096, 4096))
+FUSED_SHAPES = ((65536, 4096), (2097152, 128), (16384, 8192), (4096, 4096))
 BACKWARD_SHAPES = ((65536, 4096), (2097152, 128))
 # (groups a thread, threads a block, rows staged, sets a block at most); backward: (groups a thread, threads a
 # block, rows staged, dw's rows per block). 0 keeps the default.
-FORWARD_TRIES = [(0, 0, 0, 0)] + [(k, t, s, b) for k, t, s, b in itertools.product(
-    (2, 4), (256, 512), (2, 3), (0, 8, 32))]
+# Rows staged 1 is the direct kernel (a row's groups loaded into registers, the next set's loads issued before
+# the current set is reduced and written; groups a thread 2 or 4). Sets a block 0 is a grid of resident blocks;
+# n > 0 at least ceil(sets / n) blocks, and never fewer than a resident grid.
+FORWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 4), (0, 0, 0, 8), (0, 0, 0, 16), (0, 256, 0, 8), (0, 0, 3, 8)] + [
+    (0, t, 1, b) for t, b in itertools.product((512, 256), (0, 1, 2, 4, 8, 16))] + [
+    (2, 512, 1, 4), (2, 512, 1, 8), (4, 512, 1, 4), (4, 256, 1, 4)]
+FUSED_TRIES = [(0, 0, 0, 0), (0, 0, 0, 4), (0, 0, 0, 16), (0, 256, 0, 8)] + [
+    (0, t, 1, b) for t, b in itertools.product((512, 256), (0, 1, 2, 4, 8, 16))] + [
+    (4, 512, 1, 4), (4, 512, 1, 8), (4, 256, 1, 4)]
 BACKWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 32), (0, 0, 0, 128), (0, 0, 2, 0), (0, 512, 0, 0), (1, 256, 0, 0),
                   (1, 512, 0, 0), (2, 128, 0, 0)]
 
@@ -143,7 +150,7 @@ def _time_config(op: Any, native: Any, tuning: Any, kind: str, config: tuple, sh
     return records
 
 
-def sweep(quick: bool) -> list[dict[str, Any]]:
+def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backward")) -> list[dict[str, Any]]:
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
     from rmsnorm_conformance.backends.native import NativeRMSNormOp
 
@@ -151,6 +158,7 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
     _ops.require(torch.device("cuda"))
     records: list[dict[str, Any]] = []
     forward_tries = FORWARD_TRIES[:8] if quick else FORWARD_TRIES
+    fused_tries = FUSED_TRIES[:8] if quick else FUSED_TRIES
     backward_tries = BACKWARD_TRIES[:8] if quick else BACKWARD_TRIES
 
     def run(kind: str, config: tuple, shapes, measure) -> None:
@@ -158,28 +166,35 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
 
     dtype = torch.bfloat16
     shapes = [((rows, dim), Inputs(rows, dim, dtype, quick)) for rows, dim in FORWARD_SHAPES]
-    for config in forward_tries:
+    for config in forward_tries if "forward" in kinds else ():
         run("forward", config, shapes, lambda i: (_median_us(lambda: op.forward(i.x, i.w, EPS), quick),
                                                   2 * i.x.nbytes))
     fused_shapes = [(s, i) for s, i in shapes if s in FUSED_SHAPES]
-    for config in forward_tries:
+    for config in fused_tries if "fused_add" in kinds else ():
         run("fused_add", config, fused_shapes,
             lambda i: (_median_us(lambda: op.fused_add(i.x, i.r, i.w, EPS), quick), 4 * i.x.nbytes))
-    # In place: x and residual evolve call to call, as in a model's layers; the bytes are the same.
+
+        # In place under the same configuration: x and residual evolve call to call, as in a model's layers;
+        # the bytes are the same. (Checked bitwise by the spot check above, in place included.)
+        def in_place(i: Inputs) -> tuple[float, int]:
+            xi, ri = i.x.clone(), i.r.clone()
+            return _median_us(lambda: op.fused_add_(xi, ri, i.w, EPS), quick), 4 * i.x.nbytes
+
+        line = []
+        for (rows, dim), i in fused_shapes:
+            us, nbytes = in_place(i)
+            ratio = nbytes / us / 1e3 / i.copy_gbps
+            records.append({"kind": "fused_add_", "config": list(config), "rows": rows, "dim": dim,
+                            "us": round(us, 2), "copy_gbps": round(i.copy_gbps, 1), "of_copy": round(ratio, 4)})
+            line.append(f"{rows}x{dim} {ratio:.3f}")
+        print(f"{'fused_add_':<16} {config!s:<18} " + "  ".join(line), flush=True)
     _ops.set_tuning("fused_add")
     _ops.set_tuning("forward")
-    for (rows, dim), i in fused_shapes:
-        xi, ri = i.x.clone(), i.r.clone()
-        us = _median_us(lambda xi=xi, ri=ri, i=i: op.fused_add_(xi, ri, i.w, EPS), quick)
-        ratio = 4 * i.x.nbytes / us / 1e3 / i.copy_gbps
-        records.append({"kind": "fused_add_", "config": [0, 0, 0], "rows": rows, "dim": dim, "us": round(us, 2),
-                        "copy_gbps": round(i.copy_gbps, 1), "of_copy": round(ratio, 4)})
-        print(f"fused_add_ in place default {rows}x{dim} {ratio:.3f}", flush=True)
     del fused_shapes
     shapes = [(s, i) for s, i in shapes if s in BACKWARD_SHAPES]
     torch.cuda.empty_cache()
     backward = _ops.op("rms_norm_backward")
-    for config in backward_tries:
+    for config in backward_tries if "backward" in kinds else ():
         run("backward", config, shapes,
             lambda i: (_median_us(lambda: backward(i.g, i.x, i.w, EPS, True), quick),
                        3 * i.x.nbytes + 2 * i.w.nbytes))
@@ -206,12 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="JSON output: the records and the picks")
     parser.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
+    parser.add_argument("--kinds", default="forward,fused_add,backward",
+                        help="which to sweep, comma-separated (default: all three)")
     parser.add_argument("--picks", metavar="JSON", help="print a sweep's picks as shell exports of "
                         "RMSNORM_CUDA_{FORWARD,FUSED_ADD,BACKWARD}_CONFIG, and exit")
     args = parser.parse_args(argv)
     if args.picks:
         best_ = json.loads(Path(args.picks).read_text())["best"]
         for kind, var in (("forward", "FORWARD"), ("fused_add", "FUSED_ADD"), ("backward", "BACKWARD")):
+            # (the in-place fused add runs under the fused add's configuration: its own best is a report)
             config = (best_.get(kind) or {}).get("config")
             if config:
                 print(f"export RMSNORM_CUDA_{var}_CONFIG={','.join(str(v) for v in config)}")
@@ -222,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         print("kernel_sweep.py: no CUDA GPU is visible")
         return 0
     start = time.perf_counter()
-    records = sweep(args.quick)
-    picks = {kind: best(records, kind) for kind in ("forward", "fused_add", "backward")}
+    records = sweep(args.quick, tuple(args.kinds.split(",")))
+    picks = {kind: best(records, kind) for kind in ("forward", "fused_add", "fused_add_", "backward")}
     for kind, (config, worst) in picks.items():
         print(f"best {kind}: {config} (worst ratio to copy {worst:.3f})")
     Path(args.out).write_text(json.dumps({

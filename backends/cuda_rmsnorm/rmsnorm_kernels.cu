@@ -141,6 +141,11 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   // Two stages must fit a block's shared memory.
   while (c.threads > tpr && 2 * stage_bytes() + scratch() > 200 * 1024) c.threads >>= 1;
   int stages = tune.v[2] ? tune.v[2] : 2;
+  if (stages == 1) {  // the direct kernel: rows loaded into registers (groups a thread 2 or 4), no staging
+    c.stages = 1;
+    c.sets = tune.v[3] ? tune.v[3] : (fused_add ? 8 : 0);
+    return c;
+  }
   stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
   while (stages > 2 && stages * stage_bytes() + scratch() > kSharedBudget) --stages;
   c.stages = stages;

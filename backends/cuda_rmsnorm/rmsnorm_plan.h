@@ -87,7 +87,7 @@ struct ForwardPlan {
   int k;             // groups a thread
   int tpr_shift;     // log2(threads a row)
   int threads;       // threads a block
-  int stages;        // rows staged a thread
+  int stages;        // rows staged a thread (1: the direct kernel, no staging)
   int sets;          // most sets of rows a block takes (0: as many as a grid of resident blocks leaves it)
   int groups_shift;  // streaming: log2(groups a thread)
 };
