@@ -138,6 +138,19 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
                         flat=gpu_backward and tuning.flat, maxnreg=tuning.maxnreg if gpu_backward else 0)
 
 
+def dim_constexpr(dim: int) -> int:
+    """The kernels' DIM: ``dim`` where it is its own padded width (a power of two, at least GROUP), else 0.
+
+    A kernel is compiled per value of its constexprs: for sm_90, 0.4 s for the forward and 0.7 s for the backward
+    (Triton 3.9, off the GPU). With the dim itself a constexpr, every new dim was a new binary of each kernel, and a
+    conformance run draws hundreds of dims. The kernels take the dim at runtime too (``n_cols``), so the other dims
+    of one padded width and one vector width share a binary. A power of two keeps its own binary with the dim a
+    constant: the shapes that matter for speed (128, 4096, 8192) compile to the same PTX as before. The arithmetic
+    is the same either way, and so are the bits.
+    """
+    return dim if dim == padded_width(dim) else 0
+
+
 def dw_programs(n_rows: int, subtree: int = DW_ROWS_PER_PROGRAM) -> int:
     """Programs of the backward: one per subtree of ``subtree`` rows of the padded batch."""
     return max(padded_width(n_rows) // subtree, 1)
@@ -246,9 +259,10 @@ if triton is not None:
         return tl.reshape(t, [t.shape[0], 2])
 
     @_device_function
-    def _rms(sum_sq, eps, DIM: tl.constexpr):  # noqa: ANN001
-        """sqrt(sum_sq / DIM + eps), each step correctly rounded."""
-        mean = tl.div_rn(sum_sq, tl.full(sum_sq.shape, DIM, tl.float32))
+    def _rms(sum_sq, eps, dim):  # noqa: ANN001
+        """sqrt(sum_sq / dim + eps), each step correctly rounded (dim a constexpr or a runtime scalar: exact in
+        fp32 either way)."""
+        mean = tl.div_rn(sum_sq, tl.full(sum_sq.shape, dim, tl.float32))
         return tl.sqrt_rn(mean + eps)
 
     @_device_function
@@ -297,26 +311,25 @@ if triton is not None:
 
     @_device_function
     def _fwd_whole_rows(
-        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,  # noqa: ANN001
-        DIM: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
+        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps, dim,  # noqa: ANN001
+        RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
     ):
         """The forward of rows that fit one tile: each row is read once and held in registers."""
         cols = (groups * 8)[:, None] + lanes[None, :]
-        col_mask = cols < DIM
+        col_mask = cols < dim
         mask = row_mask[:, None, None] & col_mask[None, :, :]
         z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
         if RESIDUAL:
             z = _residual_sum(z, r_ptr + r_rows[:, None, None] + cols[None, :, :], ro_ptr, mask)
             _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
-        inv = _inv(_rms(_halve(_group_sums(z * z)), eps, DIM))
+        inv = _inv(_rms(_halve(_group_sums(z * z)), eps, dim))
         y = _weighted(z * inv[:, None, None], w_ptr, cols, col_mask, WEIGHT)
         _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
 
     @_device_function
     def _fwd_tiled_rows(
-        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,  # noqa: ANN001
-        DIM: tl.constexpr, ROWS: tl.constexpr, TILES: tl.constexpr, RESIDUAL: tl.constexpr,
-        WEIGHT: tl.constexpr,
+        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps, dim,  # noqa: ANN001
+        ROWS: tl.constexpr, TILES: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
     ):
         """The forward of rows too wide for registers: tile k holds groups k, k + TILES, k + 2*TILES, ..., so
         that its own tree is the first levels of the row's; the TILES results are then halved in turn. A
@@ -325,16 +338,16 @@ if triton is not None:
         partial = tl.zeros([ROWS, TILES], tl.float32)
         for k in range(TILES):
             cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
-            mask = row_mask[:, None, None] & (cols < DIM)[None, :, :]
+            mask = row_mask[:, None, None] & (cols < dim)[None, :, :]
             z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
             if RESIDUAL:
                 z = _residual_sum(z, r_ptr + r_rows[:, None, None] + cols[None, :, :], ro_ptr, mask)
                 _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
             partial = tl.where(tiles[None, :] == k, _halve(_group_sums(z * z))[:, None], partial)
-        inv = _inv(_rms(_halve(partial), eps, DIM))
+        inv = _inv(_rms(_halve(partial), eps, dim))
         for k in range(TILES):
             cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
-            col_mask = cols < DIM
+            col_mask = cols < dim
             mask = row_mask[:, None, None] & col_mask[None, :, :]
             z = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
             if RESIDUAL:  # rounded again rather than read back: other threads stored it
@@ -342,14 +355,17 @@ if triton is not None:
             y = _weighted(z * inv[:, None, None], w_ptr, cols, col_mask, WEIGHT)
             _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
 
-    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "r_row_stride", "eps"])
+    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "r_row_stride", "eps", "n_cols"])
     def _rms_norm_fwd_kernel(
-        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, n_rows, x_row_stride, r_row_stride, eps,  # noqa: ANN001
+        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, n_rows, x_row_stride, r_row_stride, eps, n_cols,  # noqa: ANN001
         DIM: tl.constexpr, GROUPS: tl.constexpr, ROWS: tl.constexpr, TILES: tl.constexpr,
         VEC: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
     ):
         """y for ROWS rows, y contiguous. RESIDUAL: the row is x + residual, rounded to the residual's dtype and
-        stored to ro_ptr first. WEIGHT: 0 none, 1 w, 2 (1 + w) formed in fp32."""
+        stored to ro_ptr first. WEIGHT: 0 none, 1 w, 2 (1 + w) formed in fp32. DIM: the dim where it is a
+        power of two (a binary of its own), else 0 and the dim is n_cols (see dim_constexpr)."""
+        # n_cols is a multiple of VEC (the caller sees to it); written so, the masks stay VEC columns wide.
+        dim = DIM if DIM > 0 else (n_cols // VEC) * VEC
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         row_mask = rows < n_rows
         x_rows = rows * x_row_stride
@@ -357,23 +373,25 @@ if triton is not None:
         if VEC > 1:  # the caller guarantees it: it lets the loads be 16 bytes wide
             x_rows = tl.multiple_of(x_rows, VEC)
             r_rows = tl.multiple_of(r_rows, VEC)
-        y_rows = rows * DIM
+        y_rows = rows * dim
         groups = tl.arange(0, GROUPS)
         lanes = tl.arange(0, 8)
         if TILES == 1:
             _fwd_whole_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,
-                            DIM, RESIDUAL, WEIGHT)
+                            dim, RESIDUAL, WEIGHT)
         else:
             _fwd_tiled_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,
-                            DIM, ROWS, TILES, RESIDUAL, WEIGHT)
+                            dim, ROWS, TILES, RESIDUAL, WEIGHT)
 
-    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "eps"])
+    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "eps", "n_cols"])
     def _rms_norm_stats_kernel(
-        x_ptr, w_ptr, g_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, eps,  # noqa: ANN001
+        x_ptr, w_ptr, g_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, eps, n_cols,  # noqa: ANN001
         DIM: tl.constexpr, GROUPS: tl.constexpr, TILES: tl.constexpr, VEC: tl.constexpr,
     ):
-        """For rows too wide for one tile: inv = 1 / rms and c = (dot / DIM) / (rms * rms) of one row, in the
-        canonical order (strided tiles as in the forward), to stats_ptr[2 * row] and [2 * row + 1]."""
+        """For rows too wide for one tile: inv = 1 / rms and c = (dot / dim) / (rms * rms) of one row, in the
+        canonical order (strided tiles as in the forward), to stats_ptr[2 * row] and [2 * row + 1]. DIM and n_cols
+        as in the forward."""
+        dim = DIM if DIM > 0 else (n_cols // VEC) * VEC
         row = tl.program_id(0).to(tl.int64)
         x_row = row * x_row_stride
         g_row = row * g_row_stride
@@ -387,13 +405,13 @@ if triton is not None:
         dot = tl.zeros([1, TILES], tl.float32)
         for k in range(TILES):
             cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
-            col_mask = cols < DIM
+            col_mask = cols < dim
             x = _load_f32(x_ptr + x_row + cols, col_mask)[None, :, :]
             gw = (_load_f32(g_ptr + g_row + cols, col_mask) * _load_f32(w_ptr + cols, col_mask))[None, :, :]
             sq = tl.where(tiles[None, :] == k, _halve(_group_sums(x * x))[:, None], sq)
             dot = tl.where(tiles[None, :] == k, _halve(_group_sums(gw * x))[:, None], dot)
-        rms = _rms(_halve(sq), eps, DIM)
-        c = tl.div_rn(tl.div_rn(_halve(dot), tl.full([1], DIM, tl.float32)), rms * rms)
+        rms = _rms(_halve(sq), eps, dim)
+        c = tl.div_rn(tl.div_rn(_halve(dot), tl.full([1], dim, tl.float32)), rms * rms)
         one = tl.arange(0, 1)
         tl.store(stats_ptr + 2 * row + one, _inv(rms))
         tl.store(stats_ptr + 2 * row + 1 + one, c)
@@ -419,8 +437,8 @@ if triton is not None:
 
     @_device_function
     def _bwd_leaf(
-        x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps,  # noqa: ANN001
-        DIM: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, ZERO_PAST: tl.constexpr,
+        x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps, dim,  # noqa: ANN001
+        STORE_DX: tl.constexpr, STATS: tl.constexpr, ZERO_PAST: tl.constexpr,
         JOINT: tl.constexpr, FLAT: tl.constexpr,
     ):
         """dx of one tile's rows (stored), and their dw products g * (x * inv), [LEAVES, GROUPS, 8] in fp32.
@@ -437,26 +455,26 @@ if triton is not None:
             else:
                 sum_sq = _halve(_group_sums(x * x))
                 dot = _halve(_group_sums(gw * x))
-            rms = _rms(sum_sq, eps, DIM)
+            rms = _rms(sum_sq, eps, dim)
             inv = _inv(rms)
             if not ZERO_PAST:  # a row past the batch must give +0.0 products: not 0 * (1 / 0) where eps is 0 in fp32
                 inv = tl.where(row_mask, inv, 0.0)
-            coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, DIM, tl.float32)), rms * rms)
+            coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, dim, tl.float32)), rms * rms)
         inv3 = inv[:, None, None]
         if STORE_DX:
             dx = (gw - x * coef[:, None, None]) * inv3
             if FLAT:
                 dx = tl.reshape(dx, [dx.shape[0], dx.shape[1] * dx.shape[2]])
-            _store_f32(_rows_by_cols(dx_ptr + rows * DIM, cols, FLAT), dx, mask)
+            _store_f32(_rows_by_cols(dx_ptr + rows * dim, cols, FLAT), dx, mask)
         prod = g * (x * inv3)
         if ZERO_PAST:
             prod = tl.where(row_mask[:, None, None], prod, 0.0)
         return prod
 
-    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "n_programs", "eps"])
+    @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "n_programs", "eps", "n_cols"])
     def _rms_norm_bwd_kernel(
         x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, stats_ptr,  # noqa: ANN001
-        n_rows, x_row_stride, g_row_stride, n_programs, eps,  # noqa: ANN001
+        n_rows, x_row_stride, g_row_stride, n_programs, eps, n_cols,  # noqa: ANN001
         DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr, MBITS: tl.constexpr,
         VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, STRIDED: tl.constexpr = False,
         PREFETCH: tl.constexpr = False, JOINT: tl.constexpr = False, FLAT: tl.constexpr = False,
@@ -474,14 +492,15 @@ if triton is not None:
         lay rows out across warps and a row's groups across lanes). JOINT: a row's two sums are reduced together.
         The partial goes to row p of part_ptr, which no other program touches: no atomics, the same bits on every
         run. STATS: inv and c come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows
-        and they are computed here.
+        and they are computed here. DIM and n_cols as in the forward.
         """
+        dim = DIM if DIM > 0 else (n_cols // VEC) * VEC
         p = tl.program_id(0).to(tl.int64)
         chunk = tl.program_id(1)
         groups = tl.arange(0, GROUPS)
         lanes = tl.arange(0, 8)
         cols = ((chunk * GROUPS + groups) * 8)[:, None] + lanes[None, :]
-        col_mask = cols < DIM
+        col_mask = cols < dim
         w = _load_f32(w_ptr + cols, col_mask)[None, :, :]
         zero = tl.zeros([LEAVES, GROUPS, 8] if STRIDED else [GROUPS, 8], tl.float32)
         s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
@@ -490,7 +509,7 @@ if triton is not None:
         if PREFETCH:
             if FLAT:  # the tile as [LEAVES, GROUPS * 8], reshaped after the load (see the docstring)
                 cols_l = chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8)
-                col_mask_l = cols_l < DIM
+                col_mask_l = cols_l < dim
             else:
                 cols_l = cols[None, :, :]
                 col_mask_l = col_mask[None, :, :]
@@ -512,8 +531,8 @@ if triton is not None:
                                  mask=mask, other=0.0)
                 g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
                                  mask=mask, other=0.0)
-                c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps,
-                              DIM, STORE_DX, STATS, True, JOINT, FLAT)
+                c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps, dim,
+                              STORE_DX, STATS, True, JOINT, FLAT)
                 if not STRIDED:
                     c = _adjacent(c)
                 c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
@@ -531,27 +550,29 @@ if triton is not None:
                         g_rows = tl.multiple_of(g_rows, VEC)
                     x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
                     g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
-                    c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols[None, :, :], dx_ptr, stats_ptr, eps,
-                                  DIM, STORE_DX, STATS, STRIDED, JOINT, False)
+                    c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols[None, :, :], dx_ptr, stats_ptr, eps, dim,
+                                  STORE_DX, STATS, STRIDED, JOINT, False)
                     if not STRIDED:
                         c = _adjacent(c)
                 c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
         if STRIDED:
             c = _adjacent(c)
-        tl.store(part_ptr + p * DIM + cols, c, mask=col_mask)
+        tl.store(part_ptr + p * dim + cols, c, mask=col_mask)
 
-    @triton.jit(do_not_specialize=["n_out"])
+    @triton.jit(do_not_specialize=["n_out", "n_cols"])
     def _rms_norm_dw_kernel(
-        part_ptr, out_ptr, n_out,  # noqa: ANN001
+        part_ptr, out_ptr, n_out, n_cols,  # noqa: ANN001
         DIM: tl.constexpr, BLOCK: tl.constexpr, FAN: tl.constexpr, FINAL: tl.constexpr,
     ):
         """out[j] = the halving tree over partial rows j, j + n_out, ..., j + (FAN - 1) * n_out: the first
-        levels of the halving over all partial rows. FINAL: add +0.0 and round to out's dtype."""
+        levels of the halving over all partial rows. FINAL: add +0.0 and round to out's dtype. DIM: the dim where
+        it is a power of two, else 0 and the dim is n_cols."""
+        dim = DIM if DIM > 0 else n_cols
         j = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        col_mask = cols < DIM
+        col_mask = cols < dim
         rows = j + n_out * tl.arange(0, FAN).to(tl.int64)
-        t = tl.load(part_ptr + (rows * DIM)[:, None] + cols[None, :], mask=col_mask[None, :], other=0.0)
+        t = tl.load(part_ptr + (rows * dim)[:, None] + cols[None, :], mask=col_mask[None, :], other=0.0)
         for _ in tl.static_range(8):
             if t.shape[0] > 1:
                 t = _sum(tl.reshape(t, [2, t.shape[0] // 2, BLOCK]), 0)
@@ -559,7 +580,7 @@ if triton is not None:
         if FINAL:
             _store_f32(out_ptr + cols, t + 0.0, col_mask)
         else:
-            tl.store(out_ptr + j * DIM + cols, t, mask=col_mask)
+            tl.store(out_ptr + j * dim + cols, t, mask=col_mask)
 
 
 class _Launcher:
@@ -687,8 +708,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype
     w = _aligned_weight(weight) if weight is not None else x2
     _launch_fwd(
         (-(-n_rows // cfg.rows),),
-        (x2, r2, w, y, ro, n_rows, x_stride, r_stride, eps,
-         dim, cfg.groups, cfg.rows, cfg.tiles, vec, residual is not None, weight_mode),
+        (x2, r2, w, y, ro, n_rows, x_stride, r_stride, eps, dim,
+         dim_constexpr(dim), cfg.groups, cfg.rows, cfg.tiles, vec, residual is not None, weight_mode),
         cfg.num_warps,
         x.device,
     )
@@ -732,7 +753,8 @@ def _make_plan(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: tor
     stride = x.stride(0) if n_rows > 1 else dim
     if (x.stride(1) != 1 and dim > 1) or stride % cfg.vec or weight.stride(0) != 1:
         return None
-    tail = (n_rows, stride, stride, eps, dim, cfg.groups, cfg.rows, cfg.tiles, cfg.vec, False, _WEIGHT)
+    tail = (n_rows, stride, stride, eps, dim, dim_constexpr(dim), cfg.groups, cfg.rows, cfg.tiles, cfg.vec, False,
+            _WEIGHT)
     y = torch.empty(0, dtype=out_dtype, device=x.device)  # stands in for the output in the binary's key
     entry = _launch_fwd.binary((x, x, weight, y, y, *tail), cfg.num_warps, x.device)
     if entry is None:
@@ -777,7 +799,8 @@ def _backward(
         stats = torch.empty(2 * n_rows, dtype=torch.float32, device=x.device)
         _launch_stats(
             (n_rows,),
-            (x2, w, g2, stats, n_rows, x_stride, g_stride, eps, dim, cfg.groups, cfg.tiles, cfg.vec),
+            (x2, w, g2, stats, n_rows, x_stride, g_stride, eps, dim, dim_constexpr(dim), cfg.groups, cfg.tiles,
+             cfg.vec),
             cfg.num_warps,
             x.device,
         )
@@ -785,9 +808,9 @@ def _backward(
     mbits = cfg.subtree.bit_length() - 1 - 3
     _launch_bwd(
         (programs, cfg.tiles),
-        (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps,
-         dim, cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1, cfg.strided, cfg.prefetch,
-         cfg.joint, cfg.flat),
+        (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps, dim,
+         dim_constexpr(dim), cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1, cfg.strided,
+         cfg.prefetch, cfg.joint, cfg.flat),
         cfg.num_warps,
         x.device,
         cfg.maxnreg,
@@ -805,7 +828,8 @@ def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         n_out = n // fan
         final = n_out == 1
         out = torch.empty_like(weight) if final else partials.new_empty((n_out, dim))
-        _launch_dw((n_out, -(-dim // block)), (partials, out, n_out, dim, block, fan, final), 8, weight.device)
+        _launch_dw((n_out, -(-dim // block)), (partials, out, n_out, dim, dim_constexpr(dim), block, fan, final), 8,
+                   weight.device)
         if final:
             return out
         partials, n = out, n_out

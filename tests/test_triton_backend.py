@@ -246,6 +246,44 @@ def test_direct_launch_keys_name_every_binary(monkeypatch):
     assert len(direct) == 2, "another warp count is another binary"
 
 
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_one_binary_serves_every_dim_of_a_padded_width(monkeypatch, backward):
+    """A GPU compiles one binary per key of the launcher; the dim must not be in it, or every dim a conformance run
+    draws costs a compile. Between 65 and 128 columns (one padded width), the keys differ only by the vector width
+    (the largest power of two dividing the dim, at most 8 in bf16) and for 128, a power of two, which keeps its own
+    binary with the dim a constant."""
+    if tr.triton is None:
+        pytest.skip("triton is not importable")
+    seen: dict[int, tuple] = {}
+    real = {"fwd": tr._launch_fwd, "bwd": tr._launch_bwd}
+
+    def recorder(name):
+        def record(grid, args, num_warps, device, maxnreg=0):
+            seen.setdefault(dim, {})[name] = real[name]._key(args, num_warps, device, maxnreg)
+        return record
+
+    monkeypatch.setattr(tr, "_launch_fwd", recorder("fwd"))
+    monkeypatch.setattr(tr, "_launch_bwd", recorder("bwd"))
+    monkeypatch.setattr(tr, "_launch_dw", lambda *args, **kwargs: None)
+    monkeypatch.setattr(tr, "_launch_stats", lambda *args, **kwargs: None)
+    for dim in range(65, 129):
+        x = torch.ones(3, dim, dtype=torch.bfloat16)
+        w = torch.ones(dim, dtype=torch.bfloat16)
+        if backward:
+            tr._backward(x, w, x, 1e-6, True, True)
+        else:
+            tr._forward(x, w, 1e-6, torch.bfloat16)
+    name = "bwd" if backward else "fwd"
+    keys = {dim: seen[dim][name] for dim in seen}
+    by_vec: dict[int, set] = {}
+    for dim, key in keys.items():
+        if dim != 128:
+            by_vec.setdefault(min(8, dim & -dim), set()).add(key)
+    assert sorted(by_vec) == [1, 2, 4, 8] and all(len(k) == 1 for k in by_vec.values()), by_vec
+    assert keys[128] not in set().union(*by_vec.values()), "a power of two keeps its own binary"
+    assert tr.dim_constexpr(128) == 128 and tr.dim_constexpr(127) == 0 and tr.dim_constexpr(4) == 0
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_input_errors_are_the_shared_ones(device):
     x = torch.ones(2, 8, device=device)
