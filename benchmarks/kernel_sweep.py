@@ -14,7 +14,6 @@ to the copy over the measured shapes is highest. Bytes as in bench.py.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -29,15 +28,13 @@ FUSED_SHAPES = ((65536, 4096), (2097152, 128), (16384, 8192), (4096, 4096))
 BACKWARD_SHAPES = ((65536, 4096), (2097152, 128))
 # (groups a thread, threads a block, rows staged, sets a block at most); backward: (groups a thread, threads a
 # block, rows staged, dw's rows per block). 0 keeps the default.
-# Rows staged 1 is the direct kernel (a row's groups loaded into registers, the next set's loads issued before
-# the current set is reduced and written; groups a thread 2 or 4). Sets a block 0 is a grid of resident blocks;
-# n > 0 at least ceil(sets / n) blocks, and never fewer than a resident grid.
-FORWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 4), (0, 0, 0, 8), (0, 0, 0, 16), (0, 256, 0, 8), (0, 0, 3, 8)] + [
-    (0, t, 1, b) for t, b in itertools.product((512, 256), (0, 1, 2, 4, 8, 16))] + [
-    (2, 512, 1, 4), (2, 512, 1, 8), (4, 512, 1, 4), (4, 256, 1, 4)]
-FUSED_TRIES = [(0, 0, 0, 0), (0, 0, 0, 4), (0, 0, 0, 16), (0, 256, 0, 8)] + [
-    (0, t, 1, b) for t, b in itertools.product((512, 256), (0, 1, 2, 4, 8, 16))] + [
-    (4, 512, 1, 4), (4, 512, 1, 8), (4, 256, 1, 4)]
+# Sets a block 0 is a grid of resident blocks; n > 0 at least ceil(sets / n) blocks, and never fewer than a
+# resident grid (the default: 4). Run 5 also swept a direct kernel (rows loaded into registers, the next set's
+# loads in flight; commit "CUDA forward: a direct kernel variant ..."): slower than staging, since removed.
+FORWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 2), (0, 0, 0, 4), (0, 0, 0, 8), (0, 0, 3, 4), (0, 256, 0, 4),
+                 (2, 512, 0, 4), (4, 512, 0, 2)]
+FUSED_TRIES = [(0, 0, 0, 0), (0, 0, 0, 2), (0, 0, 0, 4), (0, 0, 0, 8), (0, 0, 3, 4), (0, 256, 0, 4),
+               (4, 512, 0, 4)]
 BACKWARD_TRIES = [(0, 0, 0, 0), (0, 0, 0, 32), (0, 0, 0, 128), (0, 0, 2, 0), (0, 512, 0, 0), (1, 256, 0, 0),
                   (1, 512, 0, 0), (2, 128, 0, 0)]
 

@@ -442,7 +442,8 @@ def test_the_direct_entry_is_used_and_subclasses_take_torch_ops():
 def test_bad_cuda_inputs_raise_the_contracts_errors():
     x, w = _inputs(4, 16, torch.bfloat16)
     # An fp32 weight with bf16 x: a contract pair that native declares and this backend does not.
-    with pytest.raises(TypeError, match=r"x\.dtype=\w+ and weight\.dtype=\w+"):  # torch's C++ dtype names
+    # Both dtypes named: in the contract's words (torch.bfloat16, caught first) or torch's C++ names (BFloat16).
+    with pytest.raises(TypeError, match=r"x\.dtype=[\w.]+ and weight\.dtype=[\w.]+"):
         OP.forward(x, w.float(), 1e-6)
     cases = [((x, w[:8], 1e-6), ValueError), ((x, w, -1.0), ValueError),
              ((x.double(), w.double(), 1e-6), TypeError), ((x, w.cpu(), 1e-6), ValueError)]

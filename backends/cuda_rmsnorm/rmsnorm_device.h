@@ -631,117 +631,6 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs 
   wait_async<0>();
 }
 
-// Direct kernel: the staged kernel's mapping (blockDim.x / T rows a set, thread t of a row holds groups
-// t + m T, m < K) and arithmetic, with the row's groups loaded into registers instead of staged through shared
-// memory. Block b takes sets b, b + gridDim.x, ...; a thread loads its groups of its next set before it reduces
-// and writes the current one, so that two rows a thread are in flight. The same operations on the same values
-// as forward_kernel: the same bits.
-template <typename T, typename O, Mode M, int K>
-__global__ void __launch_bounds__(kMaxThreads) forward_direct_kernel(const ForwardArgs a) {
-  extern __shared__ uint4 smem[];
-  constexpr int kW = kWordsOf<T>;
-  constexpr int kStreams = M == Mode::kFusedAdd ? 2 : 1;
-  const int tpr = 1 << a.tpr_shift;
-  const int t = threadIdx.x & (tpr - 1);
-  const int slots = blockDim.x >> a.tpr_shift;
-  const int slot = threadIdx.x >> a.tpr_shift;
-  const int width = K * tpr * kGroup;
-  uint4* wsm = smem;
-  float* scratch = reinterpret_cast<float*>(wsm + width / kGroup * kW);
-  const int64_t sets = (a.rows + slots - 1) / slots;
-  const int64_t my_sets = int64_t(blockIdx.x) < sets ? (sets - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  const int64_t row_step = int64_t(gridDim.x) * slots;
-  const int col0 = t * kGroup;
-  const int col_step = tpr * kGroup;
-  const T* x = static_cast<const T*>(a.x);
-  const T* res = static_cast<const T*>(a.residual);
-
-  if constexpr (M != Mode::kUnweighted) stage_weight<T>(wsm, static_cast<const T*>(a.w), width, a.dim);
-  __syncthreads();
-
-  // in[s][m]: stream s (x, then the residual) of group m; +0.0 for a row past the batch.
-  auto load = [&](Group<T> (&in)[kStreams][K], int64_t r) {
-    if (r < a.rows) {
-      const T* xr = x + r * a.x_stride;
-      const bool xv = aligned16(xr);
-#pragma unroll
-      for (int m = 0; m < K; ++m) load_group<T, Cache::kStream>(in[0][m], xr, col0 + m * col_step, a.dim, xv);
-      if constexpr (M == Mode::kFusedAdd) {
-        const T* rr = res + r * a.residual_stride;
-        const bool rv = aligned16(rr);
-#pragma unroll
-        for (int m = 0; m < K; ++m) load_group<T, Cache::kStream>(in[1][m], rr, col0 + m * col_step, a.dim, rv);
-      }
-    } else {
-#pragma unroll
-      for (int s = 0; s < kStreams; ++s)
-#pragma unroll
-        for (int m = 0; m < K; ++m)
-#pragma unroll
-          for (int i = 0; i < Group<T>::kWords; ++i) in[s][m].u[i] = 0u;
-    }
-  };
-
-  Group<T> cur[kStreams][K];
-  Group<T> next[kStreams][K];
-  int64_t row = int64_t(blockIdx.x) * slots + slot;
-  if (my_sets > 0) load(cur, row);
-#pragma unroll 1
-  for (int64_t i = 0; i < my_sets; ++i, row += row_step) {
-    if (i + 1 < my_sets) load(next, row + row_step);
-    const bool valid = row < a.rows;
-    float part[K];
-#pragma unroll
-    for (int m = 0; m < K; ++m) {
-      Group<T>& g = cur[0][m];
-      if constexpr (M == Mode::kFusedAdd) {
-        const Group<T>& r = cur[1][m];
-        float v[kGroup];
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) v[j] = __fadd_rn(g.get(j), r.get(j));
-        pack_group<T>(g, v);
-        if (valid) {
-          T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
-          store_group<T, Cache::kStream>(g, out, col0 + m * col_step, a.dim, aligned16(out));
-        }
-      }
-      part[m] = group_sum_of_squares(g);
-    }
-    float total[1] = {thread_tree<K>(part)};
-    row_tree<1>(total, a.tpr_shift, scratch, int(i & 1));
-    const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
-    if (valid) {
-      O* yr = static_cast<O*>(a.y) + row * a.y_stride;
-      const bool y_vec = aligned16(yr);
-#pragma unroll
-      for (int m = 0; m < K; ++m) {
-        const Group<T>& g = cur[0][m];
-        Group<T> wg;
-        if constexpr (M != Mode::kUnweighted) read_staged(wg, wsm + (t + m * tpr) * kW, 1);
-        float v[kGroup];
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) {
-          const float n = __fmul_rn(g.get(j), inv);
-          if constexpr (M == Mode::kOffset) {
-            v[j] = __fmul_rn(n, __fadd_rn(1.0f, wg.get(j)));
-          } else if constexpr (M == Mode::kUnweighted) {
-            v[j] = n;
-          } else {
-            v[j] = __fmul_rn(n, wg.get(j));
-          }
-        }
-        Group<O> out;
-        pack_group<O>(out, v);
-        store_group<O, Cache::kStream>(out, yr, col0 + m * col_step, a.dim, y_vec);
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kStreams; ++s)
-#pragma unroll
-      for (int m = 0; m < K; ++m) cur[s][m] = next[s][m];
-  }
-}
-
 // Streaming kernel: one row per block of kLoopThreads threads, 2^groups_shift groups per thread. The first
 // pass builds the tree (and, for kFusedAdd, writes residual_out); the second reads the row again (for
 // kFusedAdd, the residual_out this thread wrote) and writes y.
@@ -1216,12 +1105,7 @@ const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t str
   const int64_t sets = (a.rows + slots - 1) / slots;
   const size_t width = size_t(c.k) << c.tpr_shift << 3;
   const size_t fixed = width * sizeof(T) + 2 * c.threads * sizeof(float);
-  if (c.stages == 1 && (c.k == 2 || c.k == 4)) {  // rows loaded into registers, no staging
-    if (c.k == 2) return launch_sets(forward_direct_kernel<T, O, M, 2>, sets, c.sets, c.threads, fixed, a, stream);
-    return launch_sets(forward_direct_kernel<T, O, M, 4>, sets, c.sets, c.threads, fixed, a, stream);
-  }
-  a.stages = c.stages < 2 ? 2 : c.stages;
-  const size_t smem = size_t(a.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 + fixed;
+  const size_t smem = size_t(c.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 + fixed;
   switch (c.k) {
     case 1:
       return launch_sets(forward_kernel<T, O, M, 1>, sets, c.sets, c.threads, smem, a, stream);

@@ -107,15 +107,17 @@ int power_of_two_in(int v, int lo, int hi) {
 // thread for rows of more than 64 groups (0.911 at 65536 x 4096 against 0.905 with eight and 0.882 with two),
 // two for narrower ones (0.895 at 2097152 x 128 against 0.861 with four and 0.71 with eight); the fused add
 // two everywhere (0.916 / 0.921); 512 threads a block, two rows staged (three or four were no faster); and,
-// from run 3's sweep, at most 8 sets of rows a block for the fused add (0.930 / 0.930 against 0.914 / 0.920 on a
-// grid of resident blocks; the forward's grid stays resident-sized: 8 sets a block there lifts the large
-// shapes by 0.01-0.03 but leaves 4096 x 4096 fewer blocks than multiprocessors, 0.85 against 0.88). Fewer
-// than four groups a thread leave the kernels bound by instruction issue (reports/h200/kernels/run1): the
-// per-row work (index arithmetic, the row tree, the correctly rounded divisions and square root, which every
-// thread of a row computes) is spread over too few elements. RMSNORM_CUDA_FORWARD_CONFIG (forward,
-// forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override them as
-// "k,threads,stages,sets": sets caps the sets of rows a block takes, for more blocks than are resident at once
-// (0: a grid of resident blocks).
+// from run 5's sweep, a grid of at least ceil(sets / 4) blocks but never fewer than are resident, for the forward
+// and the fused add alike (forward 0.943 / 0.939 / 0.909 / 0.913 at 65536 x 4096, 2097152 x 128, 16384 x 8192,
+// 4096 x 4096, against 0.914 / 0.898 / 0.880 / 0.913 on a grid of resident blocks and 0.927 / 0.921 / 0.886 /
+// 0.888 with at most 8 sets a block; fused add 0.940 / 0.949 / 0.937 / 1.038 against 0.926 / 0.935 / 0.926 /
+// 1.034 with 8). Fewer than four groups a thread leave the kernels bound by instruction issue
+// (reports/h200/kernels/run1): the per-row work (index arithmetic, the row tree, the correctly rounded divisions
+// and square root, which every thread of a row computes) is spread over too few elements.
+// RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the
+// fused add) override them as "k,threads,stages,sets": sets > 0 asks for at least ceil(sets of rows / sets)
+// blocks (more than are resident at once, which the hardware hands to whichever multiprocessor is free), never
+// fewer than a resident grid; 0: a grid of resident blocks.
 ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const Tuning tune = tuning(fused_add ? 1 : 0);
   ForwardPlan c{};
@@ -141,15 +143,10 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   // Two stages must fit a block's shared memory.
   while (c.threads > tpr && 2 * stage_bytes() + scratch() > 200 * 1024) c.threads >>= 1;
   int stages = tune.v[2] ? tune.v[2] : 2;
-  if (stages == 1) {  // the direct kernel: rows loaded into registers (groups a thread 2 or 4), no staging
-    c.stages = 1;
-    c.sets = tune.v[3] ? tune.v[3] : (fused_add ? 8 : 0);
-    return c;
-  }
   stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
   while (stages > 2 && stages * stage_bytes() + scratch() > kSharedBudget) --stages;
   c.stages = stages;
-  c.sets = tune.v[3] ? tune.v[3] : (fused_add ? 8 : 0);
+  c.sets = tune.v[3] ? tune.v[3] : 4;
   return c;
 }
 

@@ -87,8 +87,8 @@ struct ForwardPlan {
   int k;             // groups a thread
   int tpr_shift;     // log2(threads a row)
   int threads;       // threads a block
-  int stages;        // rows staged a thread (1: the direct kernel, no staging)
-  int sets;          // most sets of rows a block takes (0: as many as a grid of resident blocks leaves it)
+  int stages;        // rows staged a thread
+  int sets;          // at least ceil(sets of rows / sets) blocks, never fewer than resident (0: resident)
   int groups_shift;  // streaming: log2(groups a thread)
 };
 
