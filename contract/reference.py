@@ -144,17 +144,33 @@ class _FixedOrderRMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # Any: FunctionCtx's stub lacks saved_tensors
         x32, w32, rms, inv = ctx.saved_tensors
-        grad = grad.float()
-        gw = grad * w32
-        # d/dx_j of x_j * w_j / rms = (g_j w_j - x_j * mean(g w x) / rms^2) / rms; the per-row coefficient keeps
-        # its divisions (once a row), the per-element division by rms is the multiply by inv.
-        mean_gwx = sum_fixed_order(gw * x32) / _scalar(x32.shape[-1], x32)
-        dx = (gw - x32 * (mean_gwx / (rms * rms))) * inv
-        # dw sums over every row in the canonical order, rows in place of elements; the + 0.0 makes a zero
-        # sum +0.0 whatever zero rows a kernel pads with.
-        per_row = (grad * (x32 * inv)).reshape(-1, x32.shape[-1])
-        dw = sum_fixed_order(per_row, dim=0).reshape(-1) + 0.0 if per_row.shape[0] else torch.zeros_like(w32)
-        return dx, dw, None
+        return (*_fixed_order_backward(x32, w32, rms, inv, grad), None)
+
+
+def _fixed_order_backward(x32: torch.Tensor, w32: torch.Tensor, rms: torch.Tensor, inv: torch.Tensor,
+                          grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dw) in fp32 of ``(x32 * inv) * w32`` for the upstream gradient ``grad``, in the fixed order."""
+    grad = grad.float()
+    gw = grad * w32
+    # d/dx_j of x_j * w_j / rms = (g_j w_j - x_j * mean(g w x) / rms^2) / rms; the per-row coefficient keeps
+    # its divisions (once a row), the per-element division by rms is the multiply by inv.
+    mean_gwx = sum_fixed_order(gw * x32) / _scalar(x32.shape[-1], x32)
+    dx = (gw - x32 * (mean_gwx / (rms * rms))) * inv
+    # dw sums over every row in the canonical order, rows in place of elements; the + 0.0 makes a zero
+    # sum +0.0 whatever zero rows a kernel pads with.
+    per_row = (grad * (x32 * inv)).reshape(-1, x32.shape[-1])
+    dw = sum_fixed_order(per_row, dim=0).reshape(-1) + 0.0 if per_row.shape[0] else torch.zeros_like(w32)
+    return dx, dw
+
+
+def reference_backward_fp32(x: torch.Tensor, scale32: torch.Tensor, grad: torch.Tensor,
+                            eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dscale) in fp32: what autograd gives through the fp32 reference ``(x32 * inv) * scale32`` for the
+    upstream gradient ``grad``, the row statistics recomputed exactly as the forward formed them. For a caller
+    that cannot run autograd through the reference (a custom operator's backward)."""
+    x32 = x.float()
+    _, rms, inv = _normalized(x32, scale32, float(eps))
+    return _fixed_order_backward(x32, scale32, rms, inv, grad)
 
 
 def _normalize_fp32(x: torch.Tensor, scale32: torch.Tensor | None, eps: float) -> torch.Tensor:
