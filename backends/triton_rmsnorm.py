@@ -763,19 +763,31 @@ def _make_plan(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: tor
                  tail=tail)
 
 
+# The plan hands Triton's launcher the pointers as integers. Given a tensor, the launcher calls its data_ptr()
+# and asks the driver whether the pointer is a device one (cuPointerGetAttribute), for each of the five pointer
+# arguments, on every call; the plan already holds x and the weight to its device and checks their alignment.
+# False launches with the tensors (benchmarks/triton_latency.py compares the two).
+POINTERS_AS_INTEGERS = True
+
+
 def _launch_plan(plan: _Plan, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
     """y from the plan, or None where the plan does not hold (misaligned pointers, another current device,
     a profiler's launch hook): the caller then takes the full path."""
     index = plan.device.index
-    if (x.data_ptr() | weight.data_ptr()) & (_ALIGN_BYTES - 1) or torch._C._cuda_getDevice() != index \
-            or _launch_hooks_installed():
+    xp, wp = x.data_ptr(), weight.data_ptr()
+    if (xp | wp) & (_ALIGN_BYTES - 1) or torch._C._cuda_getDevice() != index or _launch_hooks_installed():
         return None
     # empty_like parses fewer arguments than empty (a microsecond of a few-row call); x is dense row-major here
     # or has gaps between rows, and either way its empty_like is contiguous.
     y = torch.empty_like(x) if plan.out_dtype == x.dtype else torch.empty(plan.shape, dtype=plan.out_dtype,
                                                                           device=plan.device)
-    plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
-             None, None, None, x, x, weight, y, y, *plan.tail)
+    if POINTERS_AS_INTEGERS:
+        yp = y.data_ptr()
+        plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
+                 None, None, None, xp, xp, wp, yp, yp, *plan.tail)
+    else:
+        plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
+                 None, None, None, x, x, weight, y, y, *plan.tail)
     return y
 
 
