@@ -11,16 +11,12 @@
 
 #include <tuple>
 
+#include "binding_ops.h"
+
 namespace {
 
 using at::Tensor;
-
-const c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, double, bool)>& forward_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("rmsnorm_cuda::rms_norm", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, double, bool)>();
-  return op;
-}
+using rmsnorm_binding::forward_op;
 
 const c10::TypedOperatorHandle<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, double, bool)>&
 backward_op() {
