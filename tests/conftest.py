@@ -1,7 +1,9 @@
 """The harness's own tests: `pytester` drives the plugin end to end in subprocesses."""
 
 import os
+import subprocess
 
+import pytest
 import torch
 
 from rmsnorm_conformance.harness.running.devices import worker_cpu_threads
@@ -24,6 +26,8 @@ if _threads is not None:
 def pytest_configure(config):
     config.addinivalue_line("markers", "early(rank=1): a long test that pytest-xdist should start first; a lower "
                             "rank starts sooner")
+    config.addinivalue_line("markers", "fresh_interpreter: pytester's subprocesses start a fresh interpreter, "
+                            "not a fork of one that imported torch (tests/forkserver.py)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,3 +38,40 @@ def pytest_collection_modifyitems(config, items):
         return float("inf") if marker is None else marker.kwargs.get("rank", 1)
 
     items.sort(key=rank)
+
+
+_FORK_SERVER = None
+
+
+@pytest.fixture(autouse=True)
+def _pytest_runs_forked(request):
+    """Pytest subprocesses of ``pytester`` forked from a server that imported torch (tests/forkserver.py), except
+    in tests marked ``fresh_interpreter`` and where RMSNORM_TESTS_FORK=0."""
+    global _FORK_SERVER
+    if ("pytester" not in request.fixturenames or request.node.get_closest_marker("fresh_interpreter")
+            or os.environ.get("RMSNORM_TESTS_FORK") == "0"):
+        yield
+        return
+    from tests.forkserver import ForkServer
+
+    pytester = request.getfixturevalue("pytester")
+    original = pytester.popen
+    if _FORK_SERVER is None:
+        _FORK_SERVER = ForkServer()
+
+    def popen(cmdargs, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=pytester.CLOSE_STDIN, **kw):
+        cmdargs = tuple(os.fspath(a) for a in cmdargs)
+        env = os.environ.copy()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+        if (stdin is pytester.CLOSE_STDIN and not kw and hasattr(stdout, "name") and hasattr(stderr, "name")
+                and _FORK_SERVER.forkable(cmdargs, env)):
+            return _FORK_SERVER.start(cmdargs, env, stdout, stderr)
+        return original(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
+
+    pytester.popen = popen
+    yield
+
+
+def pytest_sessionfinish(session):
+    if _FORK_SERVER is not None:
+        _FORK_SERVER.close()

@@ -16,6 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
 HEAVY = ("torch", "hypothesis", "numpy", "tabulate")
+# What these check is what a fresh interpreter imports: no fork of one that imported torch (tests/forkserver.py).
+pytestmark = pytest.mark.fresh_interpreter
 
 # A test file that reports, in its own output, which heavy modules the run had imported by the time it ran.
 PROBE = """

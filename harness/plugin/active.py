@@ -30,7 +30,7 @@ from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_com
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
-from rmsnorm_conformance.harness.running import device_faults, fresh_process, isolation
+from rmsnorm_conformance.harness.running import device_faults, fresh_process, isolation, warm_up
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
@@ -45,6 +45,8 @@ WORKER_HANGS = "rmsnorm_conformance_hangs"
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
+# pytest-xdist's controller: the backends' preparation it started while the workers start (warm_up.py).
+WARM_UPS = pytest.StashKey[list]()
 
 
 def run_options(config: pytest.Config) -> RunOptions:
@@ -67,6 +69,8 @@ def run_options(config: pytest.Config) -> RunOptions:
             config.pluginmanager.register(reporter, "rmsnorm-conformance-reporter")
             config.pluginmanager.register(CiOutput(reporter), "rmsnorm-conformance-ci-output")
             isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
+            if getattr(config.option, "numprocesses", None) and not options.replay_case:
+                config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices)
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
     return config.stash[OPTIONS]
@@ -87,6 +91,7 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    warm_up.stop(config.stash.get(WARM_UPS, []))
     ledger = config.stash.get(HANGS, None)
     if ledger is not None and ledger.path is not None and not hasattr(config, "workerinput"):
         with contextlib.suppress(OSError):

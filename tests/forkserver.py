@@ -1,0 +1,138 @@
+"""Pytest runs in processes forked from an interpreter that has already imported torch: the harness's own tests
+start about a hundred pytest subprocesses, and each spent about 1.5 of its 2.5 CPU-seconds importing torch, numpy
+and pytest (reports/cpu/ci-time.md).
+
+``pytester.runpytest_subprocess`` stays what the tests call. The ``pytester`` fixture's ``popen`` is replaced
+(tests/conftest.py) so that a ``python -mpytest ...`` command is forked from a server process that imported those
+modules and nothing of this project, then made into the process the command would have started: its working
+directory, environment, ``sys.path`` (the working directory and PYTHONPATH first, as ``-m`` puts them), stdin,
+stdout and stderr, arguments and a reseeded ``random``. The child is still a process of its own: a crash, a hang,
+``os._exit`` or a signal ends it alone, and its exit status is reported as ``subprocess`` reports it.
+
+Anything the server's imports could have read differently at start-up is not forked: a command whose environment
+differs from the server's in a variable that Python, torch or its thread pools read at start-up starts a
+fresh interpreter, as does any command that is not ``python -mpytest``, and any test marked
+``fresh_interpreter`` (one that checks what a fresh interpreter imports).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from typing import Any
+
+# Variables read when the server imports torch, numpy or pytest, or when Python starts: a command
+# whose value differs from the server's gets a fresh interpreter. PYTHONPATH and PYTHONDONTWRITEBYTECODE are
+# applied in the child.
+_READ_AT_START = ("PYTHON", "TORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "CUDA", "LD_", "MALLOC",
+                  "NUMPY", "OPENBLAS")
+_APPLIED_IN_CHILD = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+
+_SERVER = r"""
+import json, os, random, sys
+# What every run of the suites imports first; nothing of a distribution that installs a pytest plugin (Hypothesis,
+# pytest-xdist): pytest warns, an error under -W error, that such modules imported before it cannot be rewritten.
+import numpy, torch, pytest
+base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+requests, replies = sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "w", buffering=1)
+for line in requests:
+    request = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        requests.close(); replies.close()
+        os.chdir(request["cwd"])
+        os.environ.clear(); os.environ.update(request["env"])
+        sys.path[:] = [request["cwd"], *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep)), *base]
+        sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
+        for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY),
+                               (2, request["stderr"], os.O_WRONLY)):
+            target = os.open(path, mode)
+            os.dup2(target, fd); os.close(target)
+        random.seed(); numpy.random.seed()
+        sys.argv = [pytest.__file__, *request["args"]]
+        try:
+            code = pytest.main(request["args"])
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+        sys.exit(int(code))
+    replies.write(json.dumps({"pid": pid}) + "\n")
+    _, status = os.waitpid(pid, 0)
+    replies.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+"""
+
+
+class ForkServer:
+    """One server per test process, started on first use; one command at a time."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen | None = None
+        self._env: dict[str, str] = {}
+
+    def forkable(self, cmdargs: tuple[str, ...], env: dict[str, str]) -> bool:
+        if tuple(cmdargs[:2]) != (sys.executable, "-mpytest"):
+            return False
+        reference = self._env if self._process is not None else dict(os.environ)
+        keys = {k for k in (*env, *reference) if k.startswith(_READ_AT_START) and k not in _APPLIED_IN_CHILD}
+        return all(env.get(k) == reference.get(k) for k in keys)
+
+    def start(self, cmdargs: tuple[str, ...], env: dict[str, str], stdout: Any, stderr: Any) -> ForkedProcess:
+        if self._process is None or self._process.poll() is not None:
+            read, write = os.pipe()
+            self._env = dict(os.environ)
+            self._process = subprocess.Popen([sys.executable, "-c", _SERVER, str(write)], stdin=subprocess.PIPE,
+                                             pass_fds=(write,), stdout=subprocess.DEVNULL)
+            os.close(write)
+            self._replies = read
+        request = {"args": list(cmdargs[2:]), "cwd": os.getcwd(), "env": env, "stdout": stdout.name,
+                   "stderr": stderr.name}
+        assert self._process.stdin is not None
+        self._process.stdin.write((json.dumps(request) + "\n").encode())
+        self._process.stdin.flush()
+        return ForkedProcess(self._replies)
+
+    def close(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+
+class ForkedProcess:
+    """What ``pytester.run`` needs of a Popen: wait (with a timeout), kill, poll, returncode."""
+
+    stdin = None
+
+    def __init__(self, replies: int) -> None:
+        self._replies = replies  # a pipe read unbuffered, a byte at a time: select() then sees every byte not read
+        self.pid: int = self._reply()["pid"]
+        self.returncode: int | None = None
+
+    def _reply(self) -> dict:
+        line = b""
+        while not line.endswith(b"\n"):
+            byte = os.read(self._replies, 1)
+            if not byte:
+                raise RuntimeError("the fork server ended")
+            line += byte
+        return json.loads(line)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if timeout is not None and not select.select([self._replies], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(f"forked pytest {self.pid}", timeout)
+            self.returncode = self._reply()["status"]
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self.returncode is None and select.select([self._replies], [], [], 0)[0] \
+            else self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+                os.kill(self.pid, signal.SIGKILL)
