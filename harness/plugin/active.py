@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
 # pytest-xdist's controller: the backends' preparation it started while the workers start (warm_up.py).
-WARM_UPS = pytest.StashKey[list]()
+WARM_UPS = pytest.StashKey[list[subprocess.Popen]]()
 
 
 def run_options(config: pytest.Config) -> RunOptions:
