@@ -92,7 +92,9 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    warm_up.stop(config.stash.get(WARM_UPS, []))
+    warm_ups = config.stash.get(WARM_UPS, None)
+    if warm_ups:
+        warm_up.stop(warm_ups)
     ledger = config.stash.get(HANGS, None)
     if ledger is not None and ledger.path is not None and not hasattr(config, "workerinput"):
         with contextlib.suppress(OSError):
