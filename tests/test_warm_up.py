@@ -16,6 +16,11 @@ def test_cpu_devices_get_no_warm_up_process():
     assert warm_up.start([load_backend("native")], [torch.device("cpu")]) == []
 
 
+def test_the_switch_turns_warm_ups_off(monkeypatch):
+    monkeypatch.setenv(warm_up.SWITCH, "0")
+    assert warm_up.start([load_backend("cuda")], [torch.device("meta")]) == []
+
+
 def test_one_process_per_backend_and_device_type_asks_the_backend_and_reports_in_its_exit_status():
     cuda = load_backend("cuda")
     # Two devices of one type share one warm-up; "meta" stands in for an accelerator the backend does not run on.

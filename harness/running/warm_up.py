@@ -10,12 +10,13 @@ build (``torch.utils.cpp_extension`` builds once behind a lock file) and does no
 Nothing here decides anything: the workers still ask every backend themselves and report what they find. A
 warm-up that fails, hangs or is still running at the end of the run changes no verdict; it is stopped when the
 run ends. CPU devices are left out: no backend of this project builds for them, and a CPU-only machine has no
-core to spare.
+core to spare. ``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off (``benchmarks/h200_verdict.sh`` times both).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -24,10 +25,13 @@ from typing import Any
 import torch
 
 _MODULE = "rmsnorm_conformance.harness.running.warm_up"
+SWITCH = "RMSNORM_CONFORMANCE_WARM_UP"
 
 
 def start(backends: Iterable[Any], devices: Iterable[torch.device]) -> list[subprocess.Popen]:
     """One quiet process per (backend, non-CPU device type) that asks the backend whether it can run there."""
+    if os.environ.get(SWITCH) == "0":
+        return []
     firsts: dict[str, torch.device] = {}
     for device in devices:
         if device.type != "cpu":
