@@ -2,7 +2,8 @@
 # Time to verdict on one GPU (the target: one backend, one H200, -n 8, default sweep, <= 60 s from `pytest` to
 # the verdict, cold start included), from the built wheel in an empty folder, as a kernel author runs it:
 #   OUT=reports/h200/verdict bash benchmarks/h200_verdict.sh [stage ...]
-# stages: triton cuda native (one backend each, default sweep, -n 8), rl (README's RL command: native, Triton,
+# stages: triton cuda native (one backend each, default sweep, -n 8), cuda-cold (cuda after the extension's build
+# cache is cleared: the first run on a machine), rl (README's RL command: native, Triton,
 # CUDA and Liger-Kernel, two parity pairs, --modes=compile,cudagraph, -n 8; at most RL_LIMIT seconds), profile
 # (PROFILE_SUITE's tests matching PROFILE_K, bf16, in one process under cProfile), modes (a kernel whose
 # torch.compile path reduces in another order, under the default gate). Wheels in .whl/ (Liger-Kernel) are
@@ -29,6 +30,10 @@ T=benchmarks/harness_throughput.py
 for stage in ${*:-triton cuda native profile modes}; do
   start=$(date +%s)
   case $stage in
+    cuda-cold)
+      rm -rf ~/.cache/torch_extensions
+      timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=cuda --device=cuda \
+        --workers="$WORKERS" --out "$OUT/cuda-cold${RMSNORM_CONFORMANCE_WARM_UP:+-warm-up-$RMSNORM_CONFORMANCE_WARM_UP}.md" ;;
     triton|cuda|native)
       timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=$stage --device=cuda \
         --workers="$WORKERS" --out "$OUT/$stage.md" ;;
