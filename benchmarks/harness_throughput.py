@@ -115,8 +115,48 @@ def slowest(junit: Path, n: int = 15) -> list[tuple[str, float]]:
     return sorted(cases, key=lambda kv: -kv[1])[:n]
 
 
+def timeline(path: Path, began: float, wall: float) -> list[tuple[str, float]]:
+    """Where the wall time went, from timeline_plugin.py's events: seconds from `pytest` to each milestone, and
+    the workers' time in tests and between them."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by_worker: dict[str, list[dict]] = {}
+    for e in events:
+        by_worker.setdefault(e["worker"], []).append(e)
+    testers = {w: es for w, es in by_worker.items() if any(e["event"] == "test start" for e in es)}
+    if not testers:
+        return []
+
+    def at(es: list[dict], event: str, last: bool = False) -> float:
+        times = [e.get("at", e["t"]) - began for e in es if e["event"] == event]
+        return (max if last else min)(times) if times else float("nan")
+
+    firsts = [at(es, "test start") for es in testers.values()]
+    lasts = [at(es, "test end", last=True) for es in testers.values()]
+    busy = 0.0
+    for es in testers.values():
+        started = {e["test"]: e["t"] for e in es if e["event"] == "test start"}
+        busy += sum(e["t"] - started.get(e["test"], e["t"]) for e in es if e["event"] == "test end")
+    span = sum(last - first for first, last in zip(firsts, lasts, strict=True))
+    controller = by_worker.get("controller", [])
+    rows = [
+        ("the first process started (Python's own start)", at(controller or events, "process start")),
+        ("its plugins imported, its options resolved", at(controller or events, "configure")),
+        ("the first worker started", min(at(es, "process start") for es in testers.values())),
+        ("the last worker started", max(at(es, "process start") for es in testers.values())),
+        ("the last worker collected", max(at(es, "collected") for es in testers.values())),
+        ("the first test began (earliest worker)", min(firsts)),
+        ("the first test began (latest worker)", max(firsts)),
+        ("the first worker ran out of tests", min(lasts)),
+        ("the last test ended", max(lasts)),
+        ("the verdict (the process ended)", wall),
+        (f"in tests, summed over {len(testers)} processes", busy),
+        ("between tests, summed (from each one's first test to its last)", span - busy),
+    ]
+    return [(name, sec) for name, sec in rows if sec == sec]  # NaN: an event this run had none of
+
+
 def render(args: argparse.Namespace, data: dict, status: int, wall: float, suites: dict[str, tuple[int, float]],
-           slow: list[tuple[str, float]], stages: dict[str, float]) -> str:
+           slow: list[tuple[str, float]], stages: dict[str, float], phases: list[tuple[str, float]] = ()) -> str:
     """The run as markdown: verdict and wall time, the time per suite, the slowest tests and the breakdown."""
     checks = data["totals"]["checks"]
     command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
@@ -133,6 +173,10 @@ def render(args: argparse.Namespace, data: dict, status: int, wall: float, suite
         f"{data['environment'].get('device cuda:0', 'no GPU')}",
         "",
     ]
+    if phases:
+        lines += ["Timeline (seconds from `pytest`; timeline_plugin.py):", "", "| milestone | seconds |", "|---|---|"]
+        lines += [f"| {name} | {sec:.1f} |" for name, sec in phases]
+        lines.append("")
     if suites:
         lines += ["| suite | tests | seconds (summed over workers) |", "|---|---|---|"]
         lines += [f"| {name} | {n} | {sec:.1f} |"
@@ -183,6 +227,8 @@ def main() -> None:
             pytest_args += ["-n", str(args.workers)]
         cwd = tmp if args.pyargs else str(ROOT)
         stages: dict[str, float] = {}
+        timeline_file = Path(tmp) / "timeline.jsonl"
+        began = time.time()
         start = time.perf_counter()
         if args.breakdown:
             os.chdir(cwd)
@@ -193,18 +239,23 @@ def main() -> None:
             wall = time.perf_counter() - start
             stages = breakdown(pstats.Stats(profiler))
         else:
-            proc = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], cwd=cwd, capture_output=True,
-                                  text=True)
+            # Each process's start, collection and tests on one clock (timeline_plugin.py).
+            env = {**os.environ, "RMSNORM_TIMELINE": str(timeline_file),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"),
+                                                               os.environ.get("PYTHONPATH")]))}
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "timeline_plugin", *pytest_args], cwd=cwd,
+                                  capture_output=True, text=True, env=env)
             status = proc.returncode
             print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
             wall = time.perf_counter() - start
         data = json.loads(report.read_text())
         suites = per_suite(junit) if junit.exists() else {}
         slow = slowest(junit) if junit.exists() else []
+        phases = timeline(timeline_file, began, wall) if timeline_file.exists() else []
         if junit.exists() and args.out:  # every test's time, beside the markdown
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(junit, Path(args.out).with_suffix(".junit.xml"))
-    text = render(args, data, int(status), wall, suites, slow, stages)
+    text = render(args, data, int(status), wall, suites, slow, stages, phases)
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
