@@ -617,20 +617,15 @@ class _Launcher:
         key = self._key(args, num_warps, device, maxnreg)
         entry = self._compiled.get(key)
         if entry is not None and not _launch_hooks_installed():
-            run, function, packed = entry
+            launch, head = entry
             stream = torch._C._cuda_getCurrentRawStream(device.index)
-            run(*grid, *(1,) * (3 - len(grid)), stream, function, packed, None, None, None, *args)
+            launch(*grid, *(1,) * (3 - len(grid)), stream, *head, *args)
             return
         # No multiply-add contraction: the canonical order rounds every product on its own.
         options = {"maxnreg": maxnreg} if maxnreg else {}  # a cap on registers a thread (0: the compiler's)
         compiled = self.kernel[grid](*args, num_warps=num_warps, enable_fp_fusion=False, **options)
         if key not in self._compiled:
-            try:
-                entry = (compiled.run, compiled.function, compiled.packed_metadata)
-            except AttributeError:  # a Triton whose compiled kernels look different: stay on its own path
-                entry = None
-            self._compiled[key] = entry
-
+            self._compiled[key] = _launch_entry(compiled)
 
     def _key(self, args: tuple, num_warps: int, device: torch.device, maxnreg: int = 0) -> tuple:
         return (
@@ -644,13 +639,73 @@ class _Launcher:
         )
 
     def binary(self, args: tuple, num_warps: int, device: torch.device) -> tuple | None:
-        """(run, function, packed metadata) of the binary these arguments launch, once it was launched."""
+        """(launch, head) of the binary these arguments launch, once it was launched (see _launch_entry)."""
         return None if _INTERPRETED else self._compiled.get(self._key(args, num_warps, device))
+
+
+def _launch_entry(compiled: Any) -> tuple[Any, tuple] | None:
+    """(launch, head) for a compiled kernel: ``launch(gridX, gridY, gridZ, stream, *head, *kernel_args)`` launches
+    its binary as ``compiled.run(gridX, gridY, gridZ, stream, function, packed_metadata, None, None, None,
+    *kernel_args)`` does (no launch metadata, no hooks). None for a Triton whose compiled kernels look different:
+    those calls stay on Triton's own path.
+
+    Where ``compiled.run`` is Triton 3.6's ``CudaLauncher`` and the kernel needs no scratch memory (none of these
+    does), ``launch`` is the launcher's C function itself. Its Python ``__call__`` only defines a closure, finds
+    that neither scratch buffer is needed (None) and passes everything on with the launcher's two flags: about
+    0.6 µs a call on a 2-core x86 host, against a few µs for a whole planned call.
+    """
+    try:
+        run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    except AttributeError:
+        return None
+    if _bare_launcher(run):
+        return run.launch, (function, run.launch_cooperative_grid, run.launch_pdl, None, None, packed, None, None,
+                            None)
+    return run, (function, packed, None, None, None)
+
+
+def _bare_launcher(run: Any) -> bool:
+    """Whether ``run`` may be skipped for its C launch function: a ``CudaLauncher`` of the layout checked by
+    _launcher_layout_known, launching a kernel without global or profile scratch memory."""
+    launcher_type = _launcher_layout_known()
+    return (launcher_type is not None and type(run) is launcher_type
+            and getattr(run, "global_scratch_size", None) == 0 and getattr(run, "profile_scratch_size", None) == 0)
+
+
+@functools.cache
+def _launcher_layout_known() -> type | None:
+    """Triton's ``CudaLauncher`` class where its ``__call__`` is the one this module bypasses (Triton 3.6): the
+    signature ``(self, gridX, gridY, gridZ, stream, function, *args)``, the C launch function's leading arguments
+    ``iiiKKppOOOOOO`` (grid, stream, function, cooperative grid, PDL, global scratch, profile scratch, kernel
+    metadata, launch metadata, enter hook, exit hook), and the one statement that forwards them. Any other Triton
+    (3.9's launcher takes other arguments, in another order) keeps calling the launcher; None then."""
+    try:
+        from triton.backends.nvidia import driver
+
+        cls = driver.CudaLauncher
+        names = list(inspect.signature(cls.__call__).parameters)
+        source = "".join(inspect.getsource(cls.__call__).split())
+    except Exception:  # no NVIDIA backend, no source, another layout: not known
+        return None
+    forward = ("self.launch(gridX,gridY,gridZ,stream,function,self.launch_cooperative_grid,self.launch_pdl,"
+               "global_scratch,profile_scratch,*args)")
+    known = (names == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+             and getattr(driver, "_BASE_ARGS_FORMAT", None) == "iiiKKppOOOOOO" and source.endswith(forward))
+    return cls if known else None
 
 
 def _launch_hooks_installed() -> bool:
     hook = triton.knobs.runtime.launch_enter_hook
     return bool(getattr(hook, "calls", hook))  # a HookChain (empty: no hooks), a callable, or None
+
+
+# The launch-enter hooks as Triton 3.4+ keeps them: one HookChain on the runtime knobs, which a profiler adds to.
+# A planned launch checks that the knob is still that chain and the chain is empty (two attribute reads), not
+# _launch_hooks_installed's module and attribute chain and its getattr; anything else takes the full path.
+_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)
+_ENTER_HOOKS = getattr(_RUNTIME_KNOBS, "launch_enter_hook", None)
+if not isinstance(getattr(_ENTER_HOOKS, "calls", None), list):
+    _ENTER_HOOKS = None  # another Triton: no plans (_make_plan)
 
 
 if triton is not None:
@@ -722,10 +777,11 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype
 class _Plan(NamedTuple):
     """A validated forward launch for one (shape, strides, dtypes, device, eps): everything but the pointers."""
 
-    run: Any
-    function: Any
-    packed: Any
+    launch: Any  # the binary's launch function, and the arguments it takes between the stream and the kernel's
+    head: tuple  # (see _launch_entry)
     grid: int
+    index: int  # the device's index
+    like: bool  # the output is in x's dtype, so torch.empty_like(x) allocates it (else torch.empty)
     shape: tuple[int, int]
     out_dtype: torch.dtype
     device: torch.device
@@ -734,19 +790,26 @@ class _Plan(NamedTuple):
 
 # Small batches are launch-bound: at 1 to 256 rows of 4096 the kernel runs for a few microseconds, less than
 # the input checks, the configuration lookup and Triton's binder take in Python. A call whose metadata was
-# seen before (so it passed the checks) launches its binary straight from the plan.
+# seen before (so it passed the checks) launches its binary straight from the plan (TritonRMSNormOp._run).
 _PLANS: dict[tuple, _Plan] = {}
 _MAX_PLANS = 4096  # one per (shape, strides, dtype, eps): a serving loop sees a handful
 
 
 def _plan_key(x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> tuple:
-    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
-            type(eps), eps, fp32_out)
+    """The key of a call's plan in _PLANS; TritonRMSNormOp._run builds the same tuple in line.
+
+    A contiguous tensor stands in by True instead of its strides: of one shape, contiguous tensors differ only in the
+    strides of dims of size one, which no plan reads (one row's stride is the dim), and is_contiguous() costs less
+    than stride() and the hash of its tuple. A strided tensor keys on its strides (True equals no tuple).
+    """
+    return (x.shape, x.is_contiguous() or x.stride(), x.dtype, x.device, weight.shape,
+            weight.is_contiguous() or weight.stride(), weight.dtype, weight.device, type(eps), eps, fp32_out)
 
 
 def _make_plan(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype) -> _Plan | None:
     """The plan of a forward that _forward just launched on 2-D rows used in place, if its binary is known."""
-    if _INTERPRETED or x.device.type != "cuda" or x.dim() != 2 or x.numel() == 0 or len(_PLANS) >= _MAX_PLANS:
+    if (_INTERPRETED or _ENTER_HOOKS is None or x.device.type != "cuda" or x.dim() != 2 or x.numel() == 0
+            or len(_PLANS) >= _MAX_PLANS):
         return None
     n_rows, dim = x.shape
     cfg = launch_config(dim, x.dtype)
@@ -759,36 +822,10 @@ def _make_plan(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: tor
     entry = _launch_fwd.binary((x, x, weight, y, y, *tail), cfg.num_warps, x.device)
     if entry is None:
         return None
-    return _Plan(*entry, grid=-(-n_rows // cfg.rows), shape=(n_rows, dim), out_dtype=out_dtype, device=x.device,
-                 tail=tail)
-
-
-# The plan hands Triton's launcher the pointers as integers. Given a tensor, the launcher calls its data_ptr()
-# and asks the driver whether the pointer is a device one (cuPointerGetAttribute), for each of the five pointer
-# arguments, on every call; the plan already holds x and the weight to its device and checks their alignment.
-# False launches with the tensors (benchmarks/triton_latency.py compares the two).
-POINTERS_AS_INTEGERS = True
-
-
-def _launch_plan(plan: _Plan, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
-    """y from the plan, or None where the plan does not hold (misaligned pointers, another current device,
-    a profiler's launch hook): the caller then takes the full path."""
-    index = plan.device.index
-    xp, wp = x.data_ptr(), weight.data_ptr()
-    if (xp | wp) & (_ALIGN_BYTES - 1) or torch._C._cuda_getDevice() != index or _launch_hooks_installed():
-        return None
-    # empty_like parses fewer arguments than empty (a microsecond of a few-row call); x is dense row-major here
-    # or has gaps between rows, and either way its empty_like is contiguous.
-    y = torch.empty_like(x) if plan.out_dtype == x.dtype else torch.empty(plan.shape, dtype=plan.out_dtype,
-                                                                          device=plan.device)
-    if POINTERS_AS_INTEGERS:
-        yp = y.data_ptr()
-        plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
-                 None, None, None, xp, xp, wp, yp, yp, *plan.tail)
-    else:
-        plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
-                 None, None, None, x, x, weight, y, y, *plan.tail)
-    return y
+    # x is dense row-major here or has gaps between rows; either way its empty_like is contiguous. empty_like
+    # parses fewer arguments than empty (a microsecond of a few-row call).
+    return _Plan(*entry, grid=-(-n_rows // cfg.rows), index=x.device.index, like=out_dtype == x.dtype,
+                 shape=(n_rows, dim), out_dtype=out_dtype, device=x.device, tail=tail)
 
 
 def _backward(
@@ -985,16 +1022,30 @@ class TritonRMSNormOp:
         if torch.compiler.is_compiling():
             check_inputs(x, weight, eps)
             return torch.ops.rmsnorm_conformance.triton_rms_norm(x, weight, float(eps), fp32_out, False)
+        # The planned launch, written out in this one frame: at a few rows the host's work is the call's cost
+        # (run 6's path: 4.0 µs on a 2-core CPU host with the launch stubbed out, 2.9 µs this way). The plan's key
+        # is _plan_key's tuple; the grad test reads the tensors' flags before the grad mode, which only matters
+        # where one of them requires grad; the plan is unpacked into locals; the launch goes straight to the
+        # binary's C launch function where Triton allows it (_launch_entry), with the pointers as integers (given
+        # tensors, Triton's launcher calls data_ptr() on each and asks the driver about it: run 6).
         try:
-            key = _plan_key(x, weight, eps, fp32_out)
+            key = (x.shape, x.is_contiguous() or x.stride(), x.dtype, x.device, weight.shape,
+                   weight.is_contiguous() or weight.stride(), weight.dtype, weight.device, type(eps), eps, fp32_out)
             plan = _PLANS.get(key)
-            grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+            grad = (x.requires_grad or weight.requires_grad) and torch.is_grad_enabled()
         except (AttributeError, TypeError):  # not tensors, or an unhashable eps: the checks below say so
             key = plan = None
             grad = False
         if plan is not None and not grad:
-            y = _launch_plan(plan, x, weight)
-            if y is not None:
+            launch, head, grid, index, like, shape, out_dtype, device, tail = plan  # locals: no attribute reads
+            xp, wp = x.data_ptr(), weight.data_ptr()
+            # The plan holds where the pointers are aligned, the plan's device is the current one (its stream is
+            # the one launched on) and no launch hook (a profiler) is installed; else the full path below.
+            if (not (xp | wp) & (_ALIGN_BYTES - 1) and torch._C._cuda_getDevice() == index
+                    and _RUNTIME_KNOBS.launch_enter_hook is _ENTER_HOOKS and not _ENTER_HOOKS.calls):
+                y = torch.empty_like(x) if like else torch.empty(shape, dtype=out_dtype, device=device)
+                yp = y.data_ptr()
+                launch(grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), *head, xp, xp, wp, yp, yp, *tail)
                 return y
         check_inputs(x, weight, eps)
         self._check_device(x.device)

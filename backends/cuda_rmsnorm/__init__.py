@@ -68,16 +68,24 @@ class CudaRMSNormOp:
         """None when the kernels can run on `device` (building them on first ask), else why not."""
         return _ops.load(torch.device(device))
 
+    # forward and forward_fp32 are _fast written out: at a few rows the eager call is host-bound, and the helper's
+    # frame and its packed arguments are a share of it (issue #23's latency target, 0.7x F.rms_norm).
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        out = _fast(_ops.rms_norm, eps, x, weight, eps, False)
-        if out is not _SLOW:
-            return out
+        call = _ops.rms_norm
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                return call(x, weight, eps, False)
+            except Exception:  # raised again below, through the contract's checks
+                pass
         return self._checked("rms_norm", x, weight, eps, False)
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        out = _fast(_ops.rms_norm, eps, x, weight, eps, True)
-        if out is not _SLOW:
-            return out
+        call = _ops.rms_norm
+        if call is not None and type(eps) is float and not torch.compiler.is_compiling():
+            try:
+                return call(x, weight, eps, True)
+            except Exception:  # raised again below, through the contract's checks
+                pass
         return self._checked("rms_norm", x, weight, eps, True)
 
     __call__ = forward
