@@ -115,6 +115,15 @@ def slowest(junit: Path, n: int = 15) -> list[tuple[str, float]]:
     return sorted(cases, key=lambda kv: -kv[1])[:n]
 
 
+def top_functions(stats: pstats.Stats, n: int = 25) -> list[tuple[str, int, float, float]]:
+    """The n functions with the most time of their own: (name, calls, own seconds, cumulative seconds)."""
+    rows = []
+    for (file, line, name), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if file != "~" else ""
+        rows.append((f"{where}({name})" if where else name, calls, own, cumulative))
+    return sorted(rows, key=lambda r: -r[2])[:n]
+
+
 def timeline(path: Path, began: float, wall: float) -> list[tuple[str, float]]:
     """Where the wall time went, from timeline_plugin.py's events: seconds from `pytest` to each milestone, and
     the workers' time in tests and between them."""
@@ -156,7 +165,8 @@ def timeline(path: Path, began: float, wall: float) -> list[tuple[str, float]]:
 
 
 def render(args: argparse.Namespace, data: dict, status: int, wall: float, suites: dict[str, tuple[int, float]],
-           slow: list[tuple[str, float]], stages: dict[str, float], phases: list[tuple[str, float]] = ()) -> str:
+           slow: list[tuple[str, float]], stages: dict[str, float], phases: list[tuple[str, float]] = (),
+           hottest: list[tuple[str, int, float, float]] = ()) -> str:
     """The run as markdown: verdict and wall time, the time per suite, the slowest tests and the breakdown."""
     checks = data["totals"]["checks"]
     command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
@@ -193,6 +203,11 @@ def render(args: argparse.Namespace, data: dict, status: int, wall: float, suite
         lines += [f"| {stage} | {sec:.1f} | {sec / total:.0%} |"
                   for stage, sec in sorted(stages.items(), key=lambda kv: -kv[1])]
         lines.append("")
+    if hottest:
+        lines += ["The functions with the most time of their own (cProfile):", "",
+                  "| function | calls | own s | cumulative s |", "|---|---|---|---|"]
+        lines += [f"| `{name}` | {calls} | {own:.2f} | {cum:.2f} |" for name, calls, own, cum in hottest]
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -227,6 +242,7 @@ def main() -> None:
             pytest_args += ["-n", str(args.workers)]
         cwd = tmp if args.pyargs else str(ROOT)
         stages: dict[str, float] = {}
+        hottest: list[tuple[str, int, float, float]] = []
         timeline_file = Path(tmp) / "timeline.jsonl"
         began = time.time()
         start = time.perf_counter()
@@ -237,7 +253,9 @@ def main() -> None:
             profiler = cProfile.Profile()
             status = profiler.runcall(pytest.main, pytest_args)
             wall = time.perf_counter() - start
-            stages = breakdown(pstats.Stats(profiler))
+            stats = pstats.Stats(profiler)
+            stages = breakdown(stats)
+            hottest = top_functions(stats)
         else:
             # Each process's start, collection and tests on one clock (timeline_plugin.py).
             env = {**os.environ, "RMSNORM_TIMELINE": str(timeline_file),
@@ -255,7 +273,7 @@ def main() -> None:
         if junit.exists() and args.out:  # every test's time, beside the markdown
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(junit, Path(args.out).with_suffix(".junit.xml"))
-    text = render(args, data, int(status), wall, suites, slow, stages, phases)
+    text = render(args, data, int(status), wall, suites, slow, stages, phases, hottest)
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
