@@ -991,10 +991,10 @@ class TritonRMSNormOp:
         return self.forward(x, weight, eps)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        return self._run(x, weight, eps, fp32_out=False)
+        return self._run(x, weight, eps, False)
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        return self._run(x, weight, eps, fp32_out=True)
+        return self._run(x, weight, eps, True)
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """y = (x32 * inv) * (1 + w32), the offset formed in fp32; not differentiable."""

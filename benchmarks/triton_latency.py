@@ -52,29 +52,39 @@ class _Plan6(NamedTuple):
     tail: tuple
 
 
+def _plan_key6(x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> tuple:
+    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
+            type(eps), eps, fp32_out)
+
+
+_hooks_installed: Any = None  # the module's _launch_hooks_installed (run6_classes sets it)
+
+
+def _launch_plan6(plan: _Plan6, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+    index = plan.device.index
+    xp, wp = x.data_ptr(), weight.data_ptr()
+    if (xp | wp) & 15 or torch._C._cuda_getDevice() != index or _hooks_installed():
+        return None
+    y = torch.empty_like(x) if plan.out_dtype == x.dtype else torch.empty(plan.shape, dtype=plan.out_dtype,
+                                                                          device=plan.device)
+    yp = y.data_ptr()
+    plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
+             None, None, None, xp, xp, wp, yp, yp, *plan.tail)
+    return y
+
+
 def run6_classes(tr: Any, compiled: dict) -> type:
     """Run 6's planned forward (commit 828af60) as a subclass of the current op, its plans derived from the current
     ones and from ``compiled`` (Triton's compiled kernels by function handle)."""
-
-    def plan_key(x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> tuple:
-        return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
-                type(eps), eps, fp32_out)
-
-    def launch_plan(plan: _Plan6, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
-        index = plan.device.index
-        xp, wp = x.data_ptr(), weight.data_ptr()
-        if (xp | wp) & 15 or torch._C._cuda_getDevice() != index or tr._launch_hooks_installed():
-            return None
-        y = torch.empty_like(x) if plan.out_dtype == x.dtype else torch.empty(plan.shape, dtype=plan.out_dtype,
-                                                                              device=plan.device)
-        yp = y.data_ptr()
-        plan.run(plan.grid, 1, 1, torch._C._cuda_getCurrentRawStream(index), plan.function, plan.packed,
-                 None, None, None, xp, xp, wp, yp, yp, *plan.tail)
-        return y
-
+    global _hooks_installed
+    _hooks_installed = tr._launch_hooks_installed
+    plan_key, launch_plan = _plan_key6, _launch_plan6
     plans: dict[tuple, _Plan6] = {}
 
     class Run6TritonOp(tr.TritonRMSNormOp):
+        def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+            return self._run(x, weight, eps, fp32_out=False)
+
         def _run(self, x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> torch.Tensor:
             if torch.compiler.is_compiling():
                 raise RuntimeError("eager only")
