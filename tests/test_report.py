@@ -93,3 +93,25 @@ def test_a_failed_test_without_checks_joins_its_backends_device_row():
     rows = backend_rows(c)
     assert [(r[0], r[1], r[4]) for r in rows] == [("k", "cuda:0", "FAIL")]
     assert "semantics.empty_batch" in rows[0][5]
+
+
+def test_a_summarys_json_record_is_asdicts_without_its_deep_copy():
+    from dataclasses import asdict
+
+    from rmsnorm_conformance.harness.reporting.records import Summary, _summary_dict
+
+    s = Summary("b", "cpu", "bfloat16", "4096", "axis_b.output", checks=3, failures=1, max_abs=float("inf"),
+                max_ulp=7, dims=[4096, 4097], failing_case="c", ulp_hist=[5, 0, 1], dim_margins={"4096": 0.5})
+    record = _summary_dict(s)
+    assert record == asdict(s)
+    record["dims"].append(1)
+    record["dim_margins"]["1"] = 2.0
+    assert s.dims == [4096, 4097] and s.dim_margins == {"4096": 0.5}  # the summary's own lists stay its own
+
+
+def test_progress_reports_are_compact_strict_json_and_the_last_one_is_indented(tmp_path):
+    c = Collector()
+    progress = write_report(c, tmp_path / "p.json", progress=True).read_text()
+    final = write_report(c, tmp_path / "f.json").read_text()
+    assert json.loads(progress) == json.loads(final)
+    assert "\n" not in progress.rstrip("\n") and final.count("\n") > 5

@@ -128,7 +128,7 @@ class Reporter:
         self._write_pending = False
         for path in self.options.reports:
             with contextlib.suppress(OSError):  # checked writable at the start; a full disk must not stop the run
-                write_report(self.collector, path, bench=self.options.bench)
+                write_report(self.collector, path, bench=self.options.bench, progress=True)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown" and report.nodeid in self.running:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -289,7 +289,8 @@ class Collector:
             "totals": {"checks": self.checks, "failed_checks": self.failed_checks,
                        "warned_checks": self.warned_checks, "failed_tests": len(self.failed_tests()),
                        "passed_tests": self.passed_tests, "conformance_tests": self.conformance_tests},
-            "summaries": [_finite_json(asdict(s)) for s in sorted(self.summaries.values(), key=lambda s: s.key)],
+            "summaries": [_finite_json(_summary_dict(s))
+                          for s in sorted(self.summaries.values(), key=lambda s: s.key)],
             "outcomes": self.outcomes,
             "not_run": self.not_run,
             "expected": self.expected,
@@ -366,6 +367,20 @@ def finite_tree(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [finite_tree(v) for v in value]
     return value
+
+
+_SUMMARY_FIELDS = tuple(f.name for f in fields(Summary))
+
+
+def _summary_dict(s: Summary) -> dict[str, Any]:
+    """``dataclasses.asdict(s)`` without its deep copy: a summary's values are numbers and strings, lists of them
+    and one flat dict, copied one level. The report is rendered at every test's start (``reporter.py``), and
+    asdict's copy, element by element in Python, was most of that."""
+    out = {}
+    for name in _SUMMARY_FIELDS:
+        value = getattr(s, name)
+        out[name] = list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
+    return out
 
 
 def _finite_json(record: dict[str, Any]) -> dict[str, Any]:

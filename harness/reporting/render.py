@@ -31,19 +31,23 @@ REPORT_SUFFIXES = (".md", ".markdown", ".json")
 
 
 def render_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None = None,
-                  pictures: Pictures | None = None) -> str:
+                  pictures: Pictures | None = None, progress: bool = False) -> str:
     """The text of the report for ``path``: strict JSON for ``.json``, markdown otherwise. ``bench`` is a
-    benchmark JSON's data for the speed columns of "Pick a kernel"; ``pictures`` what was drawn beside it."""
+    benchmark JSON's data for the speed columns of "Pick a kernel"; ``pictures`` what was drawn beside it.
+    A ``progress`` report (rewritten as each test starts, the last one only if the run dies) is compact JSON:
+    Python's C encoder writes that, its pure-Python one any indented JSON, several times slower."""
     if Path(path).suffix == ".json":
         data = c.to_json()
         # Derived: from_json and merge read the records, not this.
         data["pick"] = finite_tree(pick_json(labelled(c), bench))
+        if progress:
+            return json.dumps(data, allow_nan=False, separators=(",", ":")) + "\n"
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
     return render_markdown(c, bench=bench, pictures=pictures)
 
 
 def write_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None = None,
-                 plots: bool = False) -> Path:
+                 plots: bool = False, progress: bool = False) -> Path:
     """Write the report atomically (a temporary file beside it, then a rename), so that a reader, or a run killed
     mid-write, never sees half a report. With ``plots``, a markdown report's pictures are drawn beside it first
     (the run's last write only: drawing takes seconds, and the report is rewritten as every test starts)."""
@@ -55,7 +59,7 @@ def write_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None
             pictures = draw_pictures(labelled(c), bench, path.parent, path.stem)
         except Exception as exc:  # draw never raises by design; the report must not depend on that
             pictures = Pictures(notes=[f"Pictures were not drawn: {type(exc).__name__}: {exc}."])
-    text = render_report(c, path, bench=bench, pictures=pictures)
+    text = render_report(c, path, bench=bench, pictures=pictures, progress=progress)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
