@@ -7,6 +7,7 @@ ones that exercise tail masking.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -60,6 +61,10 @@ def _check_positive(name: str, value: int) -> None:
         raise ValueError(f"{name}={value} must be at least 1")
 
 
+# The strategy constructors below are cached: a composite that builds its strategies at every draw makes new
+# objects that Hypothesis validates and labels again each time (about a fifth of a zoo run's time went there,
+# in Hypothesis' recursive_property). The same arguments give the same strategy, and so the same draws.
+@functools.cache
 def dims(*, max_dim: int = MAX_DIM) -> st.SearchStrategy[int]:
     """A last dim: 4096 and 128 each about a quarter of the time, edge dims, anything up to ``max_dim``."""
     _check_positive("max_dim", max_dim)
@@ -68,6 +73,7 @@ def dims(*, max_dim: int = MAX_DIM) -> st.SearchStrategy[int]:
     return st.one_of(*(st.just(d) for d in targets), st.sampled_from(edges), st.integers(1, max_dim))
 
 
+@functools.lru_cache(maxsize=4096)
 def row_counts(*, max_rows: int, min_rows: int = 1) -> st.SearchStrategy[int]:
     """A row count in [min_rows, max_rows]: a third below 16, a third edge counts, a third anything."""
     _check_positive("max_rows", max_rows)
@@ -78,6 +84,7 @@ def row_counts(*, max_rows: int, min_rows: int = 1) -> st.SearchStrategy[int]:
     return st.one_of(small, st.sampled_from(edges), st.integers(min_rows, max_rows))
 
 
+@functools.cache
 def epsilons() -> st.SearchStrategy[float]:
     """eps from 1e-12 to 0.5: the common 1e-6 and 1e-5, and mantissa * 10^exponent otherwise."""
     drawn = st.builds(lambda m, e: float(f"{m}e{e}"), st.sampled_from((1, 2.5, 5)), st.integers(-12, -1))
@@ -88,6 +95,7 @@ def max_rows_for(dim: int, max_elements: int) -> int:
     return max(1, max_elements // dim)
 
 
+@functools.cache
 def weight_layouts() -> st.SearchStrategy[str]:
     """Contiguous half the time (the simplest, where shrinking goes), else a strided view or an offset slice."""
     return st.one_of(st.just(WEIGHT_LAYOUTS[0]), st.sampled_from(WEIGHT_LAYOUTS[1:]))
@@ -97,7 +105,12 @@ def entry_points(entries: Sequence[str]) -> st.SearchStrategy[str]:
     """One of the backend's entry points, shrinking toward the first (``forward``)."""
     if not entries:
         raise ValueError("entries=() names no entry point; a backend always has 'forward'")
-    return st.sampled_from(tuple(entries))
+    return _entry_points(tuple(entries))
+
+
+@functools.cache
+def _entry_points(entries: tuple[str, ...]) -> st.SearchStrategy[str]:
+    return st.sampled_from(entries)
 
 
 @st.composite
@@ -155,6 +168,26 @@ def _misaligned_dims(dtype: str) -> list[int]:
     return [d for d in EDGE_DIMS if (d * size) % 16 and d >= 7]
 
 
+@functools.cache
+def _slice_dims(dtype: str) -> st.SearchStrategy[int]:
+    return st.one_of(dims(), st.sampled_from(_misaligned_dims(dtype)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lengths_to(rest: int) -> st.SearchStrategy[int]:
+    """A slice's length: any count up to ``rest``, or all of it (``x[a:]``)."""
+    return st.one_of(row_counts(max_rows=rest), st.just(rest))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pad_before(room: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.just(0), row_counts(max_rows=room))
+
+
+_VIEW_OR_COPY = st.one_of(st.booleans(), st.just(True))
+_GRADIENT_VALUES = st.one_of(st.sampled_from(("normal", "outliers", "mixed_rows", "zero_rows")), st.just("mixed_rows"))
+
+
 @st.composite
 def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
                 entries: Sequence[str] = FORWARD_ONLY) -> SliceCase:
@@ -166,11 +199,11 @@ def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_
     to the end of the batch (``x[a:]``, as chunked prefill continues a prefix): a changed reduction order
     shows in a given row's bits only about half the time, and every row of a long slice is another chance.
     """
-    dim = draw(st.one_of(dims(), st.sampled_from(_misaligned_dims(dtype))))
+    dim = draw(_slice_dims(dtype))
     b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, dim=dim, any_weight_layout=True))
     start = draw(st.integers(1, b.rows - 1))
-    length = draw(st.one_of(row_counts(max_rows=b.rows - start), st.just(b.rows - start)))
-    return SliceCase(b, start, length, as_view=draw(st.one_of(st.booleans(), st.just(True))),
+    length = draw(_lengths_to(b.rows - start))
+    return SliceCase(b, start, length, as_view=draw(_VIEW_OR_COPY),
                      entry=draw(entry_points(entries)))
 
 
@@ -179,7 +212,7 @@ def padding_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MA
                   entries: Sequence[str] = FORWARD_ONLY) -> PaddingCase:
     b = draw(batches(dtype=dtype, max_elements=max_elements, any_weight_layout=True))
     room = max(1, max_rows_for(b.dim, max_elements) - b.rows)
-    before = draw(st.one_of(st.just(0), row_counts(max_rows=room)))
+    before = draw(_pad_before(room))
     after = draw(row_counts(max_rows=room)) if before == 0 else draw(st.integers(0, room))
     return PaddingCase(b, before, after, content=draw(st.sampled_from(PAD_CONTENTS)),
                        entry=draw(entry_points(entries)))
@@ -269,8 +302,7 @@ def gradient_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_M
     order rstd, cancel there; a backward that rounds them before adding them fails only on such rows.
     ``length`` (the sub-batch whose dx must not change) is drawn as in :func:`batch_size_cases`.
     """
-    values = draw(st.one_of(st.sampled_from(("normal", "outliers", "mixed_rows", "zero_rows")),
-                            st.just("mixed_rows")))
+    values = draw(_GRADIENT_VALUES)
     b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values=values))
     b = _widened(draw, b, max_elements)
     return GradientCase(b, draw(row_counts(max_rows=b.rows - 1)))
