@@ -9,10 +9,11 @@ directory, environment, ``sys.path`` (the working directory and PYTHONPATH first
 stdout and stderr, arguments and a reseeded ``random``. The child is still a process of its own: a crash, a hang,
 ``os._exit`` or a signal ends it alone, and its exit status is reported as ``subprocess`` reports it.
 
-Anything the server's imports could have read differently at start-up is not forked: a command whose environment
-differs from the server's in a variable that Python, torch or its thread pools read at start-up starts a
-fresh interpreter, as does any command that is not ``python -mpytest``, and any test marked
-``fresh_interpreter`` (one that checks what a fresh interpreter imports).
+Nothing the server's imports read at start-up may differ: a command whose environment differs from this process's
+in a variable that Python, torch or its thread pools read at start-up starts a fresh interpreter, and a server
+started before this process changed such a variable is replaced by one started with the new value. So does any
+command that is not ``python -mpytest``, and any test marked ``fresh_interpreter`` (one that checks what a fresh
+interpreter imports).
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ for line in requests:
 """
 
 
+def _read_at_start(env: Any) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START) and k not in _APPLIED_IN_CHILD}
+
+
 class ForkServer:
     """One server per test process, started on first use; one command at a time."""
 
@@ -74,14 +79,15 @@ class ForkServer:
         self._process: subprocess.Popen | None = None
         self._env: dict[str, str] = {}
 
-    def forkable(self, cmdargs: tuple[str, ...], env: dict[str, str]) -> bool:
-        if tuple(cmdargs[:2]) != (sys.executable, "-mpytest"):
-            return False
-        reference = self._env if self._process is not None else dict(os.environ)
-        keys = {k for k in (*env, *reference) if k.startswith(_READ_AT_START) and k not in _APPLIED_IN_CHILD}
-        return all(env.get(k) == reference.get(k) for k in keys)
+    @staticmethod
+    def forkable(cmdargs: tuple[str, ...], env: dict[str, str]) -> bool:
+        """A ``python -mpytest`` command whose environment reads, at start-up, as this process's does (the
+        server is started, or started again, with this process's environment)."""
+        return tuple(cmdargs[:2]) == (sys.executable, "-mpytest") and _read_at_start(env) == _read_at_start(os.environ)
 
     def start(self, cmdargs: tuple[str, ...], env: dict[str, str], stdout: Any, stderr: Any) -> ForkedProcess:
+        if self._process is not None and _read_at_start(self._env) != _read_at_start(os.environ):
+            self.close()  # a test changed what the server's imports read: a new server, with the new values
         if self._process is None or self._process.poll() is not None:
             read, write = os.pipe()
             self._env = dict(os.environ)
@@ -100,6 +106,9 @@ class ForkServer:
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        if self._process is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._replies)
 
 
 class ForkedProcess:

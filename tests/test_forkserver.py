@@ -55,3 +55,12 @@ def test_what_python_or_torch_read_at_start_up_is_never_forked(monkeypatch):
     for name, value in (("OMP_NUM_THREADS", "7"), ("TORCH_LOGS", "dynamo"), ("PYTHONHASHSEED", "3")):
         assert not server.forkable(command, {**env, name: value}), name
     assert server.forkable(command, {**env, "PYTHONPATH": "elsewhere", "CI": "true"})
+
+
+def test_a_variable_read_at_start_up_changed_in_this_process_gets_a_new_server(pytester, monkeypatch):
+    pytester.makepyfile(test_probe=PROBE)
+    monkeypatch.setenv("FORK_PROBE", "yes")
+    assert pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == 0  # a server exists now
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*FORKED: True*"])
