@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -231,11 +228,11 @@ def test_a_planted_bug_in_each_shape_fails_with_its_rule_and_a_replay_that_repro
     replays = {line.split("replay: ", 1)[1] for line in out.splitlines() if line.startswith("  replay: pytest")}
     assert len(replays) == 4, replays
     for replay in (r for r in replays if "RMSNormBad" in r or "userlib" in r):
-        again = subprocess.run([sys.executable, "-m", *shlex.split(replay), "-p", "no:cacheprovider"],
-                               cwd=user.path, capture_output=True, text=True,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
-        assert again.returncode == 1, again.stdout[-3000:]
-        assert "contract rule axis_a.batch_size (batch size) broken" in again.stdout
+        command = shlex.split(replay)
+        assert command[0] == "pytest", replay
+        again = user.runpytest_subprocess(*command[1:], "-p", "no:cacheprovider")
+        assert again.ret == 1, again.stdout.str()[-3000:]
+        assert "contract rule axis_a.batch_size (batch size) broken" in again.stdout.str()
 
 
 def test_an_op_is_held_to_opcheck_as_an_interface_rule(user):
