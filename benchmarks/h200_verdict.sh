@@ -2,11 +2,14 @@
 # Time to verdict on one GPU (the target: one backend, one H200, -n 8, default sweep, <= 60 s from `pytest` to
 # the verdict, cold start included), from the built wheel in an empty folder, as a kernel author runs it:
 #   OUT=reports/h200/verdict bash benchmarks/h200_verdict.sh [stage ...]
-# stages: triton cuda native (one backend each, default sweep, -n 8), cuda-cold (cuda after the extension's build
-# cache is cleared: the first run on a machine), rl (README's RL command: native, Triton,
+# stages: triton cuda native (one backend each, default sweep, -n 8), cuda-cold / triton-cold (that backend after
+# the extension's build cache, Inductor's and Triton's caches are cleared: a machine's first run), rl (README's RL command: native, Triton,
 # CUDA and Liger-Kernel, two parity pairs, --modes=compile,cudagraph, -n 8; at most RL_LIMIT seconds), profile
 # (PROFILE_SUITE's tests matching PROFILE_K, bf16, in one process under cProfile), modes (a kernel whose
-# torch.compile path reduces in another order, under the default gate). Wheels in .whl/ (Liger-Kernel) are
+# torch.compile path reduces in another order, under the default gate), rl-start (cProfile of the RL command's
+# controller, with every test deselected: its own start and its workers' collection), compile-cost (one static
+# torch.compile of CUDA's and Triton's forward a shape: benchmarks/compile_cost.py). VERDICT_TAG is added to each
+# stage's file names (an A/B in one call). Wheels in .whl/ (Liger-Kernel) are
 # installed beside the package first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,13 +33,28 @@ T=benchmarks/harness_throughput.py
 for stage in ${*:-triton cuda native profile modes}; do
   start=$(date +%s)
   case $stage in
-    cuda-cold)
-      rm -rf ~/.cache/torch_extensions
-      timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=cuda --device=cuda \
-        --workers="$WORKERS" --out "$OUT/cuda-cold${RMSNORM_CONFORMANCE_WARM_UP:+-warm-up-$RMSNORM_CONFORMANCE_WARM_UP}.md" ;;
+    cuda-cold|triton-cold)
+      rm -rf ~/.cache/torch_extensions ~/.triton/cache "${TMPDIR:-/tmp}/torchinductor_$(id -un)"
+      timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend="${stage%-cold}" --device=cuda \
+        --workers="$WORKERS" \
+        --out "$OUT/$stage${RMSNORM_CONFORMANCE_WARM_UP:+-warm-up-$RMSNORM_CONFORMANCE_WARM_UP}${VERDICT_TAG:-}.md" ;;
     triton|cuda|native)
       timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=$stage --device=cuda \
-        --workers="$WORKERS" --out "$OUT/$stage.md" ;;
+        --workers="$WORKERS" --out "$OUT/$stage${VERDICT_TAG:-}.md" ;;
+    rl-start)
+      (cd "$(mktemp -d)" && timeout -s INT "${VERDICT_LIMIT:-300}" python3 -X importtime -m cProfile \
+        -o "$OUT/rl-start${VERDICT_TAG:-}.prof" -m pytest --pyargs rmsnorm_conformance.suites \
+        --backend=native,triton,cuda,liger --device=cuda -n "$WORKERS" -p no:cacheprovider -q \
+        --require-parity=triton:cuda --require-parity=native@cpu:native@cuda --modes=compile,cudagraph \
+        -k no_test_has_this_name 2> "$OUT/rl-start-importtime${VERDICT_TAG:-}.txt" | tail -3)
+      python3 -c "import pstats, sys; s = pstats.Stats(sys.argv[1]); s.sort_stats('cumulative').print_stats(60)" \
+        "$OUT/rl-start${VERDICT_TAG:-}.prof" > "$OUT/rl-start${VERDICT_TAG:-}.txt" ;;
+    compile-cost)
+      for backend in cuda triton; do
+        rm -rf ~/.triton/cache "${TMPDIR:-/tmp}/torchinductor_$(id -un)"
+        (cd "$(mktemp -d)" && timeout -s INT "${VERDICT_LIMIT:-300}" python3 "$OLDPWD/benchmarks/compile_cost.py" \
+          --backend=$backend --device=cuda --profile) > "$OUT/compile-cost-$backend${VERDICT_TAG:-}.txt" 2>&1
+      done ;;
     rl)
       # The run's own --deadline ends it with a report (INCOMPLETE, naming what did not run) before the timeout.
       timeout -s INT "${RL_LIMIT:-300}" python3 $T --pyargs --backend=native,triton,cuda,liger --device=cuda \
