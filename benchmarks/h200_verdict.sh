@@ -2,15 +2,21 @@
 # Time to verdict on one GPU (the target: one backend, one H200, -n 8, default sweep, <= 60 s from `pytest` to
 # the verdict, cold start included), from the built wheel in an empty folder, as a kernel author runs it:
 #   OUT=reports/h200/verdict bash benchmarks/h200_verdict.sh [stage ...]
-# stages: triton cuda native (one backend each, default sweep, -n 8), cuda-cold / triton-cold (that backend after
-# the extension's build cache, Inductor's and Triton's caches are cleared: a machine's first run), rl (README's RL command: native, Triton,
-# CUDA and Liger-Kernel, two parity pairs, --modes=compile,cudagraph, -n 8; at most RL_LIMIT seconds), profile
-# (PROFILE_SUITE's tests matching PROFILE_K, bf16, in one process under cProfile), modes (a kernel whose
-# torch.compile path reduces in another order, under the default gate), rl-start (cProfile of the RL command's
-# controller, with every test deselected: its own start and its workers' collection), compile-cost (one static
-# torch.compile of CUDA's and Triton's forward a shape: benchmarks/compile_cost.py). VERDICT_TAG is added to each
-# stage's file names (an A/B in one call). Wheels in .whl/ (Liger-Kernel) are
-# installed beside the package first.
+# stages:
+#   triton, cuda, native      one backend each, default sweep, -n 8
+#   cuda-cold, triton-cold    that backend after the extension's build cache, Inductor's and Triton's caches are
+#                             cleared: a machine's first run
+#   rl                        README's RL command: native, Triton, CUDA and Liger-Kernel, two parity pairs,
+#                             --modes=compile,cudagraph, -n 8; at most RL_LIMIT seconds
+#   profile                   PROFILE_SUITE's tests matching PROFILE_K, bf16, in one process under cProfile
+#   modes                     a kernel whose torch.compile path reduces in another order, under the default gate
+#   rl-start                  cProfile of the RL command's controller with every test deselected: its own start
+#                             and its workers' collection
+#   compile-cost              one static torch.compile of CUDA's and Triton's forward a shape (compile_cost.py)
+#   bytecode                  the stages after it run with site-packages' bytecode compiled once into a cache, as
+#                             pip install leaves it
+# VERDICT_TAG is added to each stage's file names (an A/B in one call). Wheels in .whl/ (Liger-Kernel) are installed
+# beside the package first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-reports/h200/verdict}
@@ -49,6 +55,15 @@ for stage in ${*:-triton cuda native profile modes}; do
         -k no_test_has_this_name 2> "$OUT/rl-start-importtime${VERDICT_TAG:-}.txt" | tail -3)
       python3 -c "import pstats, sys; s = pstats.Stats(sys.argv[1]); s.sort_stats('cumulative').print_stats(60)" \
         "$OUT/rl-start${VERDICT_TAG:-}.prof" > "$OUT/rl-start${VERDICT_TAG:-}.txt" ;;
+    bytecode)
+      # What pip install leaves beside every module and this machine's Python environment lacks (and, with
+      # PYTHONDONTWRITEBYTECODE, never writes): the bytecode of site-packages, compiled once into a cache here,
+      # so that the stages after this one start as on a machine where torch was installed with pip.
+      export PYTHONPYCACHEPREFIX="${TMPDIR:-/tmp}/rmsnorm-pycache"
+      unset PYTHONDONTWRITEBYTECODE
+      python3 -m compileall -q -j 0 "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+        ${PYTHONPATH:+"${PYTHONPATH%%:*}"} > /dev/null
+      VERDICT_TAG="${VERDICT_TAG:-}-bytecode" ;;
     compile-cost)
       for backend in cuda triton; do
         rm -rf ~/.triton/cache "${TMPDIR:-/tmp}/torchinductor_$(id -un)"

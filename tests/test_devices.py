@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -61,32 +59,3 @@ def test_xdist_workers_share_the_cores_unless_the_user_chose():
     assert worker_cpu_threads({"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "4"}, cores=2) == 1
     assert worker_cpu_threads({"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "2",
                                "OMP_NUM_THREADS": "3"}, cores=8) is None
-
-
-def test_xdist_workers_compile_in_process_unless_the_user_chose():
-    from rmsnorm_conformance.harness.running.devices import worker_compile_threads
-
-    assert worker_compile_threads({}) is None  # one process: Inductor's own pool
-    assert worker_compile_threads({"PYTEST_XDIST_WORKER": "gw3", "PYTEST_XDIST_WORKER_COUNT": "8"}) == 1
-    assert worker_compile_threads({"PYTEST_XDIST_WORKER": "gw0", "TORCHINDUCTOR_COMPILE_THREADS": "4"}) is None
-
-
-def test_a_worker_tells_inductor_to_compile_in_process(monkeypatch):
-    """The variable for the processes to come, and Inductor's config where it was read already."""
-    import sys
-
-    import torch._inductor.config as inductor_config
-
-    from rmsnorm_conformance.harness.plugin.options import _share_compile_threads
-
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
-    monkeypatch.setattr(inductor_config, "compile_threads", 7)
-    assert "torch._inductor.config" in sys.modules
-    _share_compile_threads()
-    assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
-    assert inductor_config.compile_threads == 1
-    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "5")  # the user's choice stands
-    monkeypatch.setattr(inductor_config, "compile_threads", 5)
-    _share_compile_threads()
-    assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "5" and inductor_config.compile_threads == 5

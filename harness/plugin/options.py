@@ -35,10 +35,8 @@ from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
 from rmsnorm_conformance.harness.running.adapters import adapted_notes
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
 from rmsnorm_conformance.harness.running.devices import (
-    COMPILE_THREADS,
     device_unavailable_reason,
     parse_device_option,
-    worker_compile_threads,
     worker_cpu_threads,
 )
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
@@ -101,7 +99,6 @@ def resolve(config: pytest.Config) -> RunOptions:
     threads = worker_cpu_threads()
     if threads is not None:  # before any backend call: the global-state snapshots start from this
         torch.set_num_threads(threads)
-    _share_compile_threads()
     devices = _resolve_devices(config.getoption("--device"))
     reports = tuple(config.getoption("--report"))
     _check_reports(reports)
@@ -133,17 +130,6 @@ def resolve(config: pytest.Config) -> RunOptions:
         parity_pairs=tuple(_resolve_parity(backends, devices, config.getoption("--require-parity"),
                                            config.getoption("--modes"))),
         bench=bench, not_run=tuple(not_run), mode_sample=sample_on(config.getoption("--modes")))
-
-
-def _share_compile_threads() -> None:
-    """Inductor compiles in the worker itself under pytest-xdist (``devices.worker_compile_threads`` says why): its
-    variable for the backends' own processes, and its config where a backend's import has read it already."""
-    compile_threads = worker_compile_threads()
-    if compile_threads is None:
-        return
-    os.environ[COMPILE_THREADS] = str(compile_threads)
-    if "torch._inductor.config" in sys.modules:
-        sys.modules["torch._inductor.config"].compile_threads = compile_threads
 
 
 def _resolve_devices(option: str | None) -> tuple[torch.device, ...]:

@@ -100,20 +100,3 @@ def worker_cpu_threads(environ: Mapping[str, str] | None = None, cores: int | No
         return None
     workers = max(1, int(env.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
     return max(1, (cores if cores is not None else (os.cpu_count() or 1)) // workers)
-
-
-# Inductor's own variable for the processes that compile its generated code.
-COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
-
-
-def worker_compile_threads(environ: Mapping[str, str] | None = None) -> int | None:
-    """The processes Inductor may start to compile generated code, for one pytest-xdist worker: none of its own
-    (1: it compiles in the worker). By default Inductor starts a pool of one process per core (up to 32) at a
-    process's first ``torch.compile``, each importing torch: under ``-n 8`` on 16 cores, eight pools of sixteen,
-    started while the other workers run their tests. The workers are the parallelism already. None outside xdist,
-    or where the user chose (``TORCHINDUCTOR_COMPILE_THREADS``). Where the compiling happens changes no generated
-    code."""
-    env: Mapping[str, str] = os.environ if environ is None else environ
-    if "PYTEST_XDIST_WORKER" not in env or env.get(COMPILE_THREADS):
-        return None
-    return 1
