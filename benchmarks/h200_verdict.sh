@@ -73,7 +73,7 @@ for stage in ${*:-triton cuda native profile modes}; do
     rl)
       # The run's own --deadline ends it with a report (INCOMPLETE, naming what did not run) before the timeout.
       timeout -s INT "${RL_LIMIT:-300}" python3 $T --pyargs --backend=native,triton,cuda,liger --device=cuda \
-        --workers="$WORKERS" --out "$OUT/rl.md" -- --require-parity=triton:cuda \
+        --workers="$WORKERS" --out "$OUT/rl${VERDICT_TAG:-}.md" -- --require-parity=triton:cuda \
         --require-parity=native@cpu:native@cuda --modes=compile,cudagraph --deadline=$(( ${RL_LIMIT:-300} - 40 )) ;;
     profile)
       timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=triton --device=cuda --breakdown \
