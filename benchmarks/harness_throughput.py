@@ -157,6 +157,10 @@ def timeline(path: Path, began: float, wall: float) -> list[tuple[str, float]]:
         ("the first test began (latest worker)", max(firsts)),
         ("the first worker ran out of tests", min(lasts)),
         ("the last test ended", max(lasts)),
+        ("the last worker ended its session", max(at(es, "session end", last=True) for es in testers.values())),
+        ("the controller ended its session (its workers gone)",
+         at(controller, "session end", last=True) if controller and controller is not testers.get("controller")
+         else float("nan")),
         ("the verdict (the process ended)", wall),
         (f"in tests, summed over {len(testers)} processes", busy),
         ("between tests, summed (from each one's first test to its last)", span - busy),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from rmsnorm_conformance.harness.running import warm_up
@@ -35,3 +36,56 @@ def test_stop_ends_a_warm_up_still_running():
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     warm_up.stop([sleeper])
     assert sleeper.poll() is not None
+
+
+def test_early_targets_come_from_the_options_as_typed_where_a_gpu_driver_is_present(tmp_path):
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    nodes = [str(node)]
+    assert warm_up.early_targets(None, None, ["native", "cuda"], nodes) == (["native", "cuda"], ["cuda"])
+    assert warm_up.early_targets("cuda,triton", "all", [], nodes) == (["cuda", "triton"], ["cuda"])
+    assert warm_up.early_targets("cuda", "cpu,cuda:1,cuda:0", [], nodes) == (["cuda"], ["cuda:1"])
+    assert warm_up.early_targets("cuda", "cpu", [], nodes) == ([], [])  # the CPU only: nothing builds for it
+    # No GPU driver's device node: a CPU-only machine (or a GPU named on one) gets no warm-up process.
+    assert warm_up.early_targets("cuda", "cuda", [], [str(tmp_path / "absent")]) == ([], [])
+
+
+def test_the_early_start_spawns_the_same_quiet_probe(monkeypatch, tmp_path):
+    node = tmp_path / "kfd"
+    node.touch()
+    monkeypatch.setattr(warm_up, "GPU_NODES", (str(node),))
+    processes = warm_up.start_early("cuda", "meta", [])
+    assert [p.args[-2:] for p in processes] == [["cuda", "meta"]]
+    assert processes[0].wait(timeout=120) == 1
+    monkeypatch.setenv(warm_up.SWITCH, "0")
+    assert warm_up.start_early("cuda", "meta", []) == []
+
+
+@pytest.mark.fresh_interpreter  # a process forked from one that imported torch would not show when it imports it
+def test_the_controller_starts_the_warm_up_before_it_imports_torch(pytester, monkeypatch, tmp_path):
+    """Under -n, the plugin's configure starts the probe from the options as typed, and torch is not yet imported
+    then: the build overlaps the controller's own start."""
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    pytester.makeconftest(f"""
+import sys
+from rmsnorm_conformance.harness.running import warm_up
+
+warm_up.GPU_NODES = ({str(node)!r},)
+seen = []
+real = warm_up._spawn
+
+def spy(specs, devices):
+    seen.append(("torch" in sys.modules, specs, devices))
+    return []
+
+warm_up._spawn = spy
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        print("SPAWNED", seen)
+""")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", "-s", "--backend=native",
+                                           "--device=cuda:0", "--co")
+    assert "SPAWNED [(False, ['native'], ['cuda:0'])" in result.stdout.str(), result.stdout.str()

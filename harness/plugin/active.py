@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
+from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
 from rmsnorm_conformance.harness.plugin.options import WORKER_RUN_ENDS_AT, RunOptions, resolve
 from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY
 from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
@@ -46,8 +46,6 @@ WORKER_HANGS = "rmsnorm_conformance_hangs"
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
-# pytest-xdist's controller: the backends' preparation it started while the workers start (warm_up.py).
-WARM_UPS = pytest.StashKey[list[subprocess.Popen]]()
 
 
 def run_options(config: pytest.Config) -> RunOptions:
@@ -70,7 +68,8 @@ def run_options(config: pytest.Config) -> RunOptions:
             config.pluginmanager.register(reporter, "rmsnorm-conformance-reporter")
             config.pluginmanager.register(CiOutput(reporter), "rmsnorm-conformance-ci-output")
             isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
-            if getattr(config.option, "numprocesses", None) and not options.replay_case:
+            if getattr(config.option, "numprocesses", None) and not options.replay_case \
+                    and WARM_UPS not in config.stash:  # not started early (plugin/hooks.py)
                 config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices)
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))

@@ -26,12 +26,16 @@ from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
 if TYPE_CHECKING:
+    import subprocess
+
     from rmsnorm_conformance.harness.checking.checks import Subject
     from rmsnorm_conformance.harness.plugin.active import Parity
     from rmsnorm_conformance.harness.plugin.options import RunOptions
 
 # The name the run's hooks (active.py) are registered under once the run is a conformance run.
 ACTIVE = "rmsnorm-conformance-run"
+# pytest-xdist's controller: the backends' preparation it started while the workers start (running/warm_up.py).
+WARM_UPS = pytest.StashKey[list["subprocess.Popen"]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -113,7 +117,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance(rules): a contract check run once per (backend, device, dtype)")
     config.pluginmanager.register(DeviceLossGuard(config), "rmsnorm-conformance-device-loss")
     if explicit(config) or targets_suites(config):
+        _warm_up_early(config)
         activate(config)
+
+
+def _warm_up_early(config: pytest.Config) -> None:
+    """pytest-xdist's controller starts the backends' warm-up from the options as typed, before it imports torch
+    (running/warm_up.py); where it cannot tell from them, it starts it once the options are resolved."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) \
+            or config.getoption("--replay"):
+        return
+    from rmsnorm_conformance.harness.running import warm_up
+    from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS
+
+    processes = warm_up.start_early(config.getoption("--backend"), config.getoption("--device"), BUILTIN_BACKENDS)
+    if processes:
+        config.stash[WARM_UPS] = processes
 
 
 def activate(config: pytest.Config) -> RunOptions:

@@ -11,6 +11,10 @@ Nothing here decides anything: the workers still ask every backend themselves an
 warm-up that fails, hangs or is still running at the end of the run changes no verdict; it is stopped when the
 run ends. CPU devices are left out: no backend of this project builds for them, and a CPU-only machine has no
 core to spare. ``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off (``benchmarks/h200_verdict.sh`` times both).
+
+It starts as early as it can: at the controller's configure, before the controller imports torch (2-4 s), from
+the options as typed (``start_early``), where they name the backends' devices or this machine has a GPU's device
+node. Otherwise the controller starts it once its options are resolved (``start``). This module imports no torch.
 """
 
 from __future__ import annotations
@@ -22,27 +26,59 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-import torch
-
 _MODULE = "rmsnorm_conformance.harness.running.warm_up"
 SWITCH = "RMSNORM_CONFORMANCE_WARM_UP"
+# The device nodes of a GPU driver (NVIDIA's, and ROCm's, whose GPUs torch calls cuda): without one, no
+# accelerator can be there, and a warm-up would only spend a core.
+GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
 
 
-def start(backends: Iterable[Any], devices: Iterable[torch.device]) -> list[subprocess.Popen]:
+def start(backends: Iterable[Any], devices: Iterable[Any]) -> list[subprocess.Popen]:
     """One quiet process per (backend, non-CPU device type) that asks the backend whether it can run there."""
-    if os.environ.get(SWITCH) == "0":
-        return []
-    firsts: dict[str, torch.device] = {}
+    firsts: dict[str, str] = {}
     for device in devices:
         if device.type != "cpu":
-            firsts.setdefault(device.type, device)
+            firsts.setdefault(device.type, str(device))
+    return _spawn([backend.spec for backend in backends], list(firsts.values()))
+
+
+def early_targets(backend_option: str | None, device_option: str | None, default_backends: Iterable[str],
+                  gpu_nodes: Iterable[str] = GPU_NODES) -> tuple[list[str], list[str]]:
+    """The backend specs and non-CPU devices a warm-up can be started for from the options as typed, before
+    torch is imported: none where no GPU driver's device node exists (a CPU-only machine, or a GPU named on one:
+    the run's own options check says so). The default devices and ``all`` mean this machine's GPU."""
+    from rmsnorm_conformance.harness.running.registry import parse_backend_option
+
+    if not any(os.path.exists(node) for node in gpu_nodes):
+        return [], []
+    items = [part.strip() for part in (device_option or "").split(",") if part.strip()]
+    devices: dict[str, str] = {}
+    for item in items or ["all"]:
+        item = "cuda" if item == "all" else item
+        kind = item.split(":", 1)[0]
+        if kind != "cpu":
+            devices.setdefault(kind, item)
+    specs = parse_backend_option(backend_option) if backend_option else list(default_backends)
+    return (specs, list(devices.values())) if devices else ([], [])
+
+
+def start_early(backend_option: str | None, device_option: str | None,
+                default_backends: Iterable[str]) -> list[subprocess.Popen]:
+    """``start`` from the options as typed (``early_targets``): the warm-up overlaps the controller's own start."""
+    specs, devices = early_targets(backend_option, device_option, default_backends, GPU_NODES)
+    return _spawn(specs, devices)
+
+
+def _spawn(specs: list[str], devices: list[str]) -> list[subprocess.Popen]:
+    if os.environ.get(SWITCH) == "0":
+        return []
     processes = []
-    for backend in backends:
-        for device in firsts.values():
+    for spec in specs:
+        for device in devices:
             # No process to spare (OSError): the workers prepare the backend themselves, as without this.
             with contextlib.suppress(OSError):
                 processes.append(subprocess.Popen(
-                    [sys.executable, "-m", _MODULE, backend.spec, str(device)],
+                    [sys.executable, "-m", _MODULE, spec, device],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return processes
 
@@ -56,6 +92,8 @@ def stop(processes: Iterable[subprocess.Popen]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    import torch
+
     from rmsnorm_conformance.harness.running.registry import load_backend
 
     spec, device = argv
