@@ -13,6 +13,14 @@ from rmsnorm_conformance.harness.running import warm_up
 from rmsnorm_conformance.harness.running.registry import load_backend
 
 
+def test_only_backends_whose_probe_may_build_are_warmed_up():
+    assert warm_up.worth_warming("cuda")  # builds its operator library in its probe
+    assert not warm_up.worth_warming("native") and not warm_up.worth_warming("triton")
+    assert not warm_up.worth_warming("liger")  # a shipped adapter: it only imports
+    assert warm_up.worth_warming("my_pkg.kernels:MyNorm")  # a user's backend may build in its probe
+    assert warm_up.start([load_backend("native"), load_backend("triton")], [torch.device("meta")]) == []
+
+
 def test_cpu_devices_get_no_warm_up_process():
     assert warm_up.start([load_backend("native")], [torch.device("cpu")]) == []
 
@@ -54,7 +62,7 @@ def test_the_early_start_spawns_the_same_quiet_probe(monkeypatch, tmp_path):
     node = tmp_path / "kfd"
     node.touch()
     monkeypatch.setattr(warm_up, "GPU_NODES", (str(node),))
-    processes = warm_up.start_early("cuda", "meta", [])
+    processes = warm_up.start_early("native,cuda", "meta", [])
     assert [p.args[-2:] for p in processes] == [["cuda", "meta"]]
     assert processes[0].wait(timeout=120) == 1
     monkeypatch.setenv(warm_up.SWITCH, "0")

@@ -238,9 +238,9 @@ class CiOutput:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self._ran() or os.environ.get("GITHUB_ACTIONS") != "true":
             return
-        from rmsnorm_conformance.harness.running.registry import _entry_point_paths
+        from rmsnorm_conformance.harness.running.registry import entry_point_paths
 
-        paths = _entry_point_paths()
+        paths = entry_point_paths()
         locations = {b.name: source_location(b.spec, paths) for b in self.reporter.options.backends}
         for line in workflow_annotations(self.reporter.collector, locations):
             terminalreporter.write_line(line)

@@ -76,14 +76,15 @@ def instantiate(obj: Any) -> Any:
 
 
 @functools.cache
-def _entry_point_paths() -> dict[str, str]:
+def entry_point_paths() -> dict[str, str]:
+    """Backend name -> ``module:attr`` for every backend an installed package registered by entry point."""
     return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def known_backend_names() -> list[str]:
     """Built-in names first, then names that installed packages registered by entry point."""
     names = list(BUILTIN_BACKENDS)
-    names += sorted(n for n in _entry_point_paths() if n not in BUILTIN_BACKENDS)
+    names += sorted(n for n in entry_point_paths() if n not in BUILTIN_BACKENDS)
     return names
 
 
@@ -91,8 +92,8 @@ def load_backend(spec: str) -> Backend:
     """Resolve one ``--backend`` item: a built-in name, an entry-point name, or ``module.path:attr``."""
     if spec in BUILTIN_BACKENDS:
         path = BUILTIN_BACKENDS[spec].value
-    elif spec in _entry_point_paths():
-        path = _entry_point_paths()[spec]
+    elif spec in entry_point_paths():
+        path = entry_point_paths()[spec]
     elif ":" in spec:
         path = spec
     else:
@@ -105,7 +106,7 @@ def load_backend(spec: str) -> Backend:
 
     # Any shape a kernel ships in: a backend object or class, a function, an nn.Module class, an op, a partial.
     backend = Backend(adapt(import_object(path), spec=spec), spec=spec)
-    if spec in BUILTIN_BACKENDS or spec in _entry_point_paths():
+    if spec in BUILTIN_BACKENDS or spec in entry_point_paths():
         backend.name = spec
     return backend
 

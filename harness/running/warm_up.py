@@ -31,10 +31,16 @@ SWITCH = "RMSNORM_CONFORMANCE_WARM_UP"
 # The device nodes of a GPU driver (NVIDIA's, and ROCm's, whose GPUs torch calls cuda): without one, no
 # accelerator can be there, and a warm-up would only spend a core.
 GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
+# This package's backends whose probe prepares something: the CUDA backend builds its operator library there. Its
+# other backends and shipped adapters only import (native, Triton, Liger-Kernel, ...; the workers import them
+# anyway), and a warm-up of each would be one more process importing torch while the workers start: under the RL
+# command, four. A user's backend (``module:attr``, a third party's entry point) may build in its probe: warmed up.
+OWN_PREPARED = frozenset({"cuda"})
 
 
 def start(backends: Iterable[Any], devices: Iterable[Any]) -> list[subprocess.Popen]:
-    """One quiet process per (backend, non-CPU device type) that asks the backend whether it can run there."""
+    """One quiet process per (backend whose probe may build, non-CPU device type) that asks the backend whether it
+    can run there."""
     firsts: dict[str, str] = {}
     for device in devices:
         if device.type != "cpu":
@@ -69,11 +75,22 @@ def start_early(backend_option: str | None, device_option: str | None,
     return _spawn(specs, devices)
 
 
+def worth_warming(spec: str) -> bool:
+    """Whether ``spec``'s probe may prepare something (``OWN_PREPARED``): not this package's import-only ones."""
+    from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, entry_point_paths
+
+    own = BUILTIN_BACKENDS.get(spec) is not None or entry_point_paths().get(spec, "").startswith(_PACKAGE)
+    return spec in OWN_PREPARED or not own
+
+
+_PACKAGE = "rmsnorm_conformance."
+
+
 def _spawn(specs: list[str], devices: list[str]) -> list[subprocess.Popen]:
     if os.environ.get(SWITCH) == "0":
         return []
     processes = []
-    for spec in specs:
+    for spec in filter(worth_warming, specs):
         for device in devices:
             # No process to spare (OSError): the workers prepare the backend themselves, as without this.
             with contextlib.suppress(OSError):
