@@ -48,6 +48,20 @@ def gpu() -> None:
 # Anywhere.
 
 
+def test_a_dead_builds_lock_is_removed_and_a_live_ones_kept(tmp_path, capsys):
+    """torch's build lock left by a killed build would make every later run wait forever; a recent one is a build in
+    progress and stays."""
+    lock = tmp_path / "lock"
+    lock.touch()
+    now = lock.stat().st_mtime
+    assert not _build.clear_stale_lock(str(tmp_path), now=now + 30)  # a build under way
+    assert lock.exists()
+    assert _build.clear_stale_lock(str(tmp_path), now=now + _build.STALE_LOCK_SECONDS + 1)
+    assert not lock.exists()
+    assert "left by a build that was killed" in capsys.readouterr().err
+    assert not _build.clear_stale_lock(str(tmp_path))  # no lock: nothing to do
+
+
 def test_import_builds_nothing():
     code = (
         "import sys, rmsnorm_conformance.backends.cuda_rmsnorm as m\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -97,3 +98,43 @@ def pytest_unconfigure(config):
     result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", "-s", "--backend=native",
                                            "--device=cuda:0", "--co")
     assert "SPAWNED [(False, ['native'], ['cuda:0'])" in result.stdout.str(), result.stdout.str()
+
+
+def test_stop_lets_a_build_remove_its_lock_file(tmp_path):
+    """A probe stopped mid-build leaves no lock behind: torch's build lock is removed in a ``finally``, which a kill
+    would skip, and every later run would wait on the file forever. The child ignores SIGINT, as a background
+    job's children do, until it installs the probe's handlers."""
+    lock = tmp_path / "lock"
+    child = f"""
+import os, signal, time
+from rmsnorm_conformance.harness.running import warm_up
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+warm_up.interruptible()
+open({str(lock)!r}, "w").close()
+try:
+    time.sleep(600)
+finally:
+    os.remove({str(lock)!r})
+"""
+    process = subprocess.Popen([sys.executable, "-c", child])
+    deadline = time.monotonic() + 60
+    while not lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lock.exists()
+    warm_up.stop([process])
+    assert process.poll() is not None
+    assert not lock.exists()
+
+
+def test_a_probe_interrupted_before_it_ends_exits_through_its_handlers():
+    """main() installs handlers that turn SIGTERM and SIGINT into KeyboardInterrupt (so finally blocks run)."""
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert warm_up.main(["native", "cpu"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])

@@ -130,6 +130,9 @@ def build(extra_arch: str | None = None, *, verbose: bool = False) -> str:
     if root:
         build_directory = os.path.join(root, name)
         os.makedirs(build_directory, exist_ok=True)
+    get_directory = getattr(cpp_extension, "_get_build_directory", None)
+    if build_directory or get_directory:
+        clear_stale_lock(build_directory or get_directory(name, False))
     try:
         return cpp_extension.load(
             name=name,
@@ -143,6 +146,30 @@ def build(extra_arch: str | None = None, *, verbose: bool = False) -> str:
         )
     except Exception as exc:  # any build or import failure becomes the backend's unavailable reason
         raise RuntimeError(f"building the CUDA extension failed: {shorten(_failure_output(exc))}") from exc
+
+
+# A build holds a lock file in its build directory (torch's FileBaton) and every other process waits while the
+# file exists. A build killed outright leaves it behind, and every later run would wait forever. A cold build takes
+# 13-36 s on an H200 and minutes on a slow machine: a lock this old is a dead build's.
+STALE_LOCK_SECONDS = 600
+
+
+def clear_stale_lock(build_directory: str, *, now: float | None = None) -> bool:
+    """Remove the build lock in ``build_directory`` if it is older than ``STALE_LOCK_SECONDS``; True if removed."""
+    lock = os.path.join(build_directory, "lock")
+    try:
+        age = (time.time() if now is None else now) - os.path.getmtime(lock)
+    except OSError:
+        return False
+    if age < STALE_LOCK_SECONDS:
+        return False
+    try:
+        os.remove(lock)
+    except OSError:
+        return False
+    print(f"rmsnorm-conformance: removed a build lock {age:.0f} s old, left by a build that was killed: {lock}",
+          file=sys.stderr)
+    return True
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ build (``torch.utils.cpp_extension`` builds once behind a lock file) and does no
 
 Nothing here decides anything: the workers still ask every backend themselves and report what they find. A
 warm-up that fails, hangs or is still running at the end of the run changes no verdict; it is stopped when the
-run ends. CPU devices are left out: no backend of this project builds for them, and a CPU-only machine has no
-core to spare. ``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off (``benchmarks/h200_verdict.sh`` times both).
+run ends, as Ctrl-C stops it, so that a build in progress removes its lock file (a kill would leave it for every
+later run to wait on; the CUDA backend also removes a lock too old to be a live build's). CPU devices are left
+out: no backend of this project builds for them, and a CPU-only machine has no core to spare.
+``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off (``benchmarks/h200_verdict.sh`` times both).
 
 It starts as early as it can: at the controller's configure, before the controller imports torch (2-4 s), from
 the options as typed (``start_early``), where they name the backends' devices or this machine has a GPU's device
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -100,15 +104,32 @@ def _spawn(specs: list[str], devices: list[str]) -> list[subprocess.Popen]:
     return processes
 
 
-def stop(processes: Iterable[subprocess.Popen]) -> None:
-    """End what is still running (the run is over: nobody waits on it now)."""
-    for process in processes:
-        if process.poll() is None:
+def stop(processes: Iterable[subprocess.Popen], grace: float = 5.0) -> None:
+    """End what is still running (the run is over: nobody waits on it now), as Ctrl-C would: a build in progress
+    then removes its lock file on the way out, which a kill would leave behind for every later run to wait on.
+    Whatever has not ended within ``grace`` seconds is killed."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        with contextlib.suppress(OSError):
+            process.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + grace
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
 
 
+def interruptible() -> None:
+    """A termination or an interrupt ends this process as Ctrl-C does, even where its parent ignores SIGINT (a shell
+    does, for a background job's children), so that a build's cleanup, its lock file's removal, still runs."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str]) -> int:
+    interruptible()
     import torch
 
     from rmsnorm_conformance.harness.running.registry import load_backend
