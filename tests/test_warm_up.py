@@ -126,7 +126,7 @@ finally:
     assert not lock.exists()
 
 
-def test_a_probe_interrupted_before_it_ends_exits_through_its_handlers():
+def test_the_probe_turns_a_termination_into_an_interrupt():
     """main() installs handlers that turn SIGTERM and SIGINT into KeyboardInterrupt (so finally blocks run)."""
     import signal
 

@@ -40,6 +40,7 @@ GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
 # anyway), and a warm-up of each would be one more process importing torch while the workers start: under the RL
 # command, four. A user's backend (``module:attr``, a third party's entry point) may build in its probe: warmed up.
 OWN_PREPARED = frozenset({"cuda"})
+_PACKAGE = "rmsnorm_conformance."
 
 
 def start(backends: Iterable[Any], devices: Iterable[Any]) -> list[subprocess.Popen]:
@@ -53,13 +54,13 @@ def start(backends: Iterable[Any], devices: Iterable[Any]) -> list[subprocess.Po
 
 
 def early_targets(backend_option: str | None, device_option: str | None, default_backends: Iterable[str],
-                  gpu_nodes: Iterable[str] = GPU_NODES) -> tuple[list[str], list[str]]:
+                  gpu_nodes: Iterable[str] | None = None) -> tuple[list[str], list[str]]:
     """The backend specs and non-CPU devices a warm-up can be started for from the options as typed, before
     torch is imported: none where no GPU driver's device node exists (a CPU-only machine, or a GPU named on one:
     the run's own options check says so). The default devices and ``all`` mean this machine's GPU."""
     from rmsnorm_conformance.harness.running.registry import parse_backend_option
 
-    if not any(os.path.exists(node) for node in gpu_nodes):
+    if not any(os.path.exists(node) for node in (GPU_NODES if gpu_nodes is None else gpu_nodes)):
         return [], []
     items = [part.strip() for part in (device_option or "").split(",") if part.strip()]
     devices: dict[str, str] = {}
@@ -75,7 +76,7 @@ def early_targets(backend_option: str | None, device_option: str | None, default
 def start_early(backend_option: str | None, device_option: str | None,
                 default_backends: Iterable[str]) -> list[subprocess.Popen]:
     """``start`` from the options as typed (``early_targets``): the warm-up overlaps the controller's own start."""
-    specs, devices = early_targets(backend_option, device_option, default_backends, GPU_NODES)
+    specs, devices = early_targets(backend_option, device_option, default_backends)
     return _spawn(specs, devices)
 
 
@@ -83,11 +84,8 @@ def worth_warming(spec: str) -> bool:
     """Whether ``spec``'s probe may prepare something (``OWN_PREPARED``): not this package's import-only ones."""
     from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, entry_point_paths
 
-    own = BUILTIN_BACKENDS.get(spec) is not None or entry_point_paths().get(spec, "").startswith(_PACKAGE)
+    own = spec in BUILTIN_BACKENDS or entry_point_paths().get(spec, "").startswith(_PACKAGE)
     return spec in OWN_PREPARED or not own
-
-
-_PACKAGE = "rmsnorm_conformance."
 
 
 def _spawn(specs: list[str], devices: list[str]) -> list[subprocess.Popen]:
