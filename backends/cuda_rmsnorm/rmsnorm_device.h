@@ -385,14 +385,14 @@ __device__ __forceinline__ void read_staged(Group<E>& g, const uint4* slot, int 
 
 // The group of this row the thread holds as its input: x, or for kFusedAdd s = x + residual rounded and
 // stored as residual_out.
-template <typename T, Mode M>
+template <typename T, Mode M, Cache L = Cache::kStream>
 __device__ __forceinline__ void load_input(Group<T>& g, const ForwardArgs& a, int64_t row, int base, int limit) {
   const T* xr = static_cast<const T*>(a.x) + row * a.x_stride;
-  load_group<T, Cache::kStream>(g, xr, base, limit, aligned16(xr));
+  load_group<T, L>(g, xr, base, limit, aligned16(xr));
   if constexpr (M == Mode::kFusedAdd) {
     const T* rr = static_cast<const T*>(a.residual) + row * a.residual_stride;
     Group<T> r;
-    load_group<T, Cache::kStream>(r, rr, base, limit, aligned16(rr));
+    load_group<T, L>(r, rr, base, limit, aligned16(rr));
     Group<T> sum;
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) sum.set(j, __fadd_rn(g.get(j), r.get(j)));
@@ -422,7 +422,7 @@ __device__ __forceinline__ void load_weight(Group<T>& wg, const ForwardArgs& a, 
 
 // The output group from the input group `g` (re-widened with fresh), its weight group and the row's
 // inv = 1 / rms: xhat = x * inv, then y = xhat * w', two rounded multiplies.
-template <typename T, typename O, Mode M>
+template <typename T, typename O, Mode M, Cache S = Cache::kStream>
 __device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& wg, const ForwardArgs& a,
                                              int64_t row, int base, int limit, float inv) {
   Group<O> out;
@@ -438,7 +438,7 @@ __device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& 
     out.set(j, v);
   }
   O* yr = static_cast<O*>(a.y) + row * a.y_stride;
-  store_group<O, Cache::kStream>(out, yr, base, limit, aligned16(yr));
+  store_group<O, S>(out, yr, base, limit, aligned16(yr));
 }
 
 // The weight's groups in shared memory, one 16-byte word (two for fp32) a group, +0.0 past dim: read once a
@@ -629,6 +629,47 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs 
     }
   }
   wait_async<0>();
+}
+
+// Row kernel: blockDim.x / T rows a block and one set of rows a block (a grid of ceil(rows / slots) blocks);
+// thread t of a row loads its groups t + m T, m < K, straight into registers and keeps them there for the
+// second pass. The staged kernel's mapping and arithmetic (so its bits), without the staging: a block holds no
+// shared memory but the row tree's scratch, so registers alone bound how many are resident, and the hardware
+// hands each finished block's place to the next set. Threads past the last row load zeros and take part in the
+// row tree's barrier. Loads and stores without the evict-first hint the other kernels use: with it, the bf16
+// forward ran at 0.933 of a copy at 65536 x 4096 after an L2 flush and 1.003 in a loop of back-to-back calls;
+// without, 1.001 and 0.999 (reports/h200/kernels/run8).
+template <typename T, typename O, Mode M, int K>
+__global__ void __launch_bounds__(kMaxThreads) forward_row_kernel(const ForwardArgs a) {
+  __shared__ float scratch[kMaxThreads];
+  const int tpr = 1 << a.tpr_shift;
+  const int t = threadIdx.x & (tpr - 1);
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x >> a.tpr_shift) + (threadIdx.x >> a.tpr_shift);
+  const bool valid = row < a.rows;
+  Group<T> g[K];
+  float part[K];
+#pragma unroll
+  for (int m = 0; m < K; ++m) {
+    if (valid) {
+      load_input<T, M, Cache::kPlain>(g[m], a, row, (t + m * tpr) * kGroup, a.dim);
+    } else {
+#pragma unroll
+      for (int i = 0; i < Group<T>::kWords; ++i) g[m].u[i] = 0u;
+    }
+    part[m] = group_sum_of_squares(g[m]);
+  }
+  float total[1] = {thread_tree<K>(part)};
+  row_tree<1>(total, a.tpr_shift, scratch, 0);
+  const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
+  if (!valid) return;
+  constexpr Mode kOut = M == Mode::kFusedAdd ? Mode::kPlain : M;
+#pragma unroll
+  for (int m = 0; m < K; ++m) {
+    const int base = (t + m * tpr) * kGroup;
+    Group<T> wg;
+    load_weight<T, kOut>(wg, a, base, a.dim);
+    store_output<T, O, kOut, Cache::kPlain>(g[m], wg, a, row, base, a.dim, inv);
+  }
 }
 
 // Streaming kernel: one row per block of kLoopThreads threads, 2^groups_shift groups per thread. The first
@@ -1091,6 +1132,27 @@ const char* launch_sets(void (*kernel)(Args), int64_t sets, int cap, int threads
   return last_error();
 }
 
+// The row kernel's grid: one block a set of rows.
+template <typename T, typename O, Mode M>
+const char* launch_rows(const ForwardPlan& c, int64_t sets, const ForwardArgs& a, cudaStream_t stream) {
+  if (sets > INT_MAX) return "rmsnorm: too many blocks for one launch";
+  switch (c.k) {
+    case 1:
+      forward_row_kernel<T, O, M, 1><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      break;
+    case 2:
+      forward_row_kernel<T, O, M, 2><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      break;
+    case 4:
+      forward_row_kernel<T, O, M, 4><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      break;
+    default:
+      forward_row_kernel<T, O, M, 8><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      break;
+  }
+  return last_error();
+}
+
 template <typename T, typename O, Mode M>
 const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t stream) {
   a.tpr_shift = c.tpr_shift;
@@ -1103,6 +1165,7 @@ const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t str
   }
   const int slots = c.threads >> c.tpr_shift;
   const int64_t sets = (a.rows + slots - 1) / slots;
+  if (c.stages == 1) return launch_rows<T, O, M>(c, sets, a, stream);
   const size_t width = size_t(c.k) << c.tpr_shift << 3;
   const size_t fixed = width * sizeof(T) + 2 * c.threads * sizeof(float);
   const size_t smem = size_t(c.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 + fixed;

@@ -14,11 +14,14 @@
 // dw follows the same tree with rows in place of elements (the canonical order's "backward dw" step): see
 // "Backward" below for how its levels are spread over registers, shared memory, blocks and a final kernel.
 //
-// Rows reach the arithmetic through shared memory: each thread copies its own 16-byte vectors of the rows
-// it will handle a few rows ahead with cp.async (zero-filled past the row's end), so that the bytes in
-// flight do not depend on registers or occupancy. A thread only ever reads back what it copied itself, so
-// the staging needs no barrier. How many rows ahead, how many threads a row and a block: a function of
-// (dim, dtype) and of the shared memory they fit in; none changes a bit.
+// Rows reach the arithmetic in one of two ways, the same tree either way. The row kernel (the fused add, the
+// bf16 forward) loads a row's groups straight into registers, one set of rows a block, as many blocks as sets:
+// registers alone bound residency and the hardware balances the blocks. The staged kernel (the other forwards,
+// the backward) copies each thread's own 16-byte vectors of the rows it will handle a few rows ahead into shared
+// memory with cp.async (zero-filled past the row's end), so that the bytes in flight do not depend on registers
+// or occupancy. A thread only ever reads back what it copied itself, so the staging needs no barrier. Which
+// kernel, how many rows ahead, how many threads a row and a block: a function of (dim, dtype) and of the shared
+// memory they fit in; none changes a bit.
 //
 // Every multiply and add is a correctly rounded intrinsic (__fmul_rn, __fadd_rn: never contracted into an
 // FMA, never reassociated), the square root and the divisions are correctly rounded (__fsqrt_rn, __fdiv_rn:
@@ -114,10 +117,19 @@ int power_of_two_in(int v, int lo, int hi) {
 // 1.034 with 8). Fewer than four groups a thread leave the kernels bound by instruction issue
 // (reports/h200/kernels/run1): the per-row work (index arithmetic, the row tree, the correctly rounded divisions
 // and square root, which every thread of a row computes) is spread over too few elements.
+// Since run 8 (reports/h200/kernels/run8, bf16 / fp16, fraction of a copy after an L2 flush), the fused add and
+// the bf16 forward run the row kernel (no staging, one set of rows a block, plain loads and stores): fused add
+// 1.011 / 1.007 / 0.989 / 1.119 at 65536 x 4096, 2097152 x 128, 16384 x 8192, 4096 x 4096 (fp16 1.007 / 1.017 /
+// 0.998 / 1.103) against the staged kernel's 0.942 / 0.938 / 0.938 / 1.054, with 256 threads a block and
+// groups / 256 groups a thread (one at 128 columns: 0.98 against 0.89 with two); the bf16 forward 1.001 / 0.940 /
+// 0.969 / 0.927 against 0.941 / 0.928 / 0.903 / 0.925, with 128 threads a block. The fp16 forward stays staged:
+// its widening is a conversion instruction (a quarter of the float pipe's rate), which the row kernel issues
+// twice an element and which bound it at 0.850 at 16384 x 8192 against staging's 0.907.
 // RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the
-// fused add) override them as "k,threads,stages,sets": sets > 0 asks for at least ceil(sets of rows / sets)
-// blocks (more than are resident at once, which the hardware hands to whichever multiprocessor is free), never
-// fewer than a resident grid; 0: a grid of resident blocks.
+// fused add) override them as "k,threads,stages,sets": stages 1 is the row kernel, 2 or more the staged kernel
+// (0: the default's); sets > 0 asks for at least ceil(sets of rows / sets) staged blocks (more than are resident
+// at once, which the hardware hands to whichever multiprocessor is free), never fewer than a resident grid; 0: a
+// grid of resident blocks.
 ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const Tuning tune = tuning(fused_add ? 1 : 0);
   ForwardPlan c{};
@@ -130,14 +142,25 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
     c.groups_shift = log2_floor(groups / kLoopThreads);
     return c;
   }
-  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8) : (fused_add || groups <= 64 ? 2 : 4);
+  // The row kernel for the fused add and the bf16 forward, unless a tuning asks for staging (rows staged >= 2);
+  // rows staged 1 asks for the row kernel anywhere.
+  const bool row_default = fused_add || d == DType::kBFloat16;
+  const bool row_kernel = tune.v[2] == 1 || (row_default && tune.v[2] == 0);
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8)
+                    : fused_add && row_kernel ? int(groups / 256 > 1 ? groups / 256 : 1)
+                                              : (fused_add || groups <= 64 ? 2 : 4);
   while (k > groups) k >>= 1;
   while (groups / k > kMaxThreads) k <<= 1;
   const int tpr = int(groups / k);
   c.k = k;
   c.tpr_shift = log2_floor(tpr);
-  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 512, 32, kMaxThreads);
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : (row_kernel ? (fused_add ? 256 : 128) : 512), 32, kMaxThreads);
   if (c.threads < tpr) c.threads = tpr;
+  if (row_kernel) {
+    c.stages = 1;
+    c.sets = 1;
+    return c;
+  }
   const auto stage_bytes = [&] { return k * (fused_add ? 2 : 1) * (element_size(d) / 2) * c.threads * 16; };
   const auto scratch = [&] { return 2 * c.threads * int(sizeof(float)) + int(padded) * element_size(d); };
   // Two stages must fit a block's shared memory.
