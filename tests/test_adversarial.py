@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,10 +134,10 @@ def test_keyboard_interrupt_is_incomplete_and_names_the_test(gate):
     result.stdout.fnmatch_lines(["*RMSNorm conformance: INCOMPLETE*"])
 
 
-def _spawn(tmp: Path, *args: str, env_extra: dict | None = None) -> subprocess.Popen:
+def _spawn(tmp: Path, *args: str, env_extra: dict | None = None, stdout: Any = subprocess.PIPE) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", *FAST, *args],
-                            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp, env=env, stdout=stdout, stderr=subprocess.STDOUT, text=True)
 
 
 def _wait_for(path: Path, needle: str, seconds: float = 120) -> None:
@@ -200,27 +202,35 @@ def test_a_crash_in_one_rule_fails_that_backend_in_every_table(gate):
     assert row["verdict"] == "FAIL" and "semantics.shape_guard" in row["numerics_breached"], row
 
 
-def test_a_hung_case_times_out_and_the_run_goes_on(gate, monkeypatch):
-    monkeypatch.setenv("HOSTILE_SLEEP", "600")
-    started = time.monotonic()
-    result, data = gate(f"--backend={H}:Sleeps,native", "--rule=axis_a.repeat,axis_b.output", "--case-timeout=3")
-    assert time.monotonic() - started < 400
-    assert result.ret == 1
-    assert data["verdict"] == "FAIL"
-    assert "did not return within 3 s" in json.dumps(data)
-    native = [s for s in data["summaries"] if s["backend"] == "native"]
+# --- runs that wait out a hang or a deadline, started together ----------------------------------------------
+# Each run below waits, idle, on a case timeout, the watchdog or the run's deadline (3 to 12 s). One after another
+# they held a CI worker for about 54 s; started together, their waits overlap and the test takes about as long as
+# the longest. Each run's checks are a subtest of their own, named for what they check.
+
+@dataclass
+class Waited:
+    """A finished run: exit status, output, JSON report (None when none was written) and seconds it took."""
+
+    ret: int
+    out: str
+    data: dict | None
+    seconds: float
+
+
+def check_a_hung_case_times_out_and_the_run_goes_on(run: Waited) -> None:
+    assert run.seconds < 400
+    assert run.ret == 1, run.out[-3000:]
+    assert run.data["verdict"] == "FAIL"
+    assert "did not return within 3 s" in json.dumps(run.data)
+    native = [s for s in run.data["summaries"] if s["backend"] == "native"]
     assert native and not any(s["failures"] for s in native), "the run must go on after the hang"
 
 
-def test_a_backend_that_hangs_is_waited_on_once_and_fails_naming_the_hang(gate, monkeypatch):
+def check_a_backend_that_hangs_is_waited_on_once_and_fails_naming_the_hang(run: Waited) -> None:
     """A kernel that hangs above 64 rows, beside native: its first timeout is its verdict (rule, case, replay);
     its other tests are not run, so the run waits out one case timeout, not one per test; native passes."""
-    monkeypatch.setenv("HOSTILE_SLEEP", "600")
-    # The threshold plans (rows 1 to 2049) reach the hang for certain; native runs the sweeps only, which stay far
-    # inside the timeout on a loaded machine.
-    result, data = gate(f"--backend={H}:HangsAboveRows,native", "--dtype=bfloat16", "--case-timeout=10",
-                        "--rule=axis_a.batch_size,axis_a.padding,axis_b.output", "-k", "not thresholds or hangs")
-    assert result.ret == 1
+    data = run.data
+    assert run.ret == 1, run.out[-3000:]
     assert data["verdict"] == "FAIL"
     hangs = [o for o in data["outcomes"].values() if o["outcome"] == "failed"]
     assert len(hangs) == 1, hangs
@@ -238,14 +248,86 @@ def test_a_backend_that_hangs_is_waited_on_once_and_fails_naming_the_hang(gate, 
     assert rows == {"native": "PASS", "hangs_above_64_rows": "FAIL"}
 
 
-def test_a_hang_seen_by_one_xdist_worker_spares_the_others(gate, monkeypatch):
-    monkeypatch.setenv("HOSTILE_SLEEP", "600")
-    result, data = gate(f"--backend={H}:HangsAboveRows", "--dtype=bfloat16", "--case-timeout=5", "-n", "2",
-                        "--rule=axis_a.batch_size,axis_a.padding,axis_a.slice_offset")
-    assert result.ret == 1 and data["verdict"] == "FAIL"
-    hangs = [o for o in data["outcomes"].values() if o["outcome"] == "failed"]
+def check_a_hang_seen_by_one_xdist_worker_spares_the_others(run: Waited) -> None:
+    assert run.ret == 1 and run.data["verdict"] == "FAIL", run.out[-3000:]
+    hangs = [o for o in run.data["outcomes"].values() if o["outcome"] == "failed"]
     assert 1 <= len(hangs) <= 2, "each worker waits out at most one timeout"
-    assert any("hung on cpu at" in o["reason"] for o in data["outcomes"].values() if o["outcome"] == "skipped")
+    assert any("hung on cpu at" in o["reason"] for o in run.data["outcomes"].values() if o["outcome"] == "skipped")
+
+
+def check_the_run_deadline_ends_a_hung_run_incomplete_with_a_report(run: Waited) -> None:
+    assert run.ret == 2, run.out[-3000:]
+    assert run.data["verdict"] == "INCOMPLETE" and not run.data["complete"]
+    assert "deadline (--deadline=6) passed" in run.data["incomplete"]
+    assert run.data["environment"]["run deadline"] == "6 s"
+    assert not any(o["outcome"] == "failed" for o in run.data["outcomes"].values()), "a cut case is no finding"
+
+
+def check_the_run_deadline_after_a_failure_reads_fail(run: Waited) -> None:
+    assert run.ret == 1, run.out[-3000:]
+    assert run.data["verdict"] == "FAIL" and not run.data["complete"]
+    assert "deadline (--deadline=12) passed" in run.data["incomplete"]
+    assert any(s["rule"] == "semantics.plain_weight" and s["failures"] for s in run.data["summaries"])
+
+
+def check_a_hang_in_native_code_is_ended_with_an_incomplete_report(run: Waited) -> None:
+    assert run.seconds < 120, "the watchdog must end the hang"
+    assert run.ret == 1, run.out[-3000:]
+    assert run.data["verdict"] == "FAIL" and "hung past its deadline" in run.data["incomplete"]
+    assert any("test_output" in n for n in run.data["unfinished"])
+    (hang,) = run.data["outcomes"].values()
+    assert hang["rule"] == "axis_b.output" and "--replay=" in hang["replay"]
+
+
+# check: the run's arguments (after FAST). Every run's backend that sleeps sleeps 600 s (HOSTILE_SLEEP).
+WAITING_RUNS: dict[Any, tuple[str, ...]] = {
+    check_a_hung_case_times_out_and_the_run_goes_on: (
+        f"--backend={H}:Sleeps,native", "--rule=axis_a.repeat,axis_b.output", "--case-timeout=3"),
+    # The threshold plans (rows 1 to 2049) reach the hang for certain; native runs the sweeps only, which stay far
+    # inside the timeout on a loaded machine.
+    check_a_backend_that_hangs_is_waited_on_once_and_fails_naming_the_hang: (
+        f"--backend={H}:HangsAboveRows,native", "--dtype=bfloat16", "--case-timeout=10",
+        "--rule=axis_a.batch_size,axis_a.padding,axis_b.output", "-k", "not thresholds or hangs"),
+    check_a_hang_seen_by_one_xdist_worker_spares_the_others: (
+        f"--backend={H}:HangsAboveRows", "--dtype=bfloat16", "--case-timeout=5", "-n", "2",
+        "--rule=axis_a.batch_size,axis_a.padding,axis_a.slice_offset"),
+    check_the_run_deadline_ends_a_hung_run_incomplete_with_a_report: (
+        f"--backend={H}:Sleeps", "--rule=axis_a.repeat,axis_b.output", "--case-timeout=0", "--deadline=6"),
+    # The deadline leaves the defect's test (the first, and a few examples) time to fail on a loaded machine.
+    check_the_run_deadline_after_a_failure_reads_fail: (
+        f"--backend=rmsnorm_conformance.zoo:OnePlusWeight,{H}:Sleeps", "--case-timeout=0",
+        "--rule=semantics.plain_weight", "--deadline=12"),
+    check_a_hang_in_native_code_is_ended_with_an_incomplete_report: (
+        f"--backend={H}:HangsInNativeCode", "--rule=axis_b.output", "--case-timeout=1"),
+}
+
+
+@pytest.mark.early(rank=2)
+def test_runs_that_wait_out_a_hang_or_a_deadline(tmp_path, subtests):
+    runs = {}
+    for check in WAITING_RUNS:
+        folder = tmp_path / check.__name__.removeprefix("check_")
+        folder.mkdir()
+        log = (folder / "out.txt").open("w")
+        proc = _spawn(folder, *WAITING_RUNS[check], f"--report={folder / 'r.json'}",
+                      env_extra={"HOSTILE_SLEEP": "600"}, stdout=log)
+        runs[check] = (folder, log, proc, time.monotonic())
+    finished = {}
+    for check, (folder, log, proc, started) in runs.items():
+        try:
+            ret = proc.wait(timeout=max(1.0, 300 - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            ret = proc.wait()
+        log.close()
+        report = folder / "r.json"
+        finished[check] = Waited(ret, (folder / "out.txt").read_text(),
+                                 _strict_json(report.read_text()) if report.exists() else None,
+                                 time.monotonic() - started)
+    for check, run in finished.items():
+        with subtests.test(check.__name__.removeprefix("check_")):
+            assert run.data is not None, f"no report: {run.out[-3000:]}"
+            check(run)
 
 
 def test_the_hang_ledger_is_shared_through_its_file(tmp_path):
@@ -257,42 +339,6 @@ def test_the_hang_ledger_is_shared_through_its_file(tmp_path):
     assert other.hung("k", "cpu") == "Case(rows=65) in test_x"
     assert other.hung("k", "cuda:0") is None and HangLedger().hung("k", "cpu") is None
 
-
-def test_the_run_deadline_ends_a_hung_run_incomplete_with_a_report(gate, monkeypatch):
-    monkeypatch.setenv("HOSTILE_SLEEP", "600")
-    result, data = gate(f"--backend={H}:Sleeps", "--rule=axis_a.repeat,axis_b.output", "--case-timeout=0",
-                        "--deadline=6")
-    assert result.ret == 2
-    assert data["verdict"] == "INCOMPLETE" and not data["complete"]
-    assert "deadline (--deadline=6) passed" in data["incomplete"]
-    assert data["environment"]["run deadline"] == "6 s"
-    assert not any(o["outcome"] == "failed" for o in data["outcomes"].values()), "a cut case is no finding"
-
-
-def test_the_run_deadline_after_a_failure_reads_fail(gate, monkeypatch):
-    monkeypatch.setenv("HOSTILE_SLEEP", "600")
-    result, data = gate(f"--backend=rmsnorm_conformance.zoo:OnePlusWeight,{H}:Sleeps", "--case-timeout=0",
-                        "--rule=semantics.plain_weight", "--deadline=12")
-    # The deadline leaves the defect's test (the first, and a few examples) time to fail on a loaded machine.
-    assert result.ret == 1
-    assert data["verdict"] == "FAIL" and not data["complete"]
-    assert "deadline (--deadline=12) passed" in data["incomplete"]
-    assert any(s["rule"] == "semantics.plain_weight" and s["failures"] for s in data["summaries"])
-
-
-def test_a_hang_in_native_code_is_ended_with_an_incomplete_report(tmp_path):
-    report = tmp_path / "r.json"
-    started = time.monotonic()
-    proc = _spawn(tmp_path, f"--backend={H}:HangsInNativeCode", "--rule=axis_b.output", f"--report={report}",
-                  "--case-timeout=1")
-    out, _ = proc.communicate(timeout=300)
-    assert time.monotonic() - started < 120, "the watchdog must end the hang"
-    assert proc.returncode == 1, out
-    data = _strict_json(report.read_text())
-    assert data["verdict"] == "FAIL" and "hung past its deadline" in data["incomplete"]
-    assert any("test_output" in n for n in data["unfinished"])
-    (hang,) = data["outcomes"].values()
-    assert hang["rule"] == "axis_b.output" and "--replay=" in hang["replay"]
 
 
 # --- global state and reused buffers ------------------------------------------------------------------------
