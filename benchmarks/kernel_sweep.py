@@ -32,7 +32,7 @@ BACKWARD_SHAPES = ((65536, 4096), (2097152, 128))
 # resident grid (the default: 4). Run 5 also swept a direct kernel (rows loaded into registers, the next set's
 # loads in flight; commit "CUDA forward: a direct kernel variant ..."): slower than staging, since removed.
 # Rows staged 1 is the row kernel (no staging, one set of rows a block: the default of the fused add and of the
-# bf16 forward, which this sweep times), 2 or more the staged kernel ((0, 0, 2, 4): its previous default).
+# bf16 and fp32 forwards; this sweep times bf16), 2 or more the staged kernel ((0, 0, 2, 4): its previous default).
 FORWARD_TRIES = [(0, 0, 0, 0), (0, 0, 2, 4), (0, 256, 0, 0), (0, 64, 0, 0), (2, 128, 0, 0), (8, 128, 0, 0)]
 FUSED_TRIES = [(0, 0, 0, 0), (0, 0, 2, 4), (0, 128, 0, 0), (0, 512, 0, 0), (1, 256, 0, 0), (2, 256, 0, 0),
                (4, 256, 0, 0)]

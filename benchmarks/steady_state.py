@@ -24,7 +24,8 @@ import torch
 
 SHAPES = ((65536, 4096), (2097152, 128), (16384, 8192), (4096, 4096))
 # Configurations besides the defaults ("k,threads,stages,sets" as set_tuning takes them): the staged kernel (its
-# previous default) for both, and the row kernel for the forward (the bf16 forward's default; fp16 and fp32 stage).
+# previous default) for both, and the row kernel for the forward (the bf16 and fp32 forwards' default; fp16
+# stages).
 FUSED_STAGED = (0, 0, 2, 4)
 FORWARD_ROWS = ((0, 0, 2, 4), (0, 0, 1, 0))
 FUSED_ROWS: tuple[tuple[int, int, int, int], ...] = ()

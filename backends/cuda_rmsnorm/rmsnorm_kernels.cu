@@ -15,11 +15,11 @@
 // "Backward" below for how its levels are spread over registers, shared memory, blocks and a final kernel.
 //
 // Rows reach the arithmetic in one of two ways, the same tree either way. The row kernel (the fused add, the
-// bf16 forward) loads a row's groups straight into registers, one set of rows a block, as many blocks as sets:
-// registers alone bound residency and the hardware balances the blocks. The staged kernel (the other forwards,
-// the backward) copies each thread's own 16-byte vectors of the rows it will handle a few rows ahead into shared
-// memory with cp.async (zero-filled past the row's end), so that the bytes in flight do not depend on registers
-// or occupancy. A thread only ever reads back what it copied itself, so the staging needs no barrier. Which
+// bf16 and fp32 forwards) loads a row's groups straight into registers, one set of rows a block, as many blocks
+// as sets: registers alone bound residency and the hardware balances the blocks. The staged kernel (the fp16
+// forward, the backward) copies each thread's own 16-byte vectors of the rows it will handle a few rows ahead
+// into shared memory with cp.async (zero-filled past the row's end), so that the bytes in flight do not depend
+// on registers or occupancy. A thread only ever reads back what it copied itself, so the staging needs no barrier. Which
 // kernel, how many rows ahead, how many threads a row and a block: a function of (dim, dtype) and of the shared
 // memory they fit in; none changes a bit.
 //
@@ -122,9 +122,11 @@ int power_of_two_in(int v, int lo, int hi) {
 // 1.011 / 1.007 / 0.989 / 1.119 at 65536 x 4096, 2097152 x 128, 16384 x 8192, 4096 x 4096 (fp16 1.007 / 1.017 /
 // 0.998 / 1.103) against the staged kernel's 0.942 / 0.938 / 0.938 / 1.054, with 256 threads a block and
 // groups / 256 groups a thread (one at 128 columns: 0.98 against 0.89 with two); the bf16 forward 1.001 / 0.940 /
-// 0.969 / 0.927 against 0.941 / 0.928 / 0.903 / 0.925, with 128 threads a block. The fp16 forward stays staged:
-// its widening is a conversion instruction (a quarter of the float pipe's rate), which the row kernel issues
-// twice an element and which bound it at 0.850 at 16384 x 8192 against staging's 0.907.
+// 0.969 / 0.927 against 0.941 / 0.928 / 0.903 / 0.925, with 128 threads a block; the fp32 forward 0.928 / 0.910 /
+// 0.873 / 0.793 against staging's 0.628 / 0.704 / 0.610 / 0.553 (fused add 0.874 / 0.938 / 0.938 / 0.912 against
+// 0.690 / 0.724 / 0.676 / 0.672). The fp16 forward stays staged: its widening is a conversion instruction (a
+// quarter of the float pipe's rate), which the row kernel issues twice an element and which bound it at 0.850 at
+// 16384 x 8192 against staging's 0.907.
 // RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the
 // fused add) override them as "k,threads,stages,sets": stages 1 is the row kernel, 2 or more the staged kernel
 // (0: the default's); sets > 0 asks for at least ceil(sets of rows / sets) staged blocks (more than are resident
@@ -142,9 +144,9 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
     c.groups_shift = log2_floor(groups / kLoopThreads);
     return c;
   }
-  // The row kernel for the fused add and the bf16 forward, unless a tuning asks for staging (rows staged >= 2);
-  // rows staged 1 asks for the row kernel anywhere.
-  const bool row_default = fused_add || d == DType::kBFloat16;
+  // The row kernel for the fused add and the bf16 and fp32 forwards, unless a tuning asks for staging (rows
+  // staged >= 2); rows staged 1 asks for the row kernel anywhere.
+  const bool row_default = fused_add || d != DType::kFloat16;
   const bool row_kernel = tune.v[2] == 1 || (row_default && tune.v[2] == 0);
   int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8)
                     : fused_add && row_kernel ? int(groups / 256 > 1 ? groups / 256 : 1)
