@@ -6,9 +6,8 @@ it, for Nsight Compute:
 With ``--triton-backward``: the Triton backward instead, under the code's tuning and under each tuning named
 in TRITON_BACKWARD_TUNINGS (fields of its _GPU_BWD), one launch of each at both shapes.
 
-With ``--forward-peers``: the forward of CUDA under its defaults and under each configuration named in
-CUDA_FORWARD_TUNINGS, and Triton's, one launch of each at both shapes: where the kernels that compute the same
-bits differ in achieved bandwidth, occupancy and stalls.
+With ``--forward-peers``: the forward of CUDA and of Triton, one launch of each at both shapes: where kernels that
+compute the same bits differ in achieved bandwidth, occupancy and stalls.
 """
 
 from __future__ import annotations
@@ -70,21 +69,8 @@ def profile_triton_backward() -> int:
     return 0
 
 
-# set_tuning("forward", ...) values profiled besides the defaults: the row kernel (no staging, one set of rows a
-# block) at 128 and 256 threads a block.
-CUDA_FORWARD_TUNINGS: tuple[tuple[int, int, int, int], ...] = ((0, 128, 1, 0), (0, 256, 1, 0))
-
-
-def _forward_calls(op: Any, triton_op: Any, set_tuning: Any, x: torch.Tensor, w: torch.Tensor) -> list[Any]:
-    def tuned(config: tuple[int, int, int, int]) -> Any:
-        def call() -> None:
-            set_tuning("forward", *config)
-            op.forward(x, w, 1e-6)
-            set_tuning("forward")
-        return call
-
-    return [lambda: op.forward(x, w, 1e-6), *(tuned(c) for c in CUDA_FORWARD_TUNINGS),
-            lambda: triton_op(x, w, 1e-6)]
+def _forward_calls(op: Any, triton_op: Any, x: torch.Tensor, w: torch.Tensor) -> list[Any]:
+    return [lambda: op.forward(x, w, 1e-6), lambda: triton_op(x, w, 1e-6)]
 
 
 def profile_forward_peers() -> int:
@@ -97,7 +83,7 @@ def profile_forward_peers() -> int:
         gen = torch.Generator(device="cuda").manual_seed(dim)
         x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
         w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
-        for call in _forward_calls(op, tr.TritonRMSNormOp(), _ops.set_tuning, x, w):
+        for call in _forward_calls(op, tr.TritonRMSNormOp(), x, w):
             call()
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_push("prof")

@@ -1153,19 +1153,9 @@ const char* launch_rows(const ForwardPlan& c, int64_t sets, const ForwardArgs& a
   return last_error();
 }
 
+// The staged kernel's grid (launch_sets).
 template <typename T, typename O, Mode M>
-const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t stream) {
-  a.tpr_shift = c.tpr_shift;
-  a.groups_shift = c.groups_shift;
-  a.stages = c.stages;
-  if (c.streaming) {
-    if (a.rows > INT_MAX) return "rmsnorm: too many rows for the streaming kernel";
-    forward_loop_kernel<T, O, M><<<unsigned(a.rows), c.threads, 0, stream>>>(a);
-    return last_error();
-  }
-  const int slots = c.threads >> c.tpr_shift;
-  const int64_t sets = (a.rows + slots - 1) / slots;
-  if (c.stages == 1) return launch_rows<T, O, M>(c, sets, a, stream);
+const char* launch_staged(const ForwardPlan& c, int64_t sets, const ForwardArgs& a, cudaStream_t stream) {
   const size_t width = size_t(c.k) << c.tpr_shift << 3;
   const size_t fixed = width * sizeof(T) + 2 * c.threads * sizeof(float);
   const size_t smem = size_t(c.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 + fixed;
@@ -1178,6 +1168,30 @@ const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t str
       return launch_sets(forward_kernel<T, O, M, 4>, sets, c.sets, c.threads, smem, a, stream);
     default:
       return launch_sets(forward_kernel<T, O, M, 8>, sets, c.sets, c.threads, smem, a, stream);
+  }
+}
+
+template <typename T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 4 ? DType::kFloat32 : std::is_same<T, __half>::value ? DType::kFloat16 : DType::kBFloat16;
+}
+
+template <typename T, typename O, Mode M>
+const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t stream) {
+  a.tpr_shift = c.tpr_shift;
+  a.groups_shift = c.groups_shift;
+  a.stages = c.stages;
+  if (c.streaming) {
+    if (a.rows > INT_MAX) return "rmsnorm: too many rows for the streaming kernel";
+    forward_loop_kernel<T, O, M><<<unsigned(a.rows), c.threads, 0, stream>>>(a);
+    return last_error();
+  }
+  const int slots = c.threads >> c.tpr_shift;
+  const int64_t sets = (a.rows + slots - 1) / slots;
+  if constexpr (uses_row_kernel(dtype_of<T>(), M == Mode::kFusedAdd)) {
+    return launch_rows<T, O, M>(c, sets, a, stream);
+  } else {
+    return launch_staged<T, O, M>(c, sets, a, stream);
   }
 }
 

@@ -127,11 +127,11 @@ int power_of_two_in(int v, int lo, int hi) {
 // 0.690 / 0.724 / 0.676 / 0.672). The fp16 forward stays staged: its widening is a conversion instruction (a
 // quarter of the float pipe's rate), which the row kernel issues twice an element and which bound it at 0.850 at
 // 16384 x 8192 against staging's 0.907.
-// RMSNORM_CUDA_FORWARD_CONFIG (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the
-// fused add) override them as "k,threads,stages,sets": stages 1 is the row kernel, 2 or more the staged kernel
-// (0: the default's); sets > 0 asks for at least ceil(sets of rows / sets) staged blocks (more than are resident
-// at once, which the hardware hands to whichever multiprocessor is free), never fewer than a resident grid; 0: a
-// grid of resident blocks.
+// Which kernel is fixed per (dtype, fused add) by uses_row_kernel. RMSNORM_CUDA_FORWARD_CONFIG (forward,
+// forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override the rest as
+// "k,threads,stages,sets": stages and sets apply to the staged kernel; sets > 0 asks for at least
+// ceil(sets of rows / sets) blocks (more than are resident at once, which the hardware hands to whichever
+// multiprocessor is free), never fewer than a resident grid; 0: a grid of resident blocks.
 ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const Tuning tune = tuning(fused_add ? 1 : 0);
   ForwardPlan c{};
@@ -144,13 +144,9 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
     c.groups_shift = log2_floor(groups / kLoopThreads);
     return c;
   }
-  // The row kernel for the fused add and the bf16 and fp32 forwards, unless a tuning asks for staging (rows
-  // staged >= 2); rows staged 1 asks for the row kernel anywhere.
-  const bool row_default = fused_add || d != DType::kFloat16;
-  const bool row_kernel = tune.v[2] == 1 || (row_default && tune.v[2] == 0);
+  const bool row_kernel = uses_row_kernel(d, fused_add);
   int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8)
-                    : fused_add && row_kernel ? int(groups / 256 > 1 ? groups / 256 : 1)
-                                              : (fused_add || groups <= 64 ? 2 : 4);
+                    : fused_add ? int(groups / 256 > 1 ? groups / 256 : 1) : (groups <= 64 ? 2 : 4);
   while (k > groups) k >>= 1;
   while (groups / k > kMaxThreads) k <<= 1;
   const int tpr = int(groups / k);

@@ -40,6 +40,11 @@ constexpr int64_t kRowBytesPerProgram = 1 << 19;
 
 enum class Mode : int { kPlain, kOffset, kUnweighted, kFusedAdd };
 
+// Which kernel reads the rows of a forward (rmsnorm_kernels.cu's header): the row kernel for the fused add and
+// the bf16 and fp32 forwards, the staged kernel for the fp16 forward. Only that family is compiled for each, so
+// that a cold build compiles no kernel a launch cannot pick (reports/h200/kernels/run8 compared both families).
+constexpr bool uses_row_kernel(DType d, bool fused_add) { return fused_add || d != DType::kFloat16; }
+
 struct ForwardArgs {
   const void* x;
   int64_t x_stride;
