@@ -149,20 +149,20 @@ def _install(base: Path) -> tuple[Venv, Path]:
     """The harness's wheel and the example kernel package installed, non-editable, into a fresh venv."""
     venv = _make_venv(base / "venv")
     # torch first: the harness's open torch range would otherwise fetch whatever build pip likes. Not compiled
-    # to bytecode ahead: that is most of the install's time, and the runs below compile what they import.
-    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-compile", TORCH_SPEC], base)
+    # to bytecode ahead: that is most of the install's time, and the runs below compile what they import. The
+    # wheels below are built without isolation, so that no network is needed: the venv's setuptools builds them.
+    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-compile", TORCH_SPEC, "setuptools>=77"], base)
     source = base / "src" / "rmsnorm-conformance"
     shutil.copytree(ROOT, source, ignore=COPY_IGNORE)
     example = base / "src" / "gate-your-kernel"
     shutil.copytree(EXAMPLE, example, ignore=COPY_IGNORE)
-    # Built without isolation so that no network is needed: the venv's setuptools does it.
-    venv.must([venv.python, "-m", "pip", "install", "-q", "setuptools>=77"], base)
     venv.must([venv.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                "-w", str(base / "wheelhouse"), str(source)], base)
     (wheel,) = (base / "wheelhouse").glob("rmsnorm_conformance-*.whl")
-    # numpy as a kernel author's environment has it; without it torch warns on import, in every run.
-    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-compile", str(wheel), "numpy"], base)
-    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-build-isolation", str(example)], base)
+    # The example as its author installs it, beside the harness's wheel; numpy as a kernel author's environment
+    # has it (without it torch warns on import, in every run).
+    venv.must([venv.python, "-m", "pip", "install", "-q", "--no-compile", "--no-build-isolation", str(wheel),
+               "numpy", str(example)], base)
     return venv, wheel
 
 
