@@ -23,6 +23,9 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import per_call_us
+
 SHAPES = ((65536, 4096), (2097152, 128), (16384, 8192), (4096, 4096))
 LOOP_CALLS = 200
 
@@ -66,16 +69,8 @@ class Sampler:
 
 
 def loop_us(fn: Any) -> float:
-    """Microseconds a call over LOOP_CALLS back-to-back calls, after as many to warm up."""
-    for _ in range(LOOP_CALLS):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(LOOP_CALLS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / LOOP_CALLS
+    """Microseconds a call over LOOP_CALLS back-to-back calls (bench.py's latency timer)."""
+    return per_call_us(fn, torch.device("cuda"), LOOP_CALLS)
 
 
 def bench_us(fn: Any) -> float:
