@@ -19,9 +19,9 @@
 // as sets: registers alone bound residency and the hardware balances the blocks. The staged kernel (the fp16
 // forward, the backward) copies each thread's own 16-byte vectors of the rows it will handle a few rows ahead
 // into shared memory with cp.async (zero-filled past the row's end), so that the bytes in flight do not depend
-// on registers or occupancy. A thread only ever reads back what it copied itself, so the staging needs no barrier. Which
-// kernel, how many rows ahead, how many threads a row and a block: a function of (dim, dtype) and of the shared
-// memory they fit in; none changes a bit.
+// on registers or occupancy. A thread only ever reads back what it copied itself, so the staging needs no
+// barrier. Which kernel, how many rows ahead, how many threads a row and a block: a function of (dim, dtype) and
+// of the shared memory they fit in; none changes a bit.
 //
 // Every multiply and add is a correctly rounded intrinsic (__fmul_rn, __fadd_rn: never contracted into an
 // FMA, never reassociated), the square root and the divisions are correctly rounded (__fsqrt_rn, __fdiv_rn:
@@ -118,9 +118,9 @@ int power_of_two_in(int v, int lo, int hi) {
 // (reports/h200/kernels/run1): the per-row work (index arithmetic, the row tree, the correctly rounded divisions
 // and square root, which every thread of a row computes) is spread over too few elements.
 // Since run 8 (reports/h200/kernels/run8, bf16 / fp16, fraction of a copy after an L2 flush), the fused add and
-// the bf16 forward run the row kernel (no staging, one set of rows a block, plain loads and stores): fused add
-// 1.011 / 1.007 / 0.989 / 1.119 at 65536 x 4096, 2097152 x 128, 16384 x 8192, 4096 x 4096 (fp16 1.007 / 1.017 /
-// 0.998 / 1.103) against the staged kernel's 0.942 / 0.938 / 0.938 / 1.054, with 256 threads a block and
+// the bf16 and fp32 forwards run the row kernel (no staging, one set of rows a block, plain loads and stores):
+// fused add 1.011 / 1.007 / 0.989 / 1.119 at 65536 x 4096, 2097152 x 128, 16384 x 8192, 4096 x 4096 (fp16 1.007 /
+// 1.017 / 0.998 / 1.103) against the staged kernel's 0.942 / 0.938 / 0.938 / 1.054, with 256 threads a block and
 // groups / 256 groups a thread (one at 128 columns: 0.98 against 0.89 with two); the bf16 forward 1.001 / 0.940 /
 // 0.969 / 0.927 against 0.941 / 0.928 / 0.903 / 0.925, with 128 threads a block; the fp32 forward 0.928 / 0.910 /
 // 0.873 / 0.793 against staging's 0.628 / 0.704 / 0.610 / 0.553 (fused add 0.874 / 0.938 / 0.938 / 0.912 against
@@ -180,7 +180,8 @@ int backward_fixed_bytes(const BackwardPlan& c, int element_bytes) {
 }
 
 // Backward defaults: two groups a thread for 16-bit rows, one for fp32 (at most kMaxBackwardThreads threads a
-// row: the registers hold three levels of dw's tree, 24 floats a group), at least 256 threads a block, rows of dw per block aiming at kRowBytesPerProgram of x but at least kMinPrograms blocks.
+// row: the registers hold three levels of dw's tree, 24 floats a group), at least 256 threads a block, rows of dw
+// per block aiming at kRowBytesPerProgram of x but at least kMinPrograms blocks.
 // RMSNORM_CUDA_BACKWARD_CONFIG overrides them as "k,threads,stages,rows per block" (the stages are chosen in
 // backward(), where dy's dtype is known). A function of (dtype, rows, dim): the workspace's shape.
 BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
