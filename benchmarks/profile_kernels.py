@@ -13,7 +13,6 @@ compute the same bits differ in achieved bandwidth, occupancy and stalls.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import torch
 
@@ -69,25 +68,21 @@ def profile_triton_backward() -> int:
     return 0
 
 
-def _forward_calls(op: Any, triton_op: Any, x: torch.Tensor, w: torch.Tensor) -> list[Any]:
-    return [lambda: op.forward(x, w, 1e-6), lambda: triton_op(x, w, 1e-6)]
-
-
 def profile_forward_peers() -> int:
     import rmsnorm_conformance.backends.triton_rmsnorm as tr
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
 
-    op = CudaRMSNormOp()
+    op, triton_op = CudaRMSNormOp(), tr.TritonRMSNormOp()
     _ops.require(torch.device("cuda"))
     for rows, dim in SHAPES:
         gen = torch.Generator(device="cuda").manual_seed(dim)
         x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
         w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
-        for call in _forward_calls(op, tr.TritonRMSNormOp(), x, w):
-            call()
+        for call in (op.forward, triton_op):
+            call(x, w, 1e-6)
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_push("prof")
-            call()
+            call(x, w, 1e-6)
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
         torch.cuda.empty_cache()

@@ -35,6 +35,7 @@ class Sampler:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
+        self.samples: list[tuple[float, float]] = []
 
     def __enter__(self) -> Sampler:
         try:
@@ -47,7 +48,6 @@ class Sampler:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.samples: list[tuple[float, float]] = []
         if self.proc is None:
             return
         self.proc.terminate()
@@ -104,7 +104,6 @@ def peers(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> dict[str, tuple[
 
 
 def measure(rows: int, dim: int, dtype: torch.dtype) -> list[dict[str, Any]]:
-
     gen = torch.Generator(device="cuda").manual_seed(rows + dim)
     x = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
     r = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
