@@ -146,7 +146,8 @@ def _time_config(op: Any, native: Any, tuning: Any, kind: str, config: tuple, sh
     return records
 
 
-def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backward")) -> list[dict[str, Any]]:
+def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backward"),
+          dtype: torch.dtype = torch.bfloat16) -> list[dict[str, Any]]:
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
     from rmsnorm_conformance.backends.native import NativeRMSNormOp
 
@@ -160,7 +161,6 @@ def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backwa
     def run(kind: str, config: tuple, shapes, measure) -> None:
         records.extend(_time_config(op, native, _ops.set_tuning, kind, config, shapes, measure))
 
-    dtype = torch.bfloat16
     shapes = [((rows, dim), Inputs(rows, dim, dtype, quick)) for rows, dim in FORWARD_SHAPES]
     for config in forward_tries if "forward" in kinds else ():
         run("forward", config, shapes, lambda i: (_median_us(lambda: op.forward(i.x, i.w, EPS), quick),
@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
     parser.add_argument("--kinds", default="forward,fused_add,backward",
                         help="which to sweep, comma-separated (default: all three)")
+    parser.add_argument("--dtype", default="bfloat16", help="the element type timed (default: bfloat16)")
     parser.add_argument("--picks", metavar="JSON", help="print a sweep's picks as shell exports of "
                         "RMSNORM_CUDA_{FORWARD,FUSED_ADD,BACKWARD}_CONFIG, and exit")
     args = parser.parse_args(argv)
@@ -236,13 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         print("kernel_sweep.py: no CUDA GPU is visible")
         return 0
     start = time.perf_counter()
-    records = sweep(args.quick, tuple(args.kinds.split(",")))
+    records = sweep(args.quick, tuple(args.kinds.split(",")), getattr(torch, args.dtype))
     picks = {kind: best(records, kind) for kind in ("forward", "fused_add", "fused_add_", "backward")}
     for kind, (config, worst) in picks.items():
         print(f"best {kind}: {config} (worst ratio to copy {worst:.3f})")
     Path(args.out).write_text(json.dumps({
         "records": records, "best": {k: {"config": c, "worst_of_copy": w} for k, (c, w) in picks.items()},
-        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "dtype": args.dtype,
         "seconds": round(time.perf_counter() - start, 1)}, indent=1) + "\n")
     return 0
 

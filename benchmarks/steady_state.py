@@ -103,7 +103,7 @@ def peers(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> dict[str, tuple[
     return calls
 
 
-def measure(rows: int, dim: int, dtype: torch.dtype) -> list[dict[str, Any]]:
+def measure(rows: int, dim: int, dtype: torch.dtype, kernels: set[str] | None = None) -> list[dict[str, Any]]:
     gen = torch.Generator(device="cuda").manual_seed(rows + dim)
     x = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
     r = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
@@ -111,6 +111,8 @@ def measure(rows: int, dim: int, dtype: torch.dtype) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     copy: dict[str, float] = {}
     for name, (fn, units) in peers(x, r, w).items():
+        if kernels is not None and name != "copy" and name not in kernels:
+            continue
         record: dict[str, Any] = {"rows": rows, "dim": dim, "dtype": str(dtype).removeprefix("torch."),
                                   "kernel": name}
         for how, timer in (("bench", bench_us), ("loop", loop_us)):
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON output")
     parser.add_argument("--dtypes", default="bfloat16")
+    parser.add_argument("--kernels", help="only these peers besides the copy, comma-separated (e.g. cuda,liger)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("steady_state.py: no CUDA GPU is visible")
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for dtype in (getattr(torch, d) for d in args.dtypes.split(",")):
         for rows, dim in SHAPES:
-            records += measure(rows, dim, dtype)
+            records += measure(rows, dim, dtype, set(args.kernels.split(",")) if args.kernels else None)
             torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "records": records}, indent=1))
     return 0

@@ -294,6 +294,25 @@ def test_forward_bitwise_equal_to_native_over_values(dtype, family):
 
 
 @pytest.mark.usefixtures("gpu")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_every_16_bit_pattern_as_input_and_as_weight(dtype):
+    # Every one of the 65,536 patterns (subnormals, signed zeros, Inf, NaN) as a weight, through the plain, fp32-out
+    # and offset forwards, and as an input, at a dim the fast kernels take: the widening of each element to fp32
+    # and the weight's multiply must give native's bits for every value, not only for the values a sample draws
+    # (reports/h200/kernels/run9 tried a widening by integer arithmetic; this is the test it had to pass).
+    patterns = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(dtype).reshape(16, 4096)
+    gen = torch.Generator().manual_seed(16)
+    x = torch.randn(16, 4096, generator=gen).to(dtype)
+    for i in range(16):
+        w = patterns[i].cuda()
+        _assert_bitwise(OP.forward(x.cuda(), w), REFERENCE.forward(x.cuda(), w), f"weights {i}")
+        _assert_bitwise(OP.forward_fp32(x.cuda(), w), REFERENCE.forward_fp32(x.cuda(), w), f"fp32 out, weights {i}")
+        _assert_bitwise(OP.forward_offset(x.cuda(), w), REFERENCE.forward_offset(x.cuda(), w), f"offset, weights {i}")
+    ones = torch.ones(4096, dtype=dtype).cuda()
+    _assert_bitwise(OP.forward(patterns.cuda(), ones), REFERENCE.forward(patterns.cuda(), ones), "inputs")
+
+
+@pytest.mark.usefixtures("gpu")
 def test_forward_equals_the_cpu_reference():
     # The canonical order makes the reference's CPU bits its GPU bits; the kernels must match both.
     for dtype in DTYPES:
