@@ -847,8 +847,8 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
   float s1[K][kGroup];
   float s2[K][kGroup];
   float c[K][kGroup];
-#pragma unroll 1
-  for (int i = 0; i < leaves; ++i) {
+  // Leaf i: its dx written, its dw terms g * (x * inv) into `terms` (+0.0 for a row past the batch).
+  auto leaf = [&](int i, float (&terms)[K][kGroup]) {
     issue(i + ahead, issue_stage);
     issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
     wait_async_pending(ahead);
@@ -892,7 +892,7 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
         const float xf = xg.get(j);
         const float gf = gg.get(j);
         d[j] = __fmul_rn(__fsub_rn(__fmul_rn(gf, wg.get(j)), __fmul_rn(xf, f.coef)), f.inv);
-        c[m][j] = valid ? __fmul_rn(gf, __fmul_rn(xf, f.inv)) : 0.0f;  // a zero row's term is +0.0
+        terms[m][j] = __fmul_rn(gf, __fmul_rn(xf, f.inv));
       }
       if (valid) {
         Group<T> out;
@@ -900,15 +900,23 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
         store_group<T, Cache::kStream>(out, dxr, col0 + m * col_step, a.dim, dx_vec);
       }
     }
-    if (!want_dw) continue;
-    // The leaf into the tree: registers for the levels inside a row group, the stack for those above.
-    if ((i & 1) == 0) {
+    if (!valid) {  // a zero row's term is +0.0 (a uniform branch: only rows past the batch take it)
 #pragma unroll
       for (int m = 0; m < K; ++m)
 #pragma unroll
-        for (int j = 0; j < kGroup; ++j) s0[m][j] = c[m][j];
-      continue;
+        for (int j = 0; j < kGroup; ++j) terms[m][j] = 0.0f;
     }
+  };
+  // Two leaves an iteration, the first one's terms straight into s0: the tree's lowest level costs no moves (with
+  // the zero terms of rows past the batch a uniform branch, not a select an element: bf16 0.749 / 0.867 -> 0.788 /
+  // 0.889 of a copy at 65536 x 4096 / 2097152 x 128). Four leaves an iteration were slower (0.776 / 0.844), eight
+  // much slower (0.490 / 0.706): reports/h200/kernels/run9.
+#pragma unroll 1
+  for (int i = 0; i < leaves; i += 2) {
+    leaf(i, s0);
+    leaf(i + 1, c);
+    if (!want_dw) continue;
+    // The pair into the tree: registers for the levels inside a row group, the stack for those above.
 #pragma unroll
     for (int m = 0; m < K; ++m) add_left(c[m], s0[m]);
     if ((i & 2) == 0) {

@@ -124,9 +124,9 @@ int power_of_two_in(int v, int lo, int hi) {
 // groups / 256 groups a thread (one at 128 columns: 0.98 against 0.89 with two); the bf16 forward 1.001 / 0.940 /
 // 0.969 / 0.927 against 0.941 / 0.928 / 0.903 / 0.925, with 128 threads a block; the fp32 forward 0.928 / 0.910 /
 // 0.873 / 0.793 against staging's 0.628 / 0.704 / 0.610 / 0.553 (fused add 0.874 / 0.938 / 0.938 / 0.912 against
-// 0.690 / 0.724 / 0.676 / 0.672). The fp16 forward stays staged: its widening is a conversion instruction (a
-// quarter of the float pipe's rate), which the row kernel issues twice an element and which bound it at 0.850 at
-// 16384 x 8192 against staging's 0.907.
+// 0.690 / 0.724 / 0.676 / 0.672). The fp16 forward stays staged: the row kernel ran it at 0.850 at 16384 x 8192
+// against staging's 0.907, and keeping each element's fp32 value (one conversion an element instead of two) made it
+// slower still (0.708: the registers cost a third of the resident warps; reports/h200/kernels/run9).
 // Which kernel is fixed per (dtype, fused add) by uses_row_kernel. RMSNORM_CUDA_FORWARD_CONFIG (forward,
 // forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override the rest as
 // "k,threads,stages,sets": stages and sets apply to the staged kernel; sets > 0 asks for at least
