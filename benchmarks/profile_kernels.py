@@ -8,6 +8,9 @@ in TRITON_BACKWARD_TUNINGS (fields of its _GPU_BWD), one launch of each at both 
 
 With ``--forward-peers``: the forward of CUDA and of Triton, one launch of each at both shapes: where kernels that
 compute the same bits differ in achieved bandwidth, occupancy and stalls.
+
+With ``--unmet``: the CUDA launches whose targets are not met (reports/h200/kernels/run9): the backward in bf16 at
+both shapes, and the forward at 16384 x 8192 in fp16 (the staged kernel) beside bf16 (the row kernel).
 """
 
 from __future__ import annotations
@@ -89,7 +92,37 @@ def profile_forward_peers() -> int:
     return 0
 
 
+def profile_unmet() -> int:
+    from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
+
+    op = CudaRMSNormOp()
+    _ops.require(torch.device("cuda"))
+    backward = _ops.op("rms_norm_backward")
+    calls = []
+    for rows, dim in SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(dim)
+        x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
+        g = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
+        w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
+        calls.append(lambda x=x, g=g, w=w: backward(g, x, w, 1e-6, True))
+    for dtype in (torch.float16, torch.bfloat16):
+        gen = torch.Generator(device="cuda").manual_seed(8192)
+        x = torch.randn(16384, 8192, device="cuda", generator=gen).to(dtype)
+        w = torch.randn(8192, device="cuda", generator=gen).to(dtype)
+        calls.append(lambda x=x, w=w: op.forward(x, w, 1e-6))
+    for call in calls:
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push("prof")
+        call()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+    return 0
+
+
 def main() -> int:
+    if "--unmet" in sys.argv:
+        return profile_unmet()
     if "--triton-backward" in sys.argv:
         return profile_triton_backward()
     if "--forward-peers" in sys.argv:
