@@ -6,9 +6,9 @@
 #
 #   OUT=dir DEADLINE=seconds VARIANTS="name:patch-file ..." MEASURE='command' bash benchmarks/h200_variants.sh
 #
-# MEASURE runs once a variant with PYTHONPATH and RMSNORM_CUDA_BUILD_DIR set to that variant's, and $V (its name)
-# $VOUT (where its files go: $OUT/$V) and $ROOT (this tree) in the environment; its output goes to $OUT/$V.log. A patch path is
-# relative to this tree; "-" for none.
+# MEASURE runs once a variant with PYTHONPATH and RMSNORM_CUDA_BUILD_DIR set to that variant's, and $V (its name),
+# $VOUT (where its files go: $OUT/$V) and $ROOT (this tree) in the environment; its output goes to $OUT/$V.log.
+# A patch path is relative to this tree; "-" for none. reports/h200/kernels/run9 was measured this way.
 set -u
 OUT=${OUT:?OUT=dir} DEADLINE=${DEADLINE:?DEADLINE=seconds} VARIANTS=${VARIANTS:?VARIANTS=\"name:patch ...\"}
 MEASURE=${MEASURE:?MEASURE=command}
