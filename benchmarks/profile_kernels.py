@@ -16,28 +16,32 @@ both shapes, and the forward at 16384 x 8192 in fp16 (the staged kernel) beside 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 
 SHAPES = ((65536, 4096), (2097152, 128))
 
 
-def profile_shape(op: object, backward: object, rows: int, dim: int) -> None:
+def profile_once(call: Any, *args: Any) -> None:
+    """``call(*args)`` once outside the ``prof`` range (compiles, caches), then once inside it."""
+    call(*args)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("prof")
+    call(*args)
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+
+
+def profile_shape(op: Any, backward: Any, rows: int, dim: int) -> None:
     gen = torch.Generator(device="cuda").manual_seed(dim)
     x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
     r = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
     g = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
     w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
-    calls = (lambda: op.forward(x, w, 1e-6), lambda: op.fused_add(x, r, w, 1e-6),
-             lambda: backward(g, x, w, 1e-6, True))
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    for call in calls:
-        torch.cuda.nvtx.range_push("prof")
-        call()
-        torch.cuda.nvtx.range_pop()
-    torch.cuda.synchronize()
+    profile_once(op.forward, x, w, 1e-6)
+    profile_once(op.fused_add, x, r, w, 1e-6)
+    profile_once(backward, g, x, w, 1e-6, True)
 
 
 # _GPU_BWD fields of the Triton backward tunings profiled besides the code's own: run 3's.
@@ -59,12 +63,7 @@ def profile_triton_backward() -> int:
         for fields in ({}, *TRITON_BACKWARD_TUNINGS):
             tr._GPU_BWD = base._replace(**fields)
             tr.launch_config.cache_clear()
-            tr._backward(x, w, g, 1e-6, True, True)
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push("prof")
-            tr._backward(x, w, g, 1e-6, True, True)
-            torch.cuda.nvtx.range_pop()
-            torch.cuda.synchronize()
+            profile_once(tr._backward, x, w, g, 1e-6, True, True)
         tr._GPU_BWD = base
         del x, g, w
         torch.cuda.empty_cache()
@@ -82,12 +81,7 @@ def profile_forward_peers() -> int:
         x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
         w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
         for call in (op.forward, triton_op):
-            call(x, w, 1e-6)
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push("prof")
-            call(x, w, 1e-6)
-            torch.cuda.nvtx.range_pop()
-            torch.cuda.synchronize()
+            profile_once(call, x, w, 1e-6)
         torch.cuda.empty_cache()
     return 0
 
@@ -98,25 +92,17 @@ def profile_unmet() -> int:
     op = CudaRMSNormOp()
     _ops.require(torch.device("cuda"))
     backward = _ops.op("rms_norm_backward")
-    calls = []
     for rows, dim in SHAPES:
         gen = torch.Generator(device="cuda").manual_seed(dim)
         x = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
         g = torch.randn(rows, dim, device="cuda", generator=gen).bfloat16()
         w = torch.randn(dim, device="cuda", generator=gen).bfloat16()
-        calls.append(lambda x=x, g=g, w=w: backward(g, x, w, 1e-6, True))
+        profile_once(backward, g, x, w, 1e-6, True)
     for dtype in (torch.float16, torch.bfloat16):
         gen = torch.Generator(device="cuda").manual_seed(8192)
         x = torch.randn(16384, 8192, device="cuda", generator=gen).to(dtype)
         w = torch.randn(8192, device="cuda", generator=gen).to(dtype)
-        calls.append(lambda x=x, w=w: op.forward(x, w, 1e-6))
-    for call in calls:
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push("prof")
-        call()
-        torch.cuda.nvtx.range_pop()
-        torch.cuda.synchronize()
+        profile_once(op.forward, x, w, 1e-6)
     return 0
 
 
