@@ -1164,11 +1164,8 @@ const char* launch_rows(const ForwardPlan& c, int64_t sets, const ForwardArgs& a
     case 2:
       forward_row_kernel<T, O, M, 2><<<unsigned(sets), c.threads, 0, stream>>>(a);
       break;
-    case 4:
-      forward_row_kernel<T, O, M, 4><<<unsigned(sets), c.threads, 0, stream>>>(a);
-      break;
     default:
-      forward_row_kernel<T, O, M, 8><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      forward_row_kernel<T, O, M, 4><<<unsigned(sets), c.threads, 0, stream>>>(a);
       break;
   }
   return last_error();
@@ -1185,10 +1182,8 @@ const char* launch_staged(const ForwardPlan& c, int64_t sets, const ForwardArgs&
       return launch_sets(forward_kernel<T, O, M, 1>, sets, c.sets, c.threads, smem, a, stream);
     case 2:
       return launch_sets(forward_kernel<T, O, M, 2>, sets, c.sets, c.threads, smem, a, stream);
-    case 4:
-      return launch_sets(forward_kernel<T, O, M, 4>, sets, c.sets, c.threads, smem, a, stream);
     default:
-      return launch_sets(forward_kernel<T, O, M, 8>, sets, c.sets, c.threads, smem, a, stream);
+      return launch_sets(forward_kernel<T, O, M, 4>, sets, c.sets, c.threads, smem, a, stream);
   }
 }
 

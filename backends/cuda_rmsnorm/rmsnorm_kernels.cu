@@ -145,7 +145,7 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
     return c;
   }
   const bool row_kernel = uses_row_kernel(d, fused_add);
-  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 8)
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, kMaxGroupsPerThread)
                     : fused_add ? int(groups / 256 > 1 ? groups / 256 : 1) : (groups <= 64 ? 2 : 4);
   while (k > groups) k >>= 1;
   while (groups / k > kMaxThreads) k <<= 1;

@@ -15,9 +15,14 @@ namespace detail {
 // The canonical group: 8 consecutive elements of a row.
 constexpr int kGroup = 8;
 // Most threads a block of the staged kernels has (a row may take all of them): at most 128 registers a
-// thread, which eight groups a thread in the forward and three levels of dw's tree in the backward's registers
+// thread, which four groups a thread in the forward and three levels of dw's tree in the backward's registers
 // need.
 constexpr int kMaxThreads = 512;
+// Most groups a thread of the forward and fused add kernels holds. The widest staged row (kMaxStagedWidth)
+// needs two at kMaxThreads threads; the defaults take at most four, and the kernels are compiled for 1, 2 and 4
+// only: eight were never picked (reports/h200/kernels/run2: 0.905 against four's 0.911), and compiling them
+// took about a third of each forward unit's nvcc time (the CPU compile check, tests/test_cuda_backend.py).
+constexpr int kMaxGroupsPerThread = 4;
 constexpr int kMaxBackwardThreads = kMaxThreads;
 // Threads per row (and per block) of the streaming kernels for rows too long for the staged ones.
 constexpr int kLoopThreads = 512;
