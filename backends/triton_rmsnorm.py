@@ -93,6 +93,10 @@ class _Tuning(NamedTuple):
 # (0.983 / 0.990). More rows a program at 128 were slower (32 rows: 0.474).
 _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
                    min_warps=1)
+# The fused add (the same kernel with a residual: twice the bytes a row) from the same sweep: 4 rows a program and
+# one warp at 2097152 x 128 ran at 1.006 of a copy against 0.926 with the forward's 8 rows; rows of 512 elements
+# or more get the forward's configuration (one row a program, the same warps).
+_GPU_FUSED = _GPU_FWD._replace(tile=512)
 # GPU backward, from benchmarks/triton_tuning.py --backward-variants on an H200 (bf16, fraction of a device copy
 # of dx + dw, reports/h200/kernels/run4): the next tile's rows loaded before this tile is reduced (prefetch), the
 # subtree's lowest levels added element by element across tiles (strided), a row's two sums through one tree
@@ -113,11 +117,12 @@ _INTERP_BWD = _Tuning(tile=1 << 18, max_rows=4096, max_block=1 << 16, loop_block
 
 
 @functools.cache
-def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False,
+def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
                   interpreted: bool = _INTERPRETED) -> LaunchConfig:
-    """The configuration for rows of ``dim`` elements of ``dtype``: never a function of the row count."""
+    """The configuration for rows of ``dim`` elements of ``dtype`` (of the forward kernel with a residual where
+    ``fused_add``): never a function of the row count."""
     tuning = {(True, True): _INTERP_BWD, (True, False): _INTERP_FWD,
-              (False, True): _GPU_BWD, (False, False): _GPU_FWD}[interpreted, backward]
+              (False, True): _GPU_BWD, (False, False): _GPU_FUSED if fused_add else _GPU_FWD}[interpreted, backward]
     width = padded_width(dim)
     block = width if width <= tuning.max_block else tuning.loop_block
     rows = min(max(tuning.tile // block, 1), tuning.max_rows)
@@ -749,10 +754,10 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype
             residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
         return torch.empty(x.shape, dtype=out_dtype, device=x.device), residual_out
     dim = x.shape[-1]
-    cfg = launch_config(dim, x.dtype)
+    cfg = launch_config(dim, x.dtype, fused_add=residual is not None)
     vec = cfg.vec
     if residual is not None:
-        vec = min(vec, launch_config(dim, residual.dtype).vec)
+        vec = min(vec, launch_config(dim, residual.dtype, fused_add=True).vec)
     x2, x_stride = _rows_2d(x, dim, vec)
     n_rows = x2.shape[0]
     y = torch.empty((n_rows, dim), dtype=out_dtype, device=x.device)

@@ -137,10 +137,11 @@ def test_declared_capabilities():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
     """The row count is no input of the configuration, so it cannot change a row's reduction."""
-    assert set(inspect.signature(tr.launch_config).parameters) == {"dim", "dtype", "backward", "interpreted"}
+    assert set(inspect.signature(tr.launch_config).parameters) == {"dim", "dtype", "backward", "fused_add",
+                                                                   "interpreted"}
     for dim in (1, 2, 7, 64, 127, 128, 129, 1000, 4096, 5120, 8192, 12288, 16384, 20000, 131072):
-        for backward in (False, True):
-            cfg = tr.launch_config(dim, dtype, backward=backward, interpreted=interpreted)
+        for backward, fused_add in ((False, False), (False, True), (True, False)):
+            cfg = tr.launch_config(dim, dtype, backward=backward, fused_add=fused_add, interpreted=interpreted)
             assert cfg.rows >= 1 and cfg.rows & (cfg.rows - 1) == 0, cfg
             assert cfg.groups & (cfg.groups - 1) == 0 and cfg.groups * 8 * cfg.tiles == padded_width(dim), cfg
             assert cfg.tiles == 1 or cfg.rows == 1 or backward, cfg
@@ -152,6 +153,8 @@ def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
     if not interpreted:
         # At head_dim several rows share a program: one row per program is far from copy speed there.
         assert tr.launch_config(128, dtype, interpreted=False).rows >= 8
+        # The fused add moves twice the bytes a row: four rows a program there (reports/h200/kernels/run10).
+        assert tr.launch_config(128, dtype, fused_add=True, interpreted=False).rows == 4
 
 
 @pytest.mark.parametrize("subtree", [64, 512])
