@@ -138,31 +138,3 @@ def test_the_probe_turns_a_termination_into_an_interrupt():
     finally:
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGINT, before[1])
-
-
-def test_a_gpu_workers_compile_stack_is_imported_unless_switched_off(monkeypatch):
-    from rmsnorm_conformance.harness.running import modes
-
-    monkeypatch.delenv(warm_up.SWITCH, raising=False)
-    assert warm_up.workers_import()
-    for value in ("0", "build"):  # off, or the controller's build alone (for the comparison)
-        monkeypatch.setenv(warm_up.SWITCH, value)
-        assert not warm_up.workers_import()
-    # A GPU compiles the sample with Inductor: both stacks. The CPU's sample compiler needs Dynamo alone.
-    assert modes.import_compile_stack(("cuda",)) == ("torch._dynamo", "torch._inductor.compile_fx")
-    assert {"torch._dynamo", "torch._inductor.compile_fx"} <= set(sys.modules)
-    assert modes.import_compile_stack(("cpu",)) == ("torch._dynamo",)
-
-
-def test_a_compile_stack_that_fails_to_import_is_left_to_the_test_that_compiles(monkeypatch):
-    from rmsnorm_conformance.harness.running import modes
-
-    real = modes.importlib.import_module
-
-    def broken(name):
-        if name.startswith("torch._inductor"):
-            raise ImportError("a broken Inductor")
-        return real(name)
-
-    monkeypatch.setattr(modes.importlib, "import_module", broken)
-    assert modes.import_compile_stack(("cuda",)) == ("torch._dynamo",)  # no exception reaches the worker's start

@@ -31,7 +31,7 @@ from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_com
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
-from rmsnorm_conformance.harness.running import device_faults, fresh_process, isolation, modes, warm_up
+from rmsnorm_conformance.harness.running import device_faults, fresh_process, isolation, warm_up
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
@@ -73,10 +73,6 @@ def run_options(config: pytest.Config) -> RunOptions:
                 config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices)
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
-            gpus = tuple(d.type for d in options.devices if d.type != "cpu")
-            if gpus and (options.mode_sample or options.parity_pairs) and not options.replay_case \
-                    and warm_up.workers_import():
-                modes.import_compile_stack(gpus)  # while the controller's warm-up builds (running/modes.py)
     return config.stash[OPTIONS]
 
 

@@ -5,7 +5,6 @@ full sweep; by default a small sample of every entry point is held to eager's bi
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -130,29 +129,6 @@ def sample_backend(inner: Backend, mode: str, device: torch.device) -> Backend:
         # capture per batch size.
         _SAMPLE_BACKENDS[key] = Backend(ModeBackend(inner, mode, compiler=compiler, dynamic=False), spec=inner.spec)
     return _SAMPLE_BACKENDS[key]
-
-
-def import_compile_stack(device_types: tuple[str, ...]) -> tuple[str, ...]:
-    """Import what a process's first ``torch.compile`` imports (Dynamo, and Inductor where a device compiles with
-    it), and return those modules' names.
-
-    A pytest-xdist worker on a GPU calls this at its start. There, a first compile took 4.5 s, about 3 s of it these
-    imports (``reports/h200/verdict/run12-*``), and the worker's first test of a backend that builds in its probe
-    (the CUDA backend on a fresh machine) waited for the build that the controller's warm-up started
-    (``running/warm_up.py``): importing first moves that cost into the wait. Every worker of such a run compiles:
-    the execution-mode sample runs in each dtype. Nothing is compiled here, and no verdict depends on it; a module
-    that fails to import fails the first test that compiles, as it would have."""
-    names = ["torch._dynamo"]
-    if any(SAMPLE_COMPILERS.get(kind, DEFAULT_COMPILER) == "inductor" for kind in device_types):
-        names.append("torch._inductor.compile_fx")
-    done = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # left for the test that compiles to raise
-            break
-        done.append(name)
-    return tuple(done)
 
 
 def sample_modes(device: torch.device) -> tuple[str, ...]:

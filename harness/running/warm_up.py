@@ -14,11 +14,6 @@ later run to wait on; the CUDA backend also removes a lock too old to be a live 
 out: no backend of this project builds for them, and a CPU-only machine has no core to spare.
 ``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off (``benchmarks/h200_verdict.sh`` times both).
 
-A worker's share: on a GPU run, each worker imports what its first ``torch.compile`` needs at its start
-(``modes.import_compile_stack``), so that the import overlaps the build rather than following it.
-``RMSNORM_CONFORMANCE_WARM_UP=build`` keeps the controller's build and leaves the workers' imports to their first
-compile (``workers_import``), for the comparison.
-
 It starts as early as it can: at the controller's configure, before the controller imports torch (2-4 s), from
 the options as typed (``start_early``), where they name the backends' devices or this machine has a GPU's device
 node. Otherwise the controller starts it once its options are resolved (``start``). This module imports no torch.
@@ -46,11 +41,6 @@ GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
 # command, four. A user's backend (``module:attr``, a third party's entry point) may build in its probe: warmed up.
 OWN_PREPARED = frozenset({"cuda"})
 _PACKAGE = "rmsnorm_conformance."
-
-
-def workers_import() -> bool:
-    """Do the workers import the compile stack at their start (see above)?"""
-    return os.environ.get(SWITCH) not in ("0", "build")
 
 
 def start(backends: Iterable[Any], devices: Iterable[Any]) -> list[subprocess.Popen]:
