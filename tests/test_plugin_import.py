@@ -76,3 +76,29 @@ def test_the_shipped_suites_named_by_path_activate_the_plugin(pytester, monkeypa
                                            "-p", "no:cacheprovider")
     # Active from configure on: the reporter's header, then the tests parametrized over the backends.
     result.stdout.fnmatch_lines(["rmsnorm-conformance: contract *", "*test_output[[]native-cpu-bfloat16[]]*"])
+
+
+LOADERS = """
+    import sys
+
+    def test_loaders():
+        import rmsnorm_conformance.suites.test_axis_b  # a shipped suite, imported as collection imports it
+        names = ("rmsnorm_conformance.harness.plugin.active", "rmsnorm_conformance.harness.checking.checks",
+                 "rmsnorm_conformance.contract.reference", "rmsnorm_conformance.suites.test_axis_b")
+        print("LOADERS:" + ",".join(type(sys.modules[n].__loader__).__name__ for n in names))
+"""
+
+
+def test_pytest_rewrites_the_suites_asserts_and_not_the_harness_modules(pytester, monkeypatch):
+    """The harness loads as plain bytecode: a first run after an install rewrites no module of it from source
+    (harness/plugin/rewrite.py); the suites keep pytest's assertion rewriting."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(test_loaders=LOADERS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-s", "--sweep=ci",
+                                           "--device=cpu")
+    result.stdout.fnmatch_lines(["rmsnorm-conformance: contract *"])  # a conformance run: the plugin is active
+    found = re.search(r"LOADERS:([\w,]*)", result.stdout.str())
+    assert found, result.stdout.str()
+    *harness, suite = found.group(1).split(",")
+    assert "AssertionRewritingHook" not in harness, harness
+    assert suite == "AssertionRewritingHook", suite
