@@ -94,8 +94,9 @@ class _Tuning(NamedTuple):
 _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
                    min_warps=1)
 # The fused add (the same kernel with a residual: twice the bytes a row) from the same sweep: 4 rows a program and
-# one warp at 2097152 x 128 ran at 1.006 of a copy against 0.926 with the forward's 8 rows; rows of 512 elements
-# or more get the forward's configuration (one row a program, the same warps).
+# one warp at 2097152 x 128 ran at 1.006 of a copy against 0.926 with the forward's 8 rows (1.009 in the bench of
+# reports/h200/kernels/run10). Rows narrower than 1024 elements get half the forward's rows a program; wider ones
+# its configuration (one row a program, the same warps).
 _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # GPU backward, from benchmarks/triton_tuning.py --backward-variants on an H200 (bf16, fraction of a device copy
 # of dx + dw, reports/h200/kernels/run4): the next tile's rows loaded before this tile is reduced (prefetch), the
