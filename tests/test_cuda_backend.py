@@ -302,12 +302,12 @@ def test_every_16_bit_pattern_as_input_and_as_weight(dtype):
     # (reports/h200/kernels/run9 tried a widening by integer arithmetic; this is the test it had to pass).
     patterns = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(dtype).reshape(16, 4096)
     gen = torch.Generator().manual_seed(16)
-    x = torch.randn(16, 4096, generator=gen).to(dtype)
+    x = torch.randn(16, 4096, generator=gen).to(dtype).cuda()
     for i in range(16):
         w = patterns[i].cuda()
-        _assert_bitwise(OP.forward(x.cuda(), w), REFERENCE.forward(x.cuda(), w), f"weights {i}")
-        _assert_bitwise(OP.forward_fp32(x.cuda(), w), REFERENCE.forward_fp32(x.cuda(), w), f"fp32 out, weights {i}")
-        _assert_bitwise(OP.forward_offset(x.cuda(), w), REFERENCE.forward_offset(x.cuda(), w), f"offset, weights {i}")
+        _assert_bitwise(OP.forward(x, w), REFERENCE.forward(x, w), f"weights {i}")
+        _assert_bitwise(OP.forward_fp32(x, w), REFERENCE.forward_fp32(x, w), f"fp32 out, weights {i}")
+        _assert_bitwise(OP.forward_offset(x, w), REFERENCE.forward_offset(x, w), f"offset, weights {i}")
     ones = torch.ones(4096, dtype=dtype).cuda()
     _assert_bitwise(OP.forward(patterns.cuda(), ones), REFERENCE.forward(patterns.cuda(), ones), "inputs")
 
