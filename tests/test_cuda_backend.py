@@ -195,7 +195,7 @@ def test_sources_compile_with_nvcc(tmp_path):
     result = _build.compile_check(out_dir=str(tmp_path))
     assert result.ok, result.report
     for unit in _build.KERNEL_UNITS:  # every kernel unit compiled, not only the first
-        assert (tmp_path / unit.replace(".cu", ".o")).stat().st_size > 0, unit
+        assert (tmp_path / unit.replace(".cu", ".cubin")).stat().st_size > 0, unit
     for unit in (*_build.KERNEL_UNITS, *_build.BINDING_UNITS):
         assert f"{unit}: compiled" in result.report, result.report
 
