@@ -39,10 +39,11 @@ def _median_us(fn: Any) -> float:
     return float(do_bench(fn, warmup=10, rep=60, return_mode="median")) * 1e3
 
 
-def measure(op: Any, dtype: torch.dtype = torch.bfloat16) -> list[dict[str, Any]]:
+def measure(op: Any, dtype: torch.dtype = torch.bfloat16, shapes: tuple[tuple[int, int], ...] = SHAPES
+            ) -> list[dict[str, Any]]:
     """Forward and fused add of ``op`` at each shape, with the copy of the same x timed before and after."""
     out = []
-    for rows, dim in SHAPES:
+    for rows, dim in shapes:
         gen = torch.Generator(device="cuda").manual_seed(dim)
         x = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
         r = torch.randn(rows, dim, device="cuda", generator=gen).to(dtype)
@@ -55,7 +56,8 @@ def measure(op: Any, dtype: torch.dtype = torch.bfloat16) -> list[dict[str, Any]
         copy_gbps = 2 * x.nbytes / copy_us / 1e3
         for variant, us, nbytes in (("forward", fwd_us, 2 * x.nbytes), ("fused_add", add_us, 4 * x.nbytes)):
             gbps = nbytes / us / 1e3
-            out.append({"variant": variant, "rows": rows, "dim": dim, "us": round(us, 2), "gbps": round(gbps, 1),
+            out.append({"variant": variant, "dtype": str(dtype).removeprefix("torch."), "rows": rows, "dim": dim,
+                        "us": round(us, 2), "gbps": round(gbps, 1),
                         "copy_gbps": round(copy_gbps, 1), "of_copy": round(gbps / copy_gbps, 4)})
         del x, r, y
         torch.cuda.empty_cache()
@@ -86,22 +88,26 @@ def sweep_cuda() -> list[dict[str, Any]]:
     return records
 
 
-def sweep_triton() -> list[dict[str, Any]]:
+def sweep_triton(tries: tuple[tuple[int, ...], ...] = TRITON_TRIES, shapes: tuple[tuple[int, int], ...] = SHAPES,
+                 dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,)) -> list[dict[str, Any]]:
+    """Each (tile, warp_elems, min_warps[, max_warps]) of ``tries`` as the forward's tuning (the fused add keeps its
+    own), at ``shapes`` in each of ``dtypes``."""
     import rmsnorm_conformance.backends.triton_rmsnorm as tr
 
     op = tr.TritonRMSNormOp()
     base = tr._GPU_FWD
     records = []
-    for tile, warp_elems, min_warps in TRITON_TRIES:
-        tr._GPU_FWD = base._replace(tile=tile, warp_elems=warp_elems, min_warps=min_warps)
+    for tile, warp_elems, min_warps, *max_warps in tries:
+        tr._GPU_FWD = base._replace(tile=tile, warp_elems=warp_elems, min_warps=min_warps,
+                                    max_warps=max_warps[0] if max_warps else base.max_warps)
         tr.launch_config.cache_clear()
         tr._PLANS.clear()
-        config = f"{tile},{warp_elems},{min_warps}"
-        for rec in measure(op):
-            cfg = tr.launch_config(rec["dim"], torch.bfloat16)
+        config = ",".join(str(v) for v in (tile, warp_elems, min_warps, *max_warps))
+        for rec in (r for dtype in dtypes for r in measure(op, dtype, shapes)):
+            cfg = tr.launch_config(rec["dim"], getattr(torch, rec["dtype"]))
             records.append({"config": config, "rows_per_program": cfg.rows, "num_warps": cfg.num_warps, **rec})
-            print(f"triton {config:>9} {rec['variant']:<9} {rec['rows']}x{rec['dim']} (rows {cfg.rows}, warps "
-                  f"{cfg.num_warps}): {rec['of_copy']:.3f} of copy", flush=True)
+            print(f"triton {config:>12} {rec['variant']:<9} {rec['dtype']:<8} {rec['rows']}x{rec['dim']} (rows "
+                  f"{cfg.rows}, warps {cfg.num_warps}): {rec['of_copy']:.3f} of copy", flush=True)
     tr._GPU_FWD = base
     tr.launch_config.cache_clear()
     tr._PLANS.clear()
@@ -122,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("cuda", "triton"))
     parser.add_argument("--out", help="JSON output: the records and the pick")
     parser.add_argument("--child-cuda", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--shapes", help="Triton: ROWSxDIM,... to measure (default: " +
+                        ",".join(f"{r}x{d}" for r, d in SHAPES) + ")")
+    parser.add_argument("--tries", help="Triton: tile/warp_elems/min_warps[/max_warps],... to try (default: the "
+                        "built-in list)")
+    parser.add_argument("--dtypes", default="bfloat16", help="Triton: dtypes to measure (default: bfloat16)")
     args = parser.parse_args(argv)
     if args.child_cuda:
         return _child_cuda()
@@ -134,12 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         records = sweep_cuda()
         picks: dict[str, Any] = {"forward": best(records, ("forward",)), "fused_add": best(records, ("fused_add",))}
     else:
-        records = sweep_triton()
+        shapes = tuple(tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")) if args.shapes else SHAPES
+        tries = (tuple(tuple(int(v) for v in t.split("/")) for t in args.tries.split(",")) if args.tries
+                 else TRITON_TRIES)
+        dtypes = tuple(getattr(torch, d) for d in args.dtypes.split(","))
+        records = sweep_triton(tries, shapes, dtypes)  # type: ignore[arg-type]
         pick = best(records, ("forward", "fused_add"))
         picks = {}
         if pick is not None:
-            tile, warp_elems, min_warps = (int(v) for v in pick.split(","))
-            picks = {"forward": {"tile": tile, "warp_elems": warp_elems, "min_warps": min_warps}}
+            fields = ("tile", "warp_elems", "min_warps", "max_warps")
+            picks = {"forward": dict(zip(fields, (int(v) for v in pick.split(",")), strict=False))}
     print(f"best: {picks}")
     Path(args.out).write_text(json.dumps({"records": records, "best": picks,
                                           "device": torch.cuda.get_device_name(),
