@@ -65,7 +65,7 @@ class LaunchConfig(NamedTuple):
     strided: bool = False  # backward: tile t holds leaves t, t + T, ... of the subtree (see the kernel)
     prefetch: bool = False  # backward: the next tile's rows are loaded before this tile is reduced
     joint: bool = False  # backward: a row's sum of squares and dot product are reduced together
-    flat: bool = False  # backward, with prefetch: the tile is loaded as [rows, columns] and reshaped
+    flat: bool = False  # tile loaded as [rows, columns] and reshaped (backward: with prefetch; forward: whole rows)
     maxnreg: int = 0  # backward: registers a thread at most (0: the compiler's choice)
 
 
@@ -82,7 +82,7 @@ class _Tuning(NamedTuple):
     subtree_rows: int = DW_ROWS_PER_PROGRAM  # backward: rows of dw's subtree per program, at least
     prefetch: bool = False  # backward: load tile t + 1 before reducing tile t (GPU only)
     joint: bool = False  # backward: both row sums through one tree of pairs (GPU only)
-    flat: bool = False  # backward, with prefetch: tiles loaded as [rows, columns] (GPU only)
+    flat: bool = False  # tiles loaded as [rows, columns] (backward: with prefetch, GPU only; forward: whole rows)
     maxnreg: int = 0  # backward: a cap on registers a thread (GPU only; 0: none)
 
 
@@ -91,8 +91,13 @@ class _Tuning(NamedTuple):
 # as few as one, ran the forward / fused add at 0.887 / 0.926 at 2097152 x 128 (8 rows a program, 1 warp),
 # against 0.728 / 0.806 with the previous 16 rows and 4 warps; at 65536 x 4096 both are one row and 4 warps
 # (0.983 / 0.990). More rows a program at 128 were slower (32 rows: 0.474).
+#
+# Whole rows are loaded as [rows, columns] and reshaped (flat): Triton 3.6 laid the 3-D tile [rows, groups, 8] out
+# with eight rows across a warp's lanes and passed each row's sum through shared memory, which held the forward at
+# 2097152 x 128 to 0.885 of a copy with L1 99 % busy (Nsight Compute, reports/h200/kernels/run12); the 2-D tile is
+# laid out a row across 16 lanes, its tree in shuffles (Triton 3.6 and 3.9 for sm_90, compiled off the GPU).
 _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
-                   min_warps=1)
+                   min_warps=1, flat=True)
 # The fused add (the same kernel with a residual: twice the bytes a row) from the same sweep: 4 rows a program and
 # one warp at 2097152 x 128 ran at 1.006 of a copy against 0.926 with the forward's 8 rows (1.009 in the bench of
 # reports/h200/kernels/run10). Rows narrower than 1024 elements get half the forward's rows a program; wider ones
@@ -138,10 +143,12 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
     vec = min(per_access, dim & -dim)  # largest power of two dividing dim, so contiguous rows qualify
     num_warps = min(max(rows * block // tuning.warp_elems, tuning.min_warps), tuning.max_warps)
     gpu_backward = backward and not interpreted
-    return LaunchConfig(groups=block // GROUP, rows=rows, tiles=width // block, vec=vec, num_warps=num_warps,
+    tiles = width // block
+    flat = gpu_backward and tuning.flat if backward else tuning.flat and tiles == 1
+    return LaunchConfig(groups=block // GROUP, rows=rows, tiles=tiles, vec=vec, num_warps=num_warps,
                         subtree=subtree, strided=gpu_backward and tuning.strided,
                         prefetch=gpu_backward and tuning.prefetch, joint=gpu_backward and tuning.joint,
-                        flat=gpu_backward and tuning.flat, maxnreg=tuning.maxnreg if gpu_backward else 0)
+                        flat=flat, maxnreg=tuning.maxnreg if gpu_backward else 0)
 
 
 def dim_constexpr(dim: int) -> int:
@@ -333,6 +340,30 @@ if triton is not None:
         _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
 
     @_device_function
+    def _fwd_flat_rows(
+        x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, eps, dim,  # noqa: ANN001
+        RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
+    ):
+        """_fwd_whole_rows with the tile loaded and stored as [rows, columns] and reshaped to [rows, groups, 8] for
+        the row's tree only. The elementwise steps are the same operations on the same elements (z * inv, then the
+        weight), so the bits are too."""
+        cols = tl.arange(0, groups.shape[0] * 8)
+        col_mask = cols < dim
+        mask = row_mask[:, None] & col_mask[None, :]
+        z = _load_f32(x_ptr + x_rows[:, None] + cols[None, :], mask)
+        if RESIDUAL:
+            z = _residual_sum(z, r_ptr + r_rows[:, None] + cols[None, :], ro_ptr, mask)
+            _store_f32(ro_ptr + y_rows[:, None] + cols[None, :], z, mask)
+        z3 = tl.reshape(z, [z.shape[0], groups.shape[0], 8])
+        inv = _inv(_rms(_halve(_group_sums(z3 * z3)), eps, dim))
+        y = z * inv[:, None]
+        if WEIGHT == 1:
+            y = y * _load_f32(w_ptr + cols, col_mask)[None, :]
+        elif WEIGHT == 2:
+            y = y * (1.0 + _load_f32(w_ptr + cols, col_mask))[None, :]
+        _store_f32(y_ptr + y_rows[:, None] + cols[None, :], y, mask)
+
+    @_device_function
     def _fwd_tiled_rows(
         x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps, dim,  # noqa: ANN001
         ROWS: tl.constexpr, TILES: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
@@ -365,11 +396,12 @@ if triton is not None:
     def _rms_norm_fwd_kernel(
         x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, n_rows, x_row_stride, r_row_stride, eps, n_cols,  # noqa: ANN001
         DIM: tl.constexpr, GROUPS: tl.constexpr, ROWS: tl.constexpr, TILES: tl.constexpr,
-        VEC: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr,
+        VEC: tl.constexpr, RESIDUAL: tl.constexpr, WEIGHT: tl.constexpr, FLAT: tl.constexpr,
     ):
         """y for ROWS rows, y contiguous. RESIDUAL: the row is x + residual, rounded to the residual's dtype and
         stored to ro_ptr first. WEIGHT: 0 none, 1 w, 2 (1 + w) formed in fp32. DIM: the dim where it is a
-        power of two (a binary of its own), else 0 and the dim is n_cols (see dim_constexpr)."""
+        power of two (a binary of its own), else 0 and the dim is n_cols (see dim_constexpr). FLAT (whole rows
+        only): the tile loaded as [ROWS, GROUPS * 8] (see _fwd_flat_rows)."""
         # n_cols is a multiple of VEC (the caller sees to it); written so, the masks stay VEC columns wide.
         dim = DIM if DIM > 0 else (n_cols // VEC) * VEC
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -382,7 +414,10 @@ if triton is not None:
         y_rows = rows * dim
         groups = tl.arange(0, GROUPS)
         lanes = tl.arange(0, 8)
-        if TILES == 1:
+        if FLAT:
+            _fwd_flat_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, eps, dim,
+                           RESIDUAL, WEIGHT)
+        elif TILES == 1:
             _fwd_whole_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,
                             dim, RESIDUAL, WEIGHT)
         else:
@@ -770,7 +805,7 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype
     _launch_fwd(
         (-(-n_rows // cfg.rows),),
         (x2, r2, w, y, ro, n_rows, x_stride, r_stride, eps, dim,
-         dim_constexpr(dim), cfg.groups, cfg.rows, cfg.tiles, vec, residual is not None, weight_mode),
+         dim_constexpr(dim), cfg.groups, cfg.rows, cfg.tiles, vec, residual is not None, weight_mode, cfg.flat),
         cfg.num_warps,
         x.device,
     )
@@ -823,7 +858,7 @@ def _make_plan(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: tor
     if (x.stride(1) != 1 and dim > 1) or stride % cfg.vec or weight.stride(0) != 1:
         return None
     tail = (n_rows, stride, stride, eps, dim, dim_constexpr(dim), cfg.groups, cfg.rows, cfg.tiles, cfg.vec, False,
-            _WEIGHT)
+            _WEIGHT, cfg.flat)
     y = torch.empty(0, dtype=out_dtype, device=x.device)  # stands in for the output in the binary's key
     entry = _launch_fwd.binary((x, x, weight, y, y, *tail), cfg.num_warps, x.device)
     if entry is None:

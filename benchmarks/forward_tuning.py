@@ -90,25 +90,29 @@ def sweep_cuda() -> list[dict[str, Any]]:
 
 def sweep_triton(tries: tuple[tuple[int, ...], ...] = TRITON_TRIES, shapes: tuple[tuple[int, int], ...] = SHAPES,
                  dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,)) -> list[dict[str, Any]]:
-    """Each (tile, warp_elems, min_warps[, max_warps]) of ``tries`` as the forward's tuning (the fused add keeps its
-    own), at ``shapes`` in each of ``dtypes``."""
+    """Each (tile, warp_elems, min_warps[, max_warps[, flat]]) of ``tries`` as the forward's tuning (the fused add
+    keeps its own, but for flat), at ``shapes`` in each of ``dtypes``."""
     import rmsnorm_conformance.backends.triton_rmsnorm as tr
 
     op = tr.TritonRMSNormOp()
     base = tr._GPU_FWD
     records = []
-    for tile, warp_elems, min_warps, *max_warps in tries:
-        tr._GPU_FWD = base._replace(tile=tile, warp_elems=warp_elems, min_warps=min_warps,
-                                    max_warps=max_warps[0] if max_warps else base.max_warps)
+    fused = tr._GPU_FUSED
+    for tile, warp_elems, min_warps, *rest in tries:
+        max_warps = rest[0] if rest else base.max_warps
+        flat = bool(rest[1]) if len(rest) > 1 else base.flat
+        tr._GPU_FWD = base._replace(tile=tile, warp_elems=warp_elems, min_warps=min_warps, max_warps=max_warps,
+                                    flat=flat)
+        tr._GPU_FUSED = fused._replace(flat=flat)
         tr.launch_config.cache_clear()
         tr._PLANS.clear()
-        config = ",".join(str(v) for v in (tile, warp_elems, min_warps, *max_warps))
+        config = ",".join(str(v) for v in (tile, warp_elems, min_warps, *rest))
         for rec in (r for dtype in dtypes for r in measure(op, dtype, shapes)):
             cfg = tr.launch_config(rec["dim"], getattr(torch, rec["dtype"]))
             records.append({"config": config, "rows_per_program": cfg.rows, "num_warps": cfg.num_warps, **rec})
             print(f"triton {config:>12} {rec['variant']:<9} {rec['dtype']:<8} {rec['rows']}x{rec['dim']} (rows "
                   f"{cfg.rows}, warps {cfg.num_warps}): {rec['of_copy']:.3f} of copy", flush=True)
-    tr._GPU_FWD = base
+    tr._GPU_FWD, tr._GPU_FUSED = base, fused
     tr.launch_config.cache_clear()
     tr._PLANS.clear()
     return records
@@ -130,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child-cuda", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--shapes", help="Triton: ROWSxDIM,... to measure (default: " +
                         ",".join(f"{r}x{d}" for r, d in SHAPES) + ")")
-    parser.add_argument("--tries", help="Triton: tile/warp_elems/min_warps[/max_warps],... to try (default: the "
-                        "built-in list)")
+    parser.add_argument("--tries", help="Triton: tile/warp_elems/min_warps[/max_warps[/flat]],... to try (default: "
+                        "the built-in list)")
     parser.add_argument("--dtypes", default="bfloat16", help="Triton: dtypes to measure (default: bfloat16)")
     args = parser.parse_args(argv)
     if args.child_cuda:
@@ -153,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         pick = best(records, ("forward", "fused_add"))
         picks = {}
         if pick is not None:
-            fields = ("tile", "warp_elems", "min_warps", "max_warps")
-            picks = {"forward": dict(zip(fields, (int(v) for v in pick.split(",")), strict=False))}
+            fields = ("tile", "warp_elems", "min_warps", "max_warps", "flat")
+            forward: dict[str, Any] = dict(zip(fields, (int(v) for v in pick.split(",")), strict=False))
+            if "flat" in forward:
+                forward["flat"] = bool(forward["flat"])
+            picks = {"forward": forward}
     print(f"best: {picks}")
     Path(args.out).write_text(json.dumps({"records": records, "best": picks,
                                           "device": torch.cuda.get_device_name(),

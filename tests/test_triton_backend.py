@@ -610,6 +610,39 @@ def test_weight_offset_and_no_weight(device, dtype, dim):
         assert_bitwise(OP.forward_unweighted(x[:b].clone()), plain[:b], f"unweighted rows [0:{b}]")
 
 
+@pytest.fixture(params=[False, True], ids=["tile-3d", "tile-flat"])
+def forward_layout(request, monkeypatch):
+    """The forward's whole-row tiles loaded as [rows, groups, 8] or as [rows, columns] (``flat``), whichever the
+    tuning picks on this device: both layouts run here, on the CPU and on a GPU."""
+    for name in ("_INTERP_FWD", "_GPU_FWD", "_GPU_FUSED"):
+        monkeypatch.setattr(tr, name, getattr(tr, name)._replace(flat=request.param))
+    tr.launch_config.cache_clear()
+    tr._PLANS.clear()
+    yield request.param
+    tr.launch_config.cache_clear()
+    tr._PLANS.clear()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_tile_layouts_are_bitwise_native(device, dtype, forward_layout):
+    """Each layout of the forward's tile, with and without the residual and in every weight mode, at dims of one
+    group, of part of one, at head_dim and its neighbour and at hidden: native's bits (rows over eight decades)."""
+    for dim in (1, 7, 128, 129, 1000, 4096):
+        assert tr.launch_config(dim, dtype).flat == forward_layout
+        x, w, r = _data(19, dim, dtype, device, seed=dim)
+        x = x * torch.logspace(-4, 4, 19, device=device).to(dtype).unsqueeze(1)
+        assert_bitwise(OP.forward(x, w), REFERENCE.forward(x, w), f"forward at {dim}")
+        assert_bitwise(OP.forward_fp32(x, w), REFERENCE.forward_fp32(x, w), f"forward_fp32 at {dim}")
+        assert_bitwise(OP.forward_offset(x, w), (_norm32(x) * (1 + w.float())).to(dtype), f"offset at {dim}")
+        assert_bitwise(OP.forward_unweighted(x), _norm32(x).to(dtype), f"unweighted at {dim}")
+        y, ro = OP.fused_add(x, r, w)
+        assert_bitwise(ro, (x.float() + r.float()).to(dtype), f"residual_out at {dim}")
+        assert_bitwise(y, REFERENCE.forward(ro, w), f"fused add at {dim}")
+        for b in (1, 2, 17):
+            assert_bitwise(OP.forward(x[:b].clone(), w), REFERENCE.forward(x[:b], w), f"rows [0:{b}] at {dim}")
+
+
 # ------------------------------------------------------------------------------------------------------
 # Custom ops: what torch.compile and graph capture see.
 
