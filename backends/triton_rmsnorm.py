@@ -139,8 +139,10 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
             subtree = min(max(1 << (max(tuning.subtree_elems // block, 1).bit_length() - 1), subtree), 4096)
         # at most six levels of the subtree are left to the stack of finished subtrees (see _push)
         rows = min(max(rows, subtree // 64), subtree)
+    # 16-byte accesses where the dim is a multiple of them (every engine's hidden and head dims are), else one
+    # element: two vector widths, not four, so a padded width has two binaries (see dim_constexpr).
     per_access = _ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
-    vec = min(per_access, dim & -dim)  # largest power of two dividing dim, so contiguous rows qualify
+    vec = per_access if dim % per_access == 0 else 1
     num_warps = min(max(rows * block // tuning.warp_elems, tuning.min_warps), tuning.max_warps)
     gpu_backward = backward and not interpreted
     tiles = width // block
@@ -157,9 +159,9 @@ def dim_constexpr(dim: int) -> int:
     A kernel is compiled per value of its constexprs: for sm_90, 0.4 s for the forward and 0.7 s for the backward
     (Triton 3.9, off the GPU). With the dim itself a constexpr, every new dim was a new binary of each kernel, and a
     conformance run draws hundreds of dims. The kernels take the dim at runtime too (``n_cols``), so the other dims
-    of one padded width and one vector width share a binary. A power of two keeps its own binary with the dim a
-    constant: the shapes that matter for speed (128, 4096, 8192) compile to the same PTX as before. The arithmetic
-    is the same either way, and so are the bits.
+    of one padded width and one vector width (16 bytes or one element: launch_config) share a binary. A power of
+    two keeps its own binary with the dim a constant: the shapes that matter for speed (128, 4096, 8192) compile to
+    the same PTX as before. The arithmetic is the same either way, and so are the bits.
     """
     return dim if dim == padded_width(dim) else 0
 

@@ -253,8 +253,8 @@ def test_direct_launch_keys_name_every_binary(monkeypatch):
 def test_one_binary_serves_every_dim_of_a_padded_width(monkeypatch, backward):
     """A GPU compiles one binary per key of the launcher; the dim must not be in it, or every dim a conformance run
     draws costs a compile. Between 65 and 128 columns (one padded width), the keys differ only by the vector width
-    (the largest power of two dividing the dim, at most 8 in bf16) and for 128, a power of two, which keeps its own
-    binary with the dim a constant."""
+    (8 in bf16 where the dim is a multiple of 8, else 1) and for 128, a power of two, which keeps its own binary with
+    the dim a constant."""
     if tr.triton is None:
         pytest.skip("triton is not importable")
     seen: dict[int, tuple] = {}
@@ -281,8 +281,8 @@ def test_one_binary_serves_every_dim_of_a_padded_width(monkeypatch, backward):
     by_vec: dict[int, set] = {}
     for dim, key in keys.items():
         if dim != 128:
-            by_vec.setdefault(min(8, dim & -dim), set()).add(key)
-    assert sorted(by_vec) == [1, 2, 4, 8] and all(len(k) == 1 for k in by_vec.values()), by_vec
+            by_vec.setdefault(8 if dim % 8 == 0 else 1, set()).add(key)
+    assert sorted(by_vec) == [1, 8] and all(len(k) == 1 for k in by_vec.values()), by_vec
     assert keys[128] not in set().union(*by_vec.values()), "a power of two keeps its own binary"
     assert tr.dim_constexpr(128) == 128 and tr.dim_constexpr(127) == 0 and tr.dim_constexpr(4) == 0
 
