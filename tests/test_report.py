@@ -115,3 +115,20 @@ def test_progress_reports_are_compact_strict_json_and_the_last_one_is_indented(t
     final = write_report(c, tmp_path / "f.json").read_text()
     assert json.loads(progress) == json.loads(final)
     assert "\n" not in progress.rstrip("\n") and final.count("\n") > 5
+
+
+def test_a_json_reports_pick_is_that_of_its_own_records_relabelled():
+    """The JSON report derives "pick a kernel" from the records it has just serialised, not from a second
+    serialisation: the same rows, and the records beside them untouched by the derivation."""
+    from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json
+    from rmsnorm_conformance.harness.reporting.records import finite_tree
+    from rmsnorm_conformance.harness.reporting.render import render_report
+
+    c = Collector(environment={"device cuda:0": "NVIDIA H200"})
+    c.add(_check(device="cuda:0", margin=float("inf"), passed=False, case="Case(a)", replay="pytest a", size=3))
+    c.add(_check(backend="other", dtype="float16", dim=128))
+    c.outcomes["t::x[k-cuda:0-bfloat16]"] = {"outcome": "failed", "backend": "k", "device": "cuda:0", "rule": "r"}
+    report = json.loads(render_report(c, "r.json", progress=True))
+    assert report["pick"] == json.loads(json.dumps(finite_tree(pick_json(labelled(c)))))
+    assert {r["backend"] for r in report["pick"]["rows"]} == {"k", "other"}
+    assert report["outcomes"] == json.loads(json.dumps(c.outcomes)) and report["summaries"][0]["device"] == "cuda:0"

@@ -68,9 +68,10 @@ def relabeled(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def labelled(c: Collector) -> Collector:
-    """A copy of one run's records with device labels, for this section and the pictures."""
-    out = Collector.from_json(relabeled(c.to_json()))
+def labelled(c: Collector, data: dict[str, Any] | None = None) -> Collector:
+    """A copy of one run's records with device labels, for this section and the pictures. ``data``: ``c.to_json()``
+    where the caller has it already (a JSON report renders it anyway; the report is rewritten at each test's start)."""
+    out = Collector.from_json(relabeled(c.to_json() if data is None else data))
     out.environment = dict(c.environment)
     return out
 

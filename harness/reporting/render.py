@@ -39,7 +39,7 @@ def render_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | Non
     if Path(path).suffix == ".json":
         data = c.to_json()
         # Derived: from_json and merge read the records, not this.
-        data["pick"] = finite_tree(pick_json(labelled(c), bench))
+        data["pick"] = finite_tree(pick_json(labelled(c, data), bench))
         if progress:
             return json.dumps(data, allow_nan=False, separators=(",", ":")) + "\n"
         return json.dumps(data, indent=2, allow_nan=False) + "\n"
