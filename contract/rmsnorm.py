@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.3.0"
+VERSION = "2.4.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6
@@ -97,7 +97,8 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "A last dim of 1 is normalised like any other."),
     Rule("semantics.global_state", "global state",
          "A call leaves torch's process-wide state as it found it: default dtype and device, grad and inference "
-         "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count."),
+         "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, and the "
+         "flushing of subnormals to zero."),
     Rule("semantics.fresh_output", "fresh output",
          "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
          "buffer, as a CUDA-graph static output would be)."),

@@ -164,6 +164,28 @@ class DisablesGrad(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class FlushesDenormals(NativeRMSNormOp):
+    """Turns on flushing subnormals to zero and leaves it on, as a kernel library tuning the CPU's float modes for
+    speed might: the reference's bits, and every later backend's, change on subnormal inputs."""
+
+    name = "flushes_denormals"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        torch.set_flush_denormal(True)
+        return super().forward(x, weight, eps)
+
+
+class EnablesAutocast(NativeRMSNormOp):
+    """Enters autocast and never leaves it (``torch.set_autocast_enabled``): later calls run in reduced precision
+    wherever autocast reaches."""
+
+    name = "enables_autocast"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        torch.set_autocast_enabled("cpu", True)
+        return super().forward(x, weight, eps)
+
+
 class ReusedOutputBuffer(NativeRMSNormOp):
     """Returns the same tensor every call, as a CUDA-graph static output does: a fresh-output breach that must
     not be blamed on Axis-A."""

@@ -23,6 +23,19 @@ import torch
 _REAL_EXIT = os._exit
 
 
+# The smallest normal float32's bits shifted down: a subnormal, built from its bits so that no flushing mode in force
+# at import can turn it into zero on the way in.
+_SUBNORMAL = torch.tensor([1 << 20], dtype=torch.int32).view(torch.float32)
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def flushes_denormals() -> bool:
+    """Whether this thread's float arithmetic flushes subnormals to zero (``torch.set_flush_denormal``): torch has no
+    getter, so a subnormal is multiplied by one and looked at. A backend that leaves it on changes the reference's
+    bits, and every later backend's, on the contract's subnormal inputs."""
+    return bool((_SUBNORMAL * 1.0).view(torch.int32)[0] == 0)
+
+
 def global_state() -> dict[str, Any]:
     """The parts of torch's process-wide state a backend call could change and later cases would feel."""
     state: dict[str, Any] = {
@@ -34,6 +47,8 @@ def global_state() -> dict[str, Any]:
         "float32 matmul precision": torch.get_float32_matmul_precision(),
         "cpu RNG state": torch.get_rng_state(),
         "threads": torch.get_num_threads(),
+        "flush denormal": flushes_denormals(),
+        "autocast": tuple(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES),
     }
     if hasattr(torch, "get_default_device"):
         state["default device"] = str(torch.get_default_device())
@@ -69,6 +84,9 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_float32_matmul_precision(state["float32 matmul precision"])
     torch.set_rng_state(state["cpu RNG state"])
     torch.set_num_threads(state["threads"])
+    torch.set_flush_denormal(state["flush denormal"])
+    for device, enabled in zip(_AUTOCAST_DEVICES, state["autocast"], strict=True):
+        torch.set_autocast_enabled(device, enabled)
     if "default device" in state:
         torch.set_default_device(None if state["default device"] == "cpu" else state["default device"])
     if "cuda RNG state" in state:
