@@ -97,8 +97,8 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "A last dim of 1 is normalised like any other."),
     Rule("semantics.global_state", "global state",
          "A call leaves torch's process-wide state as it found it: default dtype and device, grad and inference "
-         "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, and the "
-         "flushing of subnormals to zero."),
+         "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, the "
+         "flushing of subnormals to zero, and torch's own functions (none replaced)."),
     Rule("semantics.fresh_output", "fresh output",
          "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
          "buffer, as a CUDA-graph static output would be)."),

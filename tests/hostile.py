@@ -186,6 +186,18 @@ class EnablesAutocast(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class ReplacesSqrt(NativeRMSNormOp):
+    """Replaces ``torch.sqrt`` with its own version and leaves it there, as a library that monkeypatches torch for a
+    faster path might: the reference computed after it would no longer be the contract's."""
+
+    name = "replaces_sqrt"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        real = torch.sqrt
+        torch.sqrt = lambda t, *args, **kwargs: real(t, *args, **kwargs) * 1.0001  # type: ignore[assignment]
+        return super().forward(x, weight, eps)
+
+
 class ReusedOutputBuffer(NativeRMSNormOp):
     """Returns the same tensor every call, as a CUDA-graph static output does: a fresh-output breach that must
     not be blamed on Axis-A."""

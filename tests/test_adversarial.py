@@ -349,7 +349,8 @@ def test_the_hang_ledger_is_shared_through_its_file(tmp_path):
 # --- global state and reused buffers ------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("spec", "what"), [("SetsDefaultDtype", "default dtype"), ("DisablesGrad", "grad mode"),
-                                            ("FlushesDenormals", "flush denormal"), ("EnablesAutocast", "autocast")])
+                                            ("FlushesDenormals", "flush denormal"), ("EnablesAutocast", "autocast"),
+                                            ("ReplacesSqrt", "torch functions replaced: torch.sqrt")])
 def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, spec, what):
     result, data = gate(f"--backend={H}:{spec},native", "--rule=axis_b.output,gradients.dx_batch_invariance")
     assert result.ret == 1

@@ -33,7 +33,45 @@ def flushes_denormals() -> bool:
     """Whether this thread's float arithmetic flushes subnormals to zero (``torch.set_flush_denormal``): torch has no
     getter, so a subnormal is multiplied by one and looked at. A backend that leaves it on changes the reference's
     bits, and every later backend's, on the contract's subnormal inputs."""
-    return bool((_SUBNORMAL * 1.0).view(torch.int32)[0] == 0)
+    return torch.mul(_SUBNORMAL, 1.0).item() == 0.0
+
+
+# The torch functions that the reference, the drawing of inputs and the comparisons call. A backend that replaced
+# one (or one of torch.Tensor's Python-level attributes, all watched) would change what every later check computes:
+# a patched torch.sqrt or Tensor.float could make the reference agree with a wrong kernel.
+_WATCHED_FUNCTIONS = ("bincount", "bucketize", "cat", "empty", "equal", "full", "full_like", "isfinite", "isnan",
+                      "isneginf", "isposinf", "ones", "ones_like", "pow", "rand", "randn", "randperm", "reciprocal",
+                      "rsqrt", "sqrt", "tensor", "where", "zeros", "zeros_like")
+_FUNCTION_KEYS = tuple(f"torch.{name}" for name in _WATCHED_FUNCTIONS)
+_MISSING = object()
+
+
+def torch_functions() -> dict[str, Any]:
+    """The watched torch functions ("torch.sqrt") and torch.Tensor's own attributes (by their bare names), as the
+    objects they are now: compared by identity (``_replaced``), so a replacement that claims equality is seen."""
+    found = dict(zip(_FUNCTION_KEYS, [getattr(torch, name, None) for name in _WATCHED_FUNCTIONS], strict=True))
+    found.update(vars(torch.Tensor))
+    return found
+
+
+def _replaced(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The names whose object is not the same one, or that came or went."""
+    if len(before) == len(after) and all(after.get(name, _MISSING) is value for name, value in before.items()):
+        return []
+    gone_or_new = [name for name in before.keys() | after.keys()
+                   if before.get(name, _MISSING) is not after.get(name, _MISSING)]
+    return sorted(name if name.startswith("torch.") else f"torch.Tensor.{name}" for name in gone_or_new)
+
+
+def _put_back_functions(before: dict[str, Any]) -> None:
+    """Undo replacements of the watched functions and of torch.Tensor's attributes; remove attributes added to it."""
+    now = torch_functions()
+    for name, value in before.items():
+        if now.get(name, _MISSING) is not value:
+            owner, attr = (torch, name[6:]) if name.startswith("torch.") else (torch.Tensor, name)
+            setattr(owner, attr, value)
+    for name in now.keys() - before.keys():
+        delattr(torch.Tensor, name)
 
 
 def global_state() -> dict[str, Any]:
@@ -49,6 +87,7 @@ def global_state() -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "flush denormal": flushes_denormals(),
         "autocast": tuple(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES),
+        "torch functions": torch_functions(),
     }
     if hasattr(torch, "get_default_device"):
         state["default device"] = str(torch.get_default_device())
@@ -62,6 +101,8 @@ def global_state() -> dict[str, Any]:
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return not _replaced(a, b)
     return a == b
 
 
@@ -71,8 +112,15 @@ def _shown(value: Any) -> str:
 
 def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """Names of the state entries that differ, with their values, for the failure message."""
-    return [f"{key} {_shown(before[key])} -> {_shown(after[key])}"
-            for key in before if key in after and not _same(before[key], after[key])]
+    out = []
+    for key in before:
+        if key not in after or _same(before[key], after[key]):
+            continue
+        if isinstance(before[key], dict):
+            out.append(f"{key} replaced: {', '.join(_replaced(before[key], after[key]))}")
+        else:
+            out.append(f"{key} {_shown(before[key])} -> {_shown(after[key])}")
+    return out
 
 
 def restore(state: dict[str, Any]) -> None:
@@ -84,6 +132,7 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_float32_matmul_precision(state["float32 matmul precision"])
     torch.set_rng_state(state["cpu RNG state"])
     torch.set_num_threads(state["threads"])
+    _put_back_functions(state["torch functions"])
     torch.set_flush_denormal(state["flush denormal"])
     for device, enabled in zip(_AUTOCAST_DEVICES, state["autocast"], strict=True):
         torch.set_autocast_enabled(device, enabled)
