@@ -198,6 +198,24 @@ class ReplacesSqrt(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class LeavesTorchFunctionMode(NativeRMSNormOp):
+    """Enters a torch function mode and never leaves it: the mode sees every later torch call, the reference's too,
+    and this one nudges every square root."""
+
+    name = "leaves_torch_function_mode"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        from torch.overrides import TorchFunctionMode
+
+        class Nudge(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                return out * 1.0001 if func in (torch.sqrt, torch.Tensor.sqrt) else out
+
+        Nudge().__enter__()
+        return super().forward(x, weight, eps)
+
+
 class ReusedOutputBuffer(NativeRMSNormOp):
     """Returns the same tensor every call, as a CUDA-graph static output does: a fresh-output breach that must
     not be blamed on Axis-A."""

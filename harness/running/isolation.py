@@ -88,6 +88,9 @@ def global_state() -> dict[str, Any]:
         "flush denormal": flushes_denormals(),
         "autocast": tuple(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES),
         "torch functions": torch_functions(),
+        # A mode left on a stack sees (and may change) every later torch call, the reference's among them.
+        "torch function modes": torch._C._len_torch_function_stack(),
+        "dispatch modes": torch._C._len_torch_dispatch_stack(),
     }
     if hasattr(torch, "get_default_device"):
         state["default device"] = str(torch.get_default_device())
@@ -133,6 +136,10 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["cpu RNG state"])
     torch.set_num_threads(state["threads"])
     _put_back_functions(state["torch functions"])
+    while torch._C._len_torch_function_stack() > state["torch function modes"]:
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack() > state["dispatch modes"]:
+        torch._C._pop_torch_dispatch_stack(None)
     torch.set_flush_denormal(state["flush denormal"])
     for device, enabled in zip(_AUTOCAST_DEVICES, state["autocast"], strict=True):
         torch.set_autocast_enabled(device, enabled)
