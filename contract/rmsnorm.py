@@ -98,8 +98,8 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
     Rule("semantics.global_state", "global state",
          "A call leaves torch's process-wide state as it found it: default dtype and device, grad and inference "
          "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, the "
-         "flushing of subnormals to zero, torch's own functions (none replaced) and its mode stacks (no mode "
-         "left on)."),
+         "flushing of subnormals to zero, torch's own functions (none replaced), its mode stacks (no mode left "
+         "on), and the process's SIGINT and SIGTERM handlers."),
     Rule("semantics.fresh_output", "fresh output",
          "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
          "buffer, as a CUDA-graph static output would be)."),

@@ -216,6 +216,17 @@ class LeavesTorchFunctionMode(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class IgnoresSigterm(NativeRMSNormOp):
+    """Sets SIGTERM to be ignored, as a library guarding its own workers might: a CI job's timeout could then no
+    longer end the run with its INCOMPLETE report."""
+
+    name = "ignores_sigterm"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return super().forward(x, weight, eps)
+
+
 class ReusedOutputBuffer(NativeRMSNormOp):
     """Returns the same tensor every call, as a CUDA-graph static output does: a fresh-output breach that must
     not be blamed on Axis-A."""

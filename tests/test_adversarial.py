@@ -351,7 +351,8 @@ def test_the_hang_ledger_is_shared_through_its_file(tmp_path):
 @pytest.mark.parametrize(("spec", "what"), [("SetsDefaultDtype", "default dtype"), ("DisablesGrad", "grad mode"),
                                             ("FlushesDenormals", "flush denormal"), ("EnablesAutocast", "autocast"),
                                             ("ReplacesSqrt", "torch functions replaced: torch.sqrt"),
-                                            ("LeavesTorchFunctionMode", "torch function modes 0 -> 1")])
+                                            ("LeavesTorchFunctionMode", "torch function modes 0 -> 1"),
+                                            ("IgnoresSigterm", "signal handlers replaced: SIGTERM")])
 def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, spec, what):
     result, data = gate(f"--backend={H}:{spec},native", "--rule=axis_b.output,gradients.dx_batch_invariance")
     assert result.ret == 1

@@ -44,6 +44,7 @@ _WATCHED_FUNCTIONS = ("bincount", "bucketize", "cat", "empty", "equal", "full", 
                       "rsqrt", "sqrt", "tensor", "where", "zeros", "zeros_like")
 _FUNCTION_KEYS = tuple(f"torch.{name}" for name in _WATCHED_FUNCTIONS)
 _MISSING = object()
+_WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def torch_functions() -> dict[str, Any]:
@@ -88,6 +89,8 @@ def global_state() -> dict[str, Any]:
         "flush denormal": flushes_denormals(),
         "autocast": tuple(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES),
         "torch functions": torch_functions(),
+        # The handlers that make Ctrl-C and a CI's SIGTERM end the run with an INCOMPLETE report, not a silent one.
+        "signal handlers": tuple(signal.getsignal(number) for number in _WATCHED_SIGNALS),
         # A mode left on a stack sees (and may change) every later torch call, the reference's among them.
         "torch function modes": torch._C._len_torch_function_stack(),
         "dispatch modes": torch._C._len_torch_dispatch_stack(),
@@ -121,6 +124,10 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
             continue
         if isinstance(before[key], dict):
             out.append(f"{key} replaced: {', '.join(_replaced(before[key], after[key]))}")
+        elif key == "signal handlers":
+            out.append(f"{key} replaced: " + ", ".join(
+                signal.Signals(number).name for number, was, now in zip(_WATCHED_SIGNALS, before[key], after[key],
+                                                                         strict=True) if was is not now))
         else:
             out.append(f"{key} {_shown(before[key])} -> {_shown(after[key])}")
     return out
@@ -136,6 +143,10 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["cpu RNG state"])
     torch.set_num_threads(state["threads"])
     _put_back_functions(state["torch functions"])
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
+        for number, handler in zip(_WATCHED_SIGNALS, state["signal handlers"], strict=True):
+            if handler is not None and signal.getsignal(number) is not handler:
+                signal.signal(number, handler)
     while torch._C._len_torch_function_stack() > state["torch function modes"]:
         torch._C._pop_torch_function_stack()
     while torch._C._len_torch_dispatch_stack() > state["dispatch modes"]:
