@@ -349,8 +349,8 @@ def test_the_hang_ledger_is_shared_through_its_file(tmp_path):
 # --- global state and reused buffers ------------------------------------------------------------------------
 
 # Each hostile backend with the words its breach must name. All run in one gate, beside native: each must fail
-# semantics.global_state naming what it changed (and nothing else of its own may be blamed for it), and native, whose
-# tests run between theirs, must pass: the state is put back after each breach.
+# semantics.global_state naming what it changed, and native, whose tests run between theirs, must pass: the state is
+# put back after each breach.
 GLOBAL_STATE_LEAKS = {"SetsDefaultDtype": "default dtype", "DisablesGrad": "grad mode",
                       "FlushesDenormals": "flush denormal", "EnablesAutocast": "autocast",
                       "ReplacesSqrt": "torch functions replaced: torch.sqrt",

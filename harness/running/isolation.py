@@ -43,36 +43,41 @@ _WATCHED_FUNCTIONS = ("bincount", "bucketize", "cat", "empty", "equal", "full", 
                       "isneginf", "isposinf", "ones", "ones_like", "pow", "rand", "randn", "randperm", "reciprocal",
                       "rsqrt", "sqrt", "tensor", "where", "zeros", "zeros_like")
 _FUNCTION_KEYS = tuple(f"torch.{name}" for name in _WATCHED_FUNCTIONS)
+_TENSOR = "torch.Tensor."
 _MISSING = object()
-_WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The handlers that make Ctrl-C and a CI's SIGTERM end the run with an INCOMPLETE report, not a silent one.
+_WATCHED_SIGNALS = ("SIGINT", "SIGTERM")
 
 
 def torch_functions() -> dict[str, Any]:
-    """The watched torch functions ("torch.sqrt") and torch.Tensor's own attributes (by their bare names), as the
+    """The watched torch functions ("torch.sqrt") and torch.Tensor's own attributes ("torch.Tensor.float"), as the
     objects they are now: compared by identity (``_replaced``), so a replacement that claims equality is seen."""
     found = dict(zip(_FUNCTION_KEYS, [getattr(torch, name, None) for name in _WATCHED_FUNCTIONS], strict=True))
-    found.update(vars(torch.Tensor))
+    found.update({_TENSOR + name: value for name, value in vars(torch.Tensor).items()})
     return found
+
+
+def _signal_handlers() -> dict[str, Any]:
+    return {name: signal.getsignal(getattr(signal, name)) for name in _WATCHED_SIGNALS}
 
 
 def _replaced(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The names whose object is not the same one, or that came or went."""
     if len(before) == len(after) and all(after.get(name, _MISSING) is value for name, value in before.items()):
         return []
-    gone_or_new = [name for name in before.keys() | after.keys()
-                   if before.get(name, _MISSING) is not after.get(name, _MISSING)]
-    return sorted(name if name.startswith("torch.") else f"torch.Tensor.{name}" for name in gone_or_new)
+    return sorted(name for name in before.keys() | after.keys()
+                  if before.get(name, _MISSING) is not after.get(name, _MISSING))
 
 
 def _put_back_functions(before: dict[str, Any]) -> None:
     """Undo replacements of the watched functions and of torch.Tensor's attributes; remove attributes added to it."""
     now = torch_functions()
-    for name, value in before.items():
-        if now.get(name, _MISSING) is not value:
-            owner, attr = (torch, name[6:]) if name.startswith("torch.") else (torch.Tensor, name)
-            setattr(owner, attr, value)
-    for name in now.keys() - before.keys():
-        delattr(torch.Tensor, name)
+    for name in _replaced(before, now):
+        owner, attr = (torch.Tensor, name[len(_TENSOR):]) if name.startswith(_TENSOR) else (torch, name[6:])
+        if name in before:
+            setattr(owner, attr, before[name])
+        else:
+            delattr(owner, attr)
 
 
 def global_state() -> dict[str, Any]:
@@ -89,8 +94,7 @@ def global_state() -> dict[str, Any]:
         "flush denormal": flushes_denormals(),
         "autocast": tuple(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES),
         "torch functions": torch_functions(),
-        # The handlers that make Ctrl-C and a CI's SIGTERM end the run with an INCOMPLETE report, not a silent one.
-        "signal handlers": tuple(signal.getsignal(number) for number in _WATCHED_SIGNALS),
+        "signal handlers": _signal_handlers(),
         # A mode left on a stack sees (and may change) every later torch call, the reference's among them.
         "torch function modes": torch._C._len_torch_function_stack(),
         "dispatch modes": torch._C._len_torch_dispatch_stack(),
@@ -124,10 +128,6 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
             continue
         if isinstance(before[key], dict):
             out.append(f"{key} replaced: {', '.join(_replaced(before[key], after[key]))}")
-        elif key == "signal handlers":
-            out.append(f"{key} replaced: " + ", ".join(
-                signal.Signals(number).name for number, was, now in zip(_WATCHED_SIGNALS, before[key], after[key],
-                                                                         strict=True) if was is not now))
         else:
             out.append(f"{key} {_shown(before[key])} -> {_shown(after[key])}")
     return out
@@ -144,9 +144,9 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_num_threads(state["threads"])
     _put_back_functions(state["torch functions"])
     if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
-        for number, handler in zip(_WATCHED_SIGNALS, state["signal handlers"], strict=True):
-            if handler is not None and signal.getsignal(number) is not handler:
-                signal.signal(number, handler)
+        for name in _replaced(state["signal handlers"], _signal_handlers()):
+            if state["signal handlers"][name] is not None:  # None: a handler not set from Python, left as it is
+                signal.signal(getattr(signal, name), state["signal handlers"][name])
     while torch._C._len_torch_function_stack() > state["torch function modes"]:
         torch._C._pop_torch_function_stack()
     while torch._C._len_torch_dispatch_stack() > state["dispatch modes"]:
