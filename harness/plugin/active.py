@@ -24,6 +24,7 @@ from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
+from rmsnorm_conformance.harness.plugin import worker_exit
 from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
 from rmsnorm_conformance.harness.plugin.options import WORKER_RUN_ENDS_AT, RunOptions, resolve
 from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY
@@ -72,6 +73,7 @@ def run_options(config: pytest.Config) -> RunOptions:
                     and WARM_UPS not in config.stash:  # not started early (plugin/hooks.py)
                 config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices)
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
+            worker_exit.conformance_run()
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
     return config.stash[OPTIONS]
 
