@@ -7,8 +7,8 @@ one, torch's and a GPU runtime's destructors, the device context. None of that i
 went to the controller as the test ran (execnet writes synchronously), the worker's files are closed, and the exit
 handlers of the libraries it loaded after this plugin (torch's, Inductor's compile pool, Dynamo's) have run. So the
 worker's last exit handler, registered before those libraries were imported, flushes its streams and ends the
-process there (``os._exit``). On two CPU cores this took the controller's wait for its workers after their last
-report from 1.15 s to 0.32 s (``reports/cpu/throughput.md``).
+process there (``os._exit``). On two CPU cores the time from a run's last test to its verdict went from 2.0-2.1 s to
+1.1-1.2 s (``reports/cpu/worker-exit.md``).
 
 Left as it was: a process that is not an xdist worker (the controller, a run without ``-n``: their exit status is
 the verdict, and whoever embeds pytest may have work of their own at exit); a worker of a run that is not a
