@@ -38,6 +38,8 @@ def _listener(*, src: Any, metadata: dict, metadata_group: Any, times: Any, cach
     constants = getattr(src, "constants", None) or getattr(src, "constexprs", None) or {}
     _write({"event": "triton", "test": _TEST[0], "kernel": getattr(getattr(src, "fn", None), "__name__", "?"),
             "constexprs": {str(k): v for k, v in dict(constants).items() if isinstance(v, (int, bool, float))},
+            "signature": {str(k): str(v) for k, v in dict(getattr(src, "signature", None) or {}).items()
+                          if str(v).startswith("*")},
             "num_warps": metadata.get("num_warps"), "cache_hit": bool(cache_hit), "seconds": micros / 1e6,
             "stages": {name: d / 1e6 for name, d in times.lowering_stages}})
 
@@ -90,7 +92,8 @@ def summarise(path: Path) -> str:
                 per_test[r["test"]] += r["seconds"]
                 per_kernel[r["kernel"]][0] += 1
                 per_kernel[r["kernel"]][1] += r["seconds"]
-                keys[(r["kernel"], json.dumps(r["constexprs"], sort_keys=True), r["num_warps"])] += 1
+                keys[(r["kernel"], json.dumps(r["constexprs"], sort_keys=True), r["num_warps"],
+                      json.dumps(r.get("signature"), sort_keys=True))] += 1
         elif r["event"] == "dynamo":
             w["dynamo s"] += r["seconds"]
             per_test[r["test"]] += r["seconds"]
@@ -102,10 +105,22 @@ def summarise(path: Path) -> str:
         for c in columns:
             totals[c] += per_worker[worker][c]
     lines.append("| all | " + " | ".join(f"{totals[c]:.1f}" for c in columns) + " |")
+    typed = all("signature" in r for r in rows if r["event"] == "triton")
     built_twice = sum(n - 1 for n in keys.values() if n > 1)
-    lines += ["", f"distinct binaries built: {len(keys)}; built again in another process: {built_twice}", "",
+    lines += ["", (f"distinct binaries built: {len(keys)}; built again in another process: {built_twice}" if typed
+                   else f"constexpr and warp combinations built: {len(keys)} (each for one or more pointer types: "
+                        "this log predates their logging)"), "",
               "| kernel | built | seconds |", "|---|---|---|"]
     lines += [f"| {k} | {int(n)} | {s:.1f} |" for k, (n, s) in sorted(per_kernel.items(), key=lambda kv: -kv[1][1])]
+    stages: dict[str, float] = defaultdict(float)
+    for r in rows:
+        if r["event"] == "triton" and not r["cache_hit"]:
+            for name, seconds in r["stages"].items():
+                stages[name] += seconds
+    lowered = sum(stages.values())
+    lines += ["", "Triton's builds by stage (seconds, all processes): " + ", ".join(
+        f"{name} {seconds:.1f}" for name, seconds in stages.items()) + f"; before and after them (Python's front end "
+        f"to the first IR, the cache's writes) {totals['triton built s'] - lowered:.1f}"]
     lines += ["", "| test (most compile time) | seconds |", "|---|---|"]
     lines += [f"| `{t}` | {s:.1f} |" for t, s in sorted(per_test.items(), key=lambda kv: -kv[1])[:25]]
     return "\n".join(lines) + "\n"

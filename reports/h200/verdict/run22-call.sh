@@ -22,7 +22,7 @@ cold() {  # name backend [extra pytest args]
   echo "$name: exit $?, $(python3 -c "import time; print(round(time.time() - $start, 1))") s" | tee -a "$R/runs.txt"
 }
 RMSNORM_COMPILE_LOG=$R/triton-cold-compile-log.jsonl cold triton-cold-compile-log triton -p compile_log_plugin
-PYTHONPATH=benchmarks python3 benchmarks/compile_log_plugin.py "$R/triton-cold-compile-log.jsonl" > "$R/triton-cold-compile-log.md"
+PYTHONPATH=benchmarks python3 benchmarks/compile_log_plugin.py "$R/triton-cold-compile-log.jsonl" > "$R/triton-cold-compile-log-summary.md"
 gzip -f "$R/triton-cold-compile-log.jsonl"
 RMSNORM_CONFORMANCE_FAST_EXIT=0 cold triton-cold-teardown-0 triton
 cold triton-cold-fast-exit-0 triton
