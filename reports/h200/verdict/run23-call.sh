@@ -9,5 +9,5 @@ R=${OUT:?OUT=folder}/run23
 mkdir -p "$R"
 python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/whl . && python3 -m pip install -q --no-deps /tmp/whl/*.whl
 mv rmsnorm_conformance /tmp/  # nothing here may shadow the installed wheel
-OUT=$R RL_LIMIT=430 bash benchmarks/h200_verdict.sh bytecode rl 2>&1 | tail -5 > "$R/rl.log"
+OUT=$R RL_LIMIT=400 bash benchmarks/h200_verdict.sh bytecode rl 2>&1 | tail -5 > "$R/rl.log"
 OUT=$R bash benchmarks/h200_verdict.sh bytecode cuda-cold 2>&1 | tail -5 > "$R/cuda-cold.log"
