@@ -11,10 +11,10 @@ set -u
 R=${OUT:?OUT=folder}/run28
 mkdir -p "$R"
 python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/whl . && python3 -m pip install -q --no-deps /tmp/whl/*.whl
+mv rmsnorm_conformance /tmp/  # nothing here may shadow the installed wheel
 OUT=$R VERDICT_LIMIT=150 bash benchmarks/h200_verdict.sh bytecode triton-cold 2>&1 | tail -2 >> "$R/runs.log"
 export PYTHONPYCACHEPREFIX="${TMPDIR:-/tmp}/rmsnorm-pycache" && unset PYTHONDONTWRITEBYTECODE
 export PYTHONPATH=$PWD/benchmarks
-mv rmsnorm_conformance /tmp/  # nothing here may shadow the installed wheel
 W=$(mktemp -d) && cd "$W" || exit 1
 profiled() {  # name, pytest arguments...
   local name=$1; shift
