@@ -16,6 +16,7 @@ import torch
 
 from rmsnorm_conformance.contract.rmsnorm import INT32_OFFSET_LIMIT
 from rmsnorm_conformance.harness.checking.bounds import GuardedCall, guard
+from rmsnorm_conformance.harness.checking.comparison import equal_flag, read_flags
 from rmsnorm_conformance.harness.drawing import thresholds
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import pick_rows
 from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST, Check, Collector
@@ -147,25 +148,43 @@ def test_a_guarded_copy_keeps_values_strides_and_alignment():
     assert zone.written() is None
 
 
+# The guard zones and the call's other conditions are read back from a GPU together (comparison.read_flags):
+# the same checks on a GPU where one is visible.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="no CUDA GPU is visible to torch"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("where", "expected"), [
     ("after", "1 element(s) past the view's last element, at row 4, column 0 of a view of 4 rows"),
     ("before", "1 element(s) before the view's first element"),
     ("gap", "in the gap after row 1 of the view, column 9 of a row stride of 11"),
 ])
-def test_a_write_outside_the_view_is_found_and_located(where, expected):
-    t = _strided() if where == "gap" else torch.ones(4, 8)
-    zone = guard(t, "x")
+def test_a_write_outside_the_view_is_found_and_located(where, expected, device):
+    t = (_strided() if where == "gap" else torch.ones(4, 8)).to(device)
+    call = GuardedCall("forward_unweighted", (t,))
+    (zone,) = call.zones
+    assert read_flags([zone.intact()]) == [True] and call.breaches(None) == []
     flat = zone.buffer
     position = {"after": zone.lead + t.numel(), "before": zone.lead - 1, "gap": zone.lead + 11 + 9}[where]
     flat[position] = 1.0
-    message = zone.written()
-    assert message is not None and expected in message, message
+    assert read_flags([zone.intact()]) == [False]
+    (message,) = call.breaches(None)
+    assert message == zone.written() and message.startswith("x: ") and expected in message, message
     assert "where the canary 0x7FA5A5A5 was" in message
 
 
-def test_writes_into_the_view_go_back_to_the_caller_and_aliases_point_at_its_tensor():
-    x = torch.ones(4, 8)
-    call = GuardedCall("forward", (x, torch.ones(8)))
+def test_flags_read_back_together_keep_their_order_and_meaning():
+    a = torch.arange(6, dtype=torch.int32)
+    flags = [equal_flag(a, a.clone()), (a == a).all(), False, (a > 4).any(), (a > 9).any(), True, equal_flag(a, a[:3])]
+    assert read_flags(flags) == [True, True, False, True, False, True, False]
+    assert read_flags([]) == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_writes_into_the_view_go_back_to_the_caller_and_aliases_point_at_its_tensor(device):
+    x = torch.ones(4, 8, device=device)
+    call = GuardedCall("forward", (x, torch.ones(8, device=device)))
     call.args[0].mul_(2)  # an impure kernel writing into its input: purity must still see it
     out = call.release(call.args[0][1:])
     assert bool((x == 2).all())
@@ -173,11 +192,12 @@ def test_writes_into_the_view_go_back_to_the_caller_and_aliases_point_at_its_ten
     assert call.breaches(out) == []
 
 
-def test_an_in_place_copy_of_a_guarded_allocation_is_checked_too():
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_in_place_copy_of_a_guarded_allocation_is_checked_too(device):
     from rmsnorm_conformance.harness.running.backend import same_layout_copy
 
-    x = torch.ones(2, 8)
-    call = GuardedCall("fused_add", (x, torch.ones(2, 8), torch.ones(8)))
+    x = torch.ones(2, 8, device=device)
+    call = GuardedCall("fused_add", (x, torch.ones(2, 8, device=device), torch.ones(8, device=device)))
     written = same_layout_copy(call.args[0])  # what an in-place backend adapter writes into
     written.untyped_storage()  # same size as the guarded allocation
     flat = written.new_empty(0).set_(written.untyped_storage(), 0, (call.zones[0].buffer.numel(),), (1,))

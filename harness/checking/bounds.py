@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.checking.comparison import same_bits
+from rmsnorm_conformance.harness.checking.comparison import equal_flag, read_flags, same_bits_flag
 
 # dtype -> (the integer dtype of its bits, the canary's bits): signalling NaNs (the quiet bit clear).
 CANARIES: dict[torch.dtype, tuple[torch.dtype, int]] = {
@@ -81,9 +81,29 @@ class Zone:
                 and t.storage_offset() == self.lead and t.device == self.view.device
                 and t.untyped_storage().nbytes() == self.buffer.untyped_storage().nbytes())
 
+    def _storage(self, t: torch.Tensor | None) -> torch.Tensor:
+        """This allocation, or the one of the copy ``t`` lies in, as a 1-D tensor of its length."""
+        return self.buffer if t is None else t.new_empty(0).set_(t.untyped_storage(), 0, self.buffer.shape, (1,))
+
+    def intact(self, t: torch.Tensor | None = None) -> bool | torch.Tensor:
+        """Whether every canary of this allocation (or of the copy ``t`` lies in) is unchanged: a bool, or on a GPU
+        a 0-dim bool tensor that comparison.read_flags reads back with the call's other conditions."""
+        storage = self._storage(t)
+        bits = storage.view(self.bits_dtype)
+        end = self.lead + span(self.view)
+        if self.view.is_contiguous():  # no gaps: the canaries are the two ends
+            template = canaries(storage.dtype, storage.device, max(self.lead, bits.numel() - end))
+            template = template.view(self.bits_dtype)  # bits: NaNs never compare equal as floats
+            head = equal_flag(bits[: self.lead], template[: self.lead])
+            tail = equal_flag(bits[end:], template[: bits.numel() - end])
+            return head and tail if isinstance(head, bool) and isinstance(tail, bool) else head & tail
+        changed = bits != self.canary
+        changed.as_strided(self.view.shape, self.view.stride(), self.lead).fill_(False)
+        return not bool(changed.any()) if storage.device.type == "cpu" else ~changed.any()
+
     def written(self, t: torch.Tensor | None = None, label: str = "") -> str | None:
         """Where a canary of this allocation (or of the copy ``t`` lies in) changed, or None."""
-        storage = self.buffer if t is None else t.new_empty(0).set_(t.untyped_storage(), 0, self.buffer.shape, (1,))
+        storage = self._storage(t)
         bits = storage.view(self.bits_dtype)
         end = self.lead + span(self.view)
         if self.view.is_contiguous():  # no gaps: the canaries are the two ends
@@ -185,8 +205,9 @@ class GuardedCall:
 
     def breaches(self, out: Any) -> list[str]:
         """Every guard zone with a changed canary: around the arguments, and around outputs that are copies of an
-        argument's whole allocation (an in-place fused add's x and residual, as the backend adapter passes them)."""
-        found = [w for z in self.zones if (w := z.written())]
+        argument's whole allocation (an in-place fused add's x and residual, as the backend adapter passes them).
+        The canaries of all of them are read back at once; only a changed one is looked at again, for where."""
+        watched: list[tuple[Zone, torch.Tensor | None, str]] = [(z, None, "") for z in self.zones]
         unmatched = list(self.zones)  # outputs come in the order of the arguments they copy (x, then residual)
         for o in out if isinstance(out, tuple | list) else (out,):
             if not isinstance(o, torch.Tensor):
@@ -194,16 +215,17 @@ class GuardedCall:
             for z in unmatched:
                 if o.untyped_storage().data_ptr() != z.buffer.untyped_storage().data_ptr() and z.lays_out(o):
                     unmatched.remove(z)
-                    if w := z.written(o, f"{z.name} (written in place)"):
-                        found.append(w)
+                    watched.append((z, o, f"{z.name} (written in place)"))
                     break
-        return found
+        intact = read_flags([z.intact(t) for z, t, _ in watched])
+        return [w for (z, t, label), ok in zip(watched, intact, strict=True) if not ok and (w := z.written(t, label))]
 
     def release(self, out: Any) -> Any:
         """Copy what the call wrote into each view back into the caller's tensor, and return ``out`` with any output
         that is one of the guarded views replaced by the same view of the caller's tensor (so aliasing shows)."""
-        for z in self.zones:
-            if not same_bits(z.view, z.original):
+        kept = read_flags([same_bits_flag(z.view, z.original) for z in self.zones])
+        for z, same in zip(self.zones, kept, strict=True):
+            if not same:
                 try:
                     with torch.no_grad():
                         z.original.copy_(z.view)

@@ -27,6 +27,8 @@ from rmsnorm_conformance.harness.checking.comparison import (
     ToleranceResult,
     compare_bitwise,
     compare_within,
+    equal_flag,
+    read_flags,
 )
 from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, torch_dtype
@@ -187,8 +189,9 @@ class Subject:
         if entry.writes_in_place(self.backend):
             return  # the backend's adapter hands it copies (harness/running/backend.py): the caller's stay as they were
         names = [*entry.rows, "weight"] if entry.weighted else list(entry.rows)
-        changed = [names[i] if i < len(names) else f"argument {i}" for i, t, then in watched
-                   if not torch.equal(isolation.fingerprint(t), then)]
+        same = read_flags([equal_flag(isolation.fingerprint(t), then) for _, t, then in watched])
+        changed = [names[i] if i < len(names) else f"argument {i}"
+                   for (i, _, _), kept in zip(watched, same, strict=True) if not kept]
         if changed:
             assert_holds(self, self.current_case, ok=False, rule=entry.purity_rule, dim=_dim(self.current_case),
                          what=f"{self.backend.name}.{entry.name} changed its input {', '.join(changed)} during the "
@@ -207,7 +210,8 @@ class Subject:
             return
         earlier, outputs = self._last_output
         self._last_output = None
-        changed = [name for name, t, print_then in outputs if not torch.equal(isolation.fingerprint(t), print_then)]
+        same = read_flags([equal_flag(isolation.fingerprint(t), print_then) for _, t, print_then in outputs])
+        changed = [name for (name, _, _), kept in zip(outputs, same, strict=True) if not kept]
         if changed:
             assert_holds(self, self.current_case, ok=False, rule="semantics.fresh_output", dim=_dim(self.current_case),
                          what=f"{', '.join(changed)} that an earlier {earlier} call returned changed during a later "
