@@ -203,10 +203,10 @@ class GuardedCall:
             else:
                 self.args.append(a)
 
-    def breaches(self, out: Any) -> list[str]:
-        """Every guard zone with a changed canary: around the arguments, and around outputs that are copies of an
-        argument's whole allocation (an in-place fused add's x and residual, as the backend adapter passes them).
-        The canaries of all of them are read back at once; only a changed one is looked at again, for where."""
+    def watched(self, out: Any) -> list[tuple[Zone, torch.Tensor | None, str]]:
+        """The allocations whose canaries the call must have left alone, each with its label: the arguments' guarded
+        ones, and outputs that are copies of an argument's whole allocation (an in-place fused add's x and residual,
+        as the backend adapter passes them)."""
         watched: list[tuple[Zone, torch.Tensor | None, str]] = [(z, None, "") for z in self.zones]
         unmatched = list(self.zones)  # outputs come in the order of the arguments they copy (x, then residual)
         for o in out if isinstance(out, tuple | list) else (out,):
@@ -217,13 +217,23 @@ class GuardedCall:
                     unmatched.remove(z)
                     watched.append((z, o, f"{z.name} (written in place)"))
                     break
-        intact = read_flags([z.intact(t) for z, t, _ in watched])
+        return watched
+
+    def breaches(self, out: Any, intact: Sequence[bool] | None = None) -> list[str]:
+        """Every guard zone of :meth:`watched` with a changed canary. ``intact``: each one's canaries unchanged, where
+        the caller read them already (with its other conditions); else they are read here, all at once. Only a
+        changed zone is looked at again, for where."""
+        watched = self.watched(out)
+        if intact is None:
+            intact = read_flags([z.intact(t) for z, t, _ in watched])
         return [w for (z, t, label), ok in zip(watched, intact, strict=True) if not ok and (w := z.written(t, label))]
 
-    def release(self, out: Any) -> Any:
+    def release(self, out: Any, kept: Sequence[bool] | None = None) -> Any:
         """Copy what the call wrote into each view back into the caller's tensor, and return ``out`` with any output
-        that is one of the guarded views replaced by the same view of the caller's tensor (so aliasing shows)."""
-        kept = read_flags([same_bits_flag(z.view, z.original) for z in self.zones])
+        that is one of the guarded views replaced by the same view of the caller's tensor (so aliasing shows).
+        ``kept``: whether each view still holds its original's bits, where the caller read that already."""
+        if kept is None:
+            kept = read_flags([same_bits_flag(z.view, z.original) for z in self.zones])
         for z, same in zip(self.zones, kept, strict=True):
             if not same:
                 try:

@@ -29,6 +29,7 @@ from rmsnorm_conformance.harness.checking.comparison import (
     compare_within,
     equal_flag,
     read_flags,
+    same_bits_flag,
 )
 from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, torch_dtype
@@ -169,27 +170,47 @@ class Subject:
             except Exception as exc:  # kept if it is a clean refusal: run_check decides what it means
                 self.refusal = refusals.refusal(method, args, guarded, watched, exc)
                 raise
-        self._check_bounds(method, guarded.breaches(out))
-        out = guarded.release(out)  # what the call wrote into its arguments reaches the caller's tensors
+        # What the call may have broken, read back from the device at once (comparison.read_flags): its guard zones'
+        # canaries, whether it wrote into its arguments' views, its earlier outputs' and its inputs' fingerprints.
+        zones = guarded.watched(out)
+        earlier = self._last_output[1] if self._last_output is not None else []
+        pure = entry is not None and not entry.writes_in_place(self.backend)
+        values = iter(read_flags([
+            *(z.intact(t) for z, t, _ in zones),
+            *(same_bits_flag(z.view, z.original) for z in guarded.zones),
+            *(equal_flag(isolation.fingerprint(t), then) for _, t, then in earlier),
+            *(equal_flag(isolation.fingerprint(t), then) for _, t, then in (watched if pure else ())),
+        ]))
+        intact = [next(values) for _ in zones]
+        views_kept = [next(values) for _ in guarded.zones]
+        earlier_kept: list[bool] | None = [next(values) for _ in earlier]
+        inputs_kept: list[bool] | None = [next(values) for _ in (watched if pure else ())]
+        self._check_bounds(method, guarded.breaches(out, intact))
+        out = guarded.release(out, views_kept)  # what the call wrote into its arguments reaches the caller's tensors
+        if not all(views_kept):  # a copy back may have changed what the fingerprints were taken of: read them again
+            earlier_kept = inputs_kept = None
         tensors = out if isinstance(out, tuple) else (out,)  # a list is not an output: refused below
         for t in tensors:
             if not isinstance(t, torch.Tensor):
                 raise BackendError(f"{self.backend.name}.{method} returned {type(t).__name__}, not a torch.Tensor")
-        if entry is not None:
-            self._check_pure(entry, args, watched)
-        self._check_fresh(method)
+        if pure:
+            self._check_pure(entry, args, watched, inputs_kept)
+        self._check_fresh(method, earlier_kept)
         names = entry.outputs if entry is not None and len(entry.outputs) == len(tensors) else [
             f"output {i}" for i in range(len(tensors))]
         self._last_output = (method, [(name, t, isolation.fingerprint(t))
                                      for name, t in zip(names, tensors, strict=True)])
         return out
 
-    def _check_pure(self, entry: Any, args: tuple[Any, ...], watched: list[tuple[int, torch.Tensor, Any]]) -> None:
+    def _check_pure(self, entry: Any, args: tuple[Any, ...], watched: list[tuple[int, torch.Tensor, Any]],
+                    same: list[bool] | None = None) -> None:
+        """``same``: whether each watched input's fingerprint is unchanged, where the caller read it already."""
         __tracebackhide__ = True
         if entry.writes_in_place(self.backend):
             return  # the backend's adapter hands it copies (harness/running/backend.py): the caller's stay as they were
         names = [*entry.rows, "weight"] if entry.weighted else list(entry.rows)
-        same = read_flags([equal_flag(isolation.fingerprint(t), then) for _, t, then in watched])
+        if same is None:
+            same = read_flags([equal_flag(isolation.fingerprint(t), then) for _, t, then in watched])
         changed = [names[i] if i < len(names) else f"argument {i}"
                    for (i, _, _), kept in zip(watched, same, strict=True) if not kept]
         if changed:
@@ -204,13 +225,15 @@ class Subject:
                          what=f"{self.backend.name}.{method} wrote outside the tensors it was given: "
                               + "; ".join(breaches))
 
-    def _check_fresh(self, method: str) -> None:
+    def _check_fresh(self, method: str, same: list[bool] | None = None) -> None:
+        """``same``: whether each earlier output's fingerprint is unchanged, where the caller read it already."""
         __tracebackhide__ = True
         if self._last_output is None:
             return
         earlier, outputs = self._last_output
         self._last_output = None
-        same = read_flags([equal_flag(isolation.fingerprint(t), print_then) for _, t, print_then in outputs])
+        if same is None:
+            same = read_flags([equal_flag(isolation.fingerprint(t), print_then) for _, t, print_then in outputs])
         changed = [name for (name, _, _), kept in zip(outputs, same, strict=True) if not kept]
         if changed:
             assert_holds(self, self.current_case, ok=False, rule="semantics.fresh_output", dim=_dim(self.current_case),
