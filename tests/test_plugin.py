@@ -281,10 +281,12 @@ def test_xdist_workers_deal_the_longest_conformance_tests_first():
 
     names = ["test_repeat[native-cpu-float32]", "test_padding_at_thresholds[native-cpu-float32]",
              "test_output[native-cpu-float32]", "test_first_call[native-cpu-bfloat16]",
-             "test_fused_add_first_call[native-cpu-float32]", "test_execution_mode[native-cpu-float32]"]
+             "test_fused_add_first_call[native-cpu-float32]", "test_execution_mode[native-cpu-float32]",
+             "test_bitwise_parity[triton=triton[compile]-bfloat16]"]
     items = [_Item("test_own_first_call", conformance=False), *map(_Item, names)]
     longest_first(items)  # type: ignore[arg-type]
     assert [i.name for i in items] == [
+        "test_bitwise_parity[triton=triton[compile]-bfloat16]",
         "test_first_call[native-cpu-bfloat16]", "test_fused_add_first_call[native-cpu-float32]",
         "test_execution_mode[native-cpu-float32]", "test_padding_at_thresholds[native-cpu-float32]",
         # the rest keep their order: a user's own test, then the short conformance tests

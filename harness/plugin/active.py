@@ -225,13 +225,17 @@ def _select(config: pytest.Config, run: RunOptions, items: list[pytest.Item]) ->
             "(--rule, --dtype)")
 
 
-# Words of the names of the suites' longest tests, longest first: each first-call test waits on a fresh process
-# (torch's import, and on a GPU the device's start and every compile), and the others draw large batches, build
-# graphs or sweep every dim. On an H200 under -n 8 they took 4-13 s a test, the others 2 s or less
-# (reports/h200/verdict/run3-triton.junit.xml); on two CPU cores native's threshold plans took 5-12 s and its
-# first calls 2.6 s, against 1.6 s and less for the others (CI's junit, reports/cpu/ci-time.md).
-LONGEST = ("first_call", "test_bounds", "test_isolation", "_past_int32_offsets", "test_dx_batch_invariance",
-           "test_gradient_accuracy", "execution_mode", "_at_thresholds", "test_dw_determinism", "_qk_norm")
+# Words of the names of the suites' longest tests, longest first: the parity gate's pairs of a backend and its own
+# compiled or captured path compile every shape they compare (7.6-22.2 s a test on an H200 in the RL command; dealt
+# last, they ran one after another for the last 93 s of the run while the other workers had ended:
+# reports/h200/verdict/, run 30); each first-call test waits on a fresh process (torch's import, and on a GPU the
+# device's start and every compile), and the others draw large batches, build graphs or sweep every dim. On an H200
+# under -n 8 they took 4-13 s a test, the others 2 s or less (reports/h200/verdict/run3-triton.junit.xml); on two
+# CPU cores native's threshold plans took 5-12 s and its first calls 2.6 s, against 1.6 s and less for the others
+# (CI's junit, reports/cpu/ci-time.md).
+LONGEST = ("test_bitwise_parity", "first_call", "test_bounds", "test_isolation", "_past_int32_offsets",
+           "test_dx_batch_invariance", "test_gradient_accuracy", "execution_mode", "_at_thresholds",
+           "test_dw_determinism", "_qk_norm")
 
 
 def longest_first(items: list[pytest.Item]) -> None:
