@@ -33,8 +33,10 @@ def run(pytester, monkeypatch):
     return lambda *args: pytester.runpytest_subprocess("--sweep=ci", "-p", "no:cacheprovider", *args)
 
 
-SELECTION = ["-k", "float32 and (strided_rows or shape_guard or shape_error or input_errors or test_output "
-             "or batch_size)"]
+# The rules the manifest lists and a few it does not (the gate must pass those by their own checks); the threshold
+# plans added 10 of its 21 s on two CPU cores and nothing about the manifest.
+SELECTION = ["-k", "float32 and not _at_thresholds and (strided_rows or shape_guard or shape_error or input_errors "
+             "or test_output or batch_size)"]
 
 
 def test_torch_functional_adapters_pass_the_gate_with_the_manifest(run):
