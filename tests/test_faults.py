@@ -132,9 +132,9 @@ def test_memory_defects_are_caught_by_their_rule_alone(pytester, monkeypatch, sp
 # --- guard zones ---------------------------------------------------------------------------------------------
 
 
-def _strided(rows: int = 4, dim: int = 8) -> torch.Tensor:
-    buffer = torch.arange(rows * (dim + 3), dtype=torch.float32).reshape(rows, dim + 3)
-    return buffer[:, :dim]
+def _strided(rows: int = 4, dim: int = 8, device: str = "cpu") -> torch.Tensor:
+    buffer = torch.arange(rows * (dim + 3), dtype=torch.float32, device=device).reshape(rows, dim + 3)
+    return buffer[:, :dim]  # made on the device: a move with .to() would make it contiguous
 
 
 def test_a_guarded_copy_keeps_values_strides_and_alignment():
@@ -161,7 +161,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
     ("gap", "in the gap after row 1 of the view, column 9 of a row stride of 11"),
 ])
 def test_a_write_outside_the_view_is_found_and_located(where, expected, device):
-    t = (_strided() if where == "gap" else torch.ones(4, 8)).to(device)
+    t = _strided(device=device) if where == "gap" else torch.ones(4, 8, device=device)
+    assert t.stride() == ((11, 1) if where == "gap" else (8, 1))
     call = GuardedCall("forward_unweighted", (t,))
     (zone,) = call.zones
     assert read_flags([zone.intact()]) == [True] and call.breaches(None) == []
