@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.checking.comparison import equal_flag, read_flags, same_bits_flag
+from rmsnorm_conformance.harness.checking.comparison import read_flags, same_bits_flag
 
 # dtype -> (the integer dtype of its bits, the canary's bits): signalling NaNs (the quiet bit clear).
 CANARIES: dict[torch.dtype, tuple[torch.dtype, int]] = {
@@ -88,18 +88,15 @@ class Zone:
     def intact(self, t: torch.Tensor | None = None) -> bool | torch.Tensor:
         """Whether every canary of this allocation (or of the copy ``t`` lies in) is unchanged: a bool, or on a GPU
         a 0-dim bool tensor that comparison.read_flags reads back with the call's other conditions."""
-        storage = self._storage(t)
-        bits = storage.view(self.bits_dtype)
+        bits = self._storage(t).view(self.bits_dtype)
         end = self.lead + span(self.view)
         if self.view.is_contiguous():  # no gaps: the canaries are the two ends
-            template = canaries(storage.dtype, storage.device, max(self.lead, bits.numel() - end))
-            template = template.view(self.bits_dtype)  # bits: NaNs never compare equal as floats
-            head = equal_flag(bits[: self.lead], template[: self.lead])
-            tail = equal_flag(bits[end:], template[: bits.numel() - end])
-            return head and tail if isinstance(head, bool) and isinstance(tail, bool) else head & tail
-        changed = bits != self.canary
-        changed.as_strided(self.view.shape, self.view.stride(), self.lead).fill_(False)
-        return not bool(changed.any()) if storage.device.type == "cpu" else ~changed.any()
+            changed = (bits[: self.lead] != self.canary).any() | (bits[end:] != self.canary).any()
+        else:
+            gaps = bits != self.canary
+            gaps.as_strided(self.view.shape, self.view.stride(), self.lead).fill_(False)
+            changed = gaps.any()
+        return not bool(changed) if bits.device.type == "cpu" else ~changed
 
     def written(self, t: torch.Tensor | None = None, label: str = "") -> str | None:
         """Where a canary of this allocation (or of the copy ``t`` lies in) changed, or None. The details of a
@@ -143,6 +140,12 @@ class Zone:
             return (f"in the gap after row {row} of the view, column {column} of a row stride of {row_stride} "
                     f"(its rows hold {view.shape[-1]} columns)")
         return f"at element {rel} of the view's span, which holds no element of the view"
+
+
+def located(watched: Sequence[tuple[Zone, torch.Tensor | None, str]], intact: Sequence[bool]) -> list[str]:
+    """Where each watched zone whose canaries were read as changed (``intact``, in the same order) was written:
+    only such a zone is looked at again."""
+    return [w for (z, t, label), ok in zip(watched, intact, strict=True) if not ok and (w := z.written(t, label))]
 
 
 _TEMPLATES: dict[tuple[torch.dtype, str], torch.Tensor] = {}
@@ -215,14 +218,10 @@ class GuardedCall:
                     break
         return watched
 
-    def breaches(self, out: Any, intact: Sequence[bool] | None = None) -> list[str]:
-        """Every guard zone of :meth:`watched` with a changed canary. ``intact``: each one's canaries unchanged, where
-        the caller read them already (with its other conditions); else they are read here, all at once. Only a
-        changed zone is looked at again, for where."""
+    def breaches(self, out: Any) -> list[str]:
+        """Every guard zone of :meth:`watched` with a changed canary, the canaries of all of them read back at once."""
         watched = self.watched(out)
-        if intact is None:
-            intact = read_flags([z.intact(t) for z, t, _ in watched])
-        return [w for (z, t, label), ok in zip(watched, intact, strict=True) if not ok and (w := z.written(t, label))]
+        return located(watched, read_flags([z.intact(t) for z, t, _ in watched]))
 
     def release(self, out: Any, kept: Sequence[bool] | None = None) -> Any:
         """Copy what the call wrote into each view back into the caller's tensor, and return ``out`` with any output

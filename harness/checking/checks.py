@@ -185,7 +185,7 @@ class Subject:
         views_kept = [next(values) for _ in guarded.zones]
         earlier_kept: list[bool] | None = [next(values) for _ in earlier]
         inputs_kept: list[bool] | None = [next(values) for _ in (watched if pure else ())]
-        self._check_bounds(method, guarded.breaches(out, intact))
+        self._check_bounds(method, bounds.located(zones, intact))
         out = guarded.release(out, views_kept)  # what the call wrote into its arguments reaches the caller's tensors
         if not all(views_kept):  # a copy back may have changed what the fingerprints were taken of: read them again
             earlier_kept = inputs_kept = None
