@@ -767,3 +767,54 @@ def test_gpu_launches_skip_the_binder_after_the_first():
     shifted.copy_(x)
     assert tr._plan_key(shifted, w, 1e-6, False) in tr._PLANS and shifted.data_ptr() % 16
     assert_bitwise(OP.forward(shifted, w), first, "a misaligned input of a planned shape")
+
+
+def test_prepare_jobs_take_each_binary_class_once_and_cover_every_prepared_dim():
+    dims = [4096, 128, 1, 2, 3, 7, 1000, 8191]
+    jobs = tr.prepare_jobs(dims)
+    assert len(jobs) == len(set(jobs))
+    classes = {(tr.binary_dim_class(dim, x), x, w) for dim, x, w, _ in jobs}
+    for dim in tr.prepared_dims(dims):
+        for x, w in tr.CONTRACT_DTYPE_PAIRS:
+            assert (tr.binary_dim_class(dim, x), x, w) in classes, (dim, x, w)
+    # 1, 2, 3 and 7 share a class at every dtype (padded width 8, no 16-byte rows): one job set for them all
+    assert {dim for dim, *_ in jobs} & {1, 2, 3, 7} == {1}
+    # a width that none of the dims stands for with 16-byte rows gets three quarters of it
+    assert 96 in tr.prepared_dims(dims) and 96 not in dims
+    # each call once per class and pair; no weight: once per x dtype; an fp32 residual: 16-bit x only
+    per_pair = {(x, w): {c for d, xx, ww, c in jobs if (xx, ww) == (x, w) and d == 4096}
+                for x, w in tr.CONTRACT_DTYPE_PAIRS}
+    assert per_pair[torch.float32, torch.float32] == set(tr.PREPARED_CALLS) - {"fused_add_fp32_residual"}
+    assert per_pair[torch.bfloat16, torch.float32] == set(tr.PREPARED_CALLS) - {"forward_unweighted"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_prepared_call_runs(device):
+    """prepare's calls go through the backend's own entry points: each of them runs (on the CPU in the
+    interpreter, where prepare itself compiles nothing)."""
+    for call in tr.PREPARED_CALLS:
+        OP.prepared_call(8, torch.bfloat16, torch.float32, call, torch.device(device))
+    with pytest.raises(ValueError, match="not one of the prepared calls"):
+        OP.prepared_call(8, torch.bfloat16, torch.float32, "backwards", torch.device(device))
+    if OP.interpreted or device == "cpu":
+        assert OP.prepare(torch.device(device), [8]) is None
+
+
+def test_a_prepared_binary_is_a_cache_hit_in_another_process(tmp_path):
+    """What prepare compiles in one process is what another process's call at a dim of the same class loads: no
+    new entry in Triton's cache after the second process's calls."""
+    if OP.unavailable_reason("cuda") or OP.interpreted:
+        pytest.skip("needs a GPU and compiled kernels")
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    prepare = ("import torch; from rmsnorm_conformance.backends.triton_rmsnorm import TritonRMSNormOp; "
+               "TritonRMSNormOp().prepare(torch.device('cuda'), [96])")
+    subprocess.run([sys.executable, "-c", prepare], env=env, check=True, timeout=600)
+    built = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert built
+    calls = ("import torch; from rmsnorm_conformance.backends.triton_rmsnorm import TritonRMSNormOp; op = "
+             "TritonRMSNormOp(); x = torch.randn(5, 72, device='cuda', dtype=torch.bfloat16); "
+             "w = torch.randn(72, device='cuda', dtype=torch.bfloat16); op.forward(x, w); op.forward_fp32(x, w); "
+             "op.fused_add(x, x.clone(), w); x.requires_grad_(); w.requires_grad_(); "
+             "op.forward(x, w).sum().backward(); torch.cuda.synchronize()")
+    subprocess.run([sys.executable, "-c", calls], env=env, check=True, timeout=600)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == built

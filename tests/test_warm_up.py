@@ -16,10 +16,70 @@ from rmsnorm_conformance.harness.running.registry import load_backend
 
 def test_only_backends_whose_probe_may_build_are_warmed_up():
     assert warm_up.worth_warming("cuda")  # builds its operator library in its probe
-    assert not warm_up.worth_warming("native") and not warm_up.worth_warming("triton")
+    assert warm_up.worth_warming("triton")  # compiles its kernels in its prepare
+    assert not warm_up.worth_warming("native")
     assert not warm_up.worth_warming("liger")  # a shipped adapter: it only imports
     assert warm_up.worth_warming("my_pkg.kernels:MyNorm")  # a user's backend may build in its probe
-    assert warm_up.start([load_backend("native"), load_backend("triton")], [torch.device("meta")]) == []
+    assert warm_up.start([load_backend("native"), load_backend("liger")], [torch.device("meta")]) == []
+
+
+def test_a_preparation_in_parts_gets_the_cores_the_workers_leave():
+    assert warm_up.parts_for(8, cores=16) == 7  # the H200 machine: 16 cores, 8 workers, the controller
+    assert warm_up.parts_for(2, cores=2) == 1  # none spare: still one
+    assert warm_up.parts_for(1, cores=64) == warm_up.MAX_PARTS
+    assert warm_up.parts_for("auto", cores=16) == 1  # as many workers as cores
+    assert warm_up.parts_for(None, cores=16) == 1
+
+
+def test_a_backend_that_prepares_in_parts_gets_one_process_a_part(monkeypatch):
+    monkeypatch.setattr(warm_up, "parts_for", lambda workers: 3 if workers == 8 else 1)
+    processes = warm_up.start([load_backend("triton"), load_backend("cuda")], [torch.device("meta")], workers=8)
+    assert sorted(p.args[-3:] for p in processes) == [
+        ["cuda", "meta", "0/1"], ["triton", "meta", "0/3"], ["triton", "meta", "1/3"], ["triton", "meta", "2/3"]]
+    assert [p.wait(timeout=120) for p in processes] == [1] * 4  # neither runs on meta: said in the status
+
+
+def test_the_prepared_dims_put_the_most_drawn_first_and_hold_every_edge():
+    from rmsnorm_conformance.contract.rmsnorm import TARGET_DIMS, THRESHOLD_DIMS
+    from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS
+
+    dims = warm_up.prepared_dims()
+    assert dims[: len(THRESHOLD_DIMS)] == list(THRESHOLD_DIMS)
+    assert set(TARGET_DIMS.values()) <= set(dims[:6]) and set(EDGE_DIMS) <= set(dims)
+    assert len(dims) == len(set(dims))
+
+
+def test_the_warm_up_hands_the_backend_its_part_of_the_preparation(monkeypatch, tmp_path):
+    """main() probes the backend, then calls its prepare with the prepared dims and its share; a backend whose probe
+    says no is not asked to prepare."""
+    (tmp_path / "prepared_norm.py").write_text("""
+import torch
+
+calls = []
+
+class Norm:
+    name = "prepared"
+    devices = None
+
+    def forward(self, x, weight, eps=1e-6):
+        return x
+
+    def prepare(self, device, dims, part, parts):
+        calls.append((device, dims, part, parts))
+
+class Unavailable(Norm):
+    def unavailable_reason(self, device):
+        return "not here"
+""")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(warm_up, "interruptible", lambda: None)
+    import prepared_norm
+
+    assert warm_up.main(["prepared_norm:Norm", "cpu", "1/3"]) == 0
+    assert warm_up.main(["prepared_norm:Norm", "cpu"]) == 0
+    assert warm_up.main(["prepared_norm:Unavailable", "cpu", "0/2"]) == 1
+    assert prepared_norm.calls == [(torch.device("cpu"), warm_up.prepared_dims(), 1, 3),
+                                   (torch.device("cpu"), warm_up.prepared_dims(), 0, 1)]
 
 
 def test_cpu_devices_get_no_warm_up_process():
@@ -36,7 +96,7 @@ def test_one_process_per_backend_and_device_type_asks_the_backend_and_reports_in
     # Two devices of one type share one warm-up; "meta" stands in for an accelerator the backend does not run on.
     processes = warm_up.start([cuda], [torch.device("cpu"), torch.device("meta"), torch.device("meta")])
     assert len(processes) == 1
-    assert processes[0].args[-2:] == ["cuda", "meta"]
+    assert processes[0].args[-3:] == ["cuda", "meta", "0/1"]
     assert processes[0].wait(timeout=120) == 1  # cuda cannot run on meta: said in the status, nothing printed
     assert warm_up.main(["native", "cpu"]) == 0
 
@@ -64,7 +124,7 @@ def test_the_early_start_spawns_the_same_quiet_probe(monkeypatch, tmp_path):
     node.touch()
     monkeypatch.setattr(warm_up, "GPU_NODES", (str(node),))
     processes = warm_up.start_early("native,cuda", "meta", [])
-    assert [p.args[-2:] for p in processes] == [["cuda", "meta"]]
+    assert [p.args[-3:] for p in processes] == [["cuda", "meta", "0/1"]]
     assert processes[0].wait(timeout=120) == 1
     monkeypatch.setenv(warm_up.SWITCH, "0")
     assert warm_up.start_early("cuda", "meta", []) == []
@@ -84,8 +144,8 @@ warm_up.GPU_NODES = ({str(node)!r},)
 seen = []
 real = warm_up._spawn
 
-def spy(specs, devices):
-    seen.append(("torch" in sys.modules, specs, devices))
+def spy(specs, devices, workers):
+    seen.append(("torch" in sys.modules, specs, devices, workers))
     return []
 
 warm_up._spawn = spy
@@ -97,7 +157,7 @@ def pytest_unconfigure(config):
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", "-s", "--backend=native",
                                            "--device=cuda:0", "--co")
-    assert "SPAWNED [(False, ['native'], ['cuda:0'])" in result.stdout.str(), result.stdout.str()
+    assert "SPAWNED [(False, ['native'], ['cuda:0'], 1)" in result.stdout.str(), result.stdout.str()
 
 
 def test_stop_lets_a_build_remove_its_lock_file(tmp_path):

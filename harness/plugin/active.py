@@ -71,7 +71,7 @@ def run_options(config: pytest.Config) -> RunOptions:
             isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
             if getattr(config.option, "numprocesses", None) and not options.replay_case \
                     and WARM_UPS not in config.stash:  # not started early (plugin/hooks.py)
-                config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices)
+                config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices, config.option.numprocesses)
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
             worker_exit.conformance_run()
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))

@@ -130,7 +130,8 @@ def _warm_up_early(config: pytest.Config) -> None:
     from rmsnorm_conformance.harness.running import warm_up
     from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS
 
-    processes = warm_up.start_early(config.getoption("--backend"), config.getoption("--device"), BUILTIN_BACKENDS)
+    processes = warm_up.start_early(config.getoption("--backend"), config.getoption("--device"), BUILTIN_BACKENDS,
+                                    config.option.numprocesses)
     if processes:
         config.stash[WARM_UPS] = processes
 

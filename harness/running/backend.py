@@ -63,7 +63,10 @@ class RMSNormBackend(Protocol):
     - ``fp8_rounding_class``: a class of the contract's ``FP8_ROUNDING_CLASSES``, or a mapping from fp8 entry point
       to one (default: none declared);
     - ``layouts``, ``min_dim``, ``max_dim``, ``dim_multiple_of``: the inputs it takes (running/limits.py; default:
-      the contract's whole domain); a case outside them is not run, with the limit as the reason.
+      the contract's whole domain); a case outside them is not run, with the limit as the reason;
+    - ``prepare(device, dims, part, parts)``: get ready for calls at ``dims`` on ``device`` (compile, autotune), the
+      ``part``-th of ``parts`` shares of that work; called under ``-n`` in processes of their own while the workers
+      start (running/warm_up.py), never in a worker; what it does decides nothing (default: absent).
     """
 
     name: str
@@ -255,6 +258,15 @@ class Backend:
                 return str(reason)
         return None
 
+    def prepare(self, device: torch.device, dims: list[int], part: int = 0, parts: int = 1) -> bool:
+        """The backend's own preparation for calls at ``dims`` (its ``prepare``), the ``part``-th of ``parts``
+        shares; False where it has none. Only the controller's warm-up calls it: its outcome decides nothing."""
+        hook = getattr(self.impl, "prepare", None)
+        if not callable(hook):
+            return False
+        hook(device, dims, part, parts)
+        return True
+
     def supports_backward(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> bool:
         """Declared, or probed once per (device, dtype) in that very dtype: does a grad-requiring input give a
         differentiable output? (A bf16-only backend must not look backward-less because an fp32 probe raised.)"""
@@ -329,7 +341,7 @@ def _check_supports_backward(impl: Any, name: str) -> None:
 
 
 def _check_methods(impl: Any, name: str) -> None:
-    for method in ("forward_fp32", "unavailable_reason"):
+    for method in ("forward_fp32", "unavailable_reason", "prepare"):
         if hasattr(impl, method) and not callable(getattr(impl, method)):
             raise DeclarationError(f"backend {name!r}: '{method}' must be a method")
     for method in VARIANTS:  # None says "not offered", as absence does

@@ -14,6 +14,13 @@ later run to wait on; the CUDA backend also removes a lock too old to be a live 
 out: no backend of this project builds for them, and a CPU-only machine has no core to spare.
 ``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off (``benchmarks/h200_verdict.sh`` times both).
 
+A backend may also prepare for the calls to come (its optional ``prepare``): the Triton backend compiles there, into
+Triton's cache, the binaries that calls at the dims the suites draw most will launch (``prepared_dims``). A cold
+Triton run under ``-n 8`` built about 560 binaries, 180 worker-seconds of its 440-480, each in the first worker
+that needed it (``reports/h200/verdict/run22``), while the machine's other cores stood idle. Such a backend's
+preparation is spread over the cores that the workers and the controller leave (``parts_for``): part ``i`` of
+``n`` does every ``n``-th step of it. A worker that needs a binary first still builds it itself, as before.
+
 It starts as early as it can: at the controller's configure, before the controller imports torch (2-4 s), from
 the options as typed (``start_early``), where they name the backends' devices or this machine has a GPU's device
 node. Otherwise the controller starts it once its options are resolved (``start``). This module imports no torch.
@@ -35,22 +42,49 @@ SWITCH = "RMSNORM_CONFORMANCE_WARM_UP"
 # The device nodes of a GPU driver (NVIDIA's, and ROCm's, whose GPUs torch calls cuda): without one, no
 # accelerator can be there, and a warm-up would only spend a core.
 GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
-# This package's backends whose probe prepares something: the CUDA backend builds its operator library there. Its
-# other backends and shipped adapters only import (native, Triton, Liger-Kernel, ...; the workers import them
-# anyway), and a warm-up of each would be one more process importing torch while the workers start: under the RL
-# command, four. A user's backend (``module:attr``, a third party's entry point) may build in its probe: warmed up.
-OWN_PREPARED = frozenset({"cuda"})
+# This package's backends whose warm-up prepares something: the CUDA backend builds its operator library in its
+# probe, the Triton backend compiles its kernels in its ``prepare``. Its other backends and shipped adapters only
+# import (native, Liger-Kernel, ...; the workers import them anyway), and a warm-up of each would be one more process
+# importing torch while the workers start. A user's backend (``module:attr``, a third party's entry point) may build
+# in its probe or prepare: warmed up.
+OWN_PREPARED = frozenset({"cuda", "triton"})
+# This package's backends whose ``prepare`` is work for as many cores as are spare: Triton's compiles take one core
+# each. Any other backend's warm-up is one process (a user's ``prepare`` is told it is part 0 of 1).
+PREPARED_IN_PARTS = frozenset({"triton"})
+# At most this many processes a backend: each imports torch and holds a CUDA context.
+MAX_PARTS = 8
 _PACKAGE = "rmsnorm_conformance."
 
 
-def start(backends: Iterable[Any], devices: Iterable[Any]) -> list[subprocess.Popen]:
+def parts_for(workers: object, cores: int | None = None) -> int:
+    """How many processes a backend's preparation is spread over: the cores left by ``workers`` (pytest-xdist's
+    ``-n``, as its option holds it) and the controller, at least one and at most MAX_PARTS. A worker count that is
+    not a number (``auto``: as many as there are cores) leaves none spare."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    busy = workers if isinstance(workers, int) and not isinstance(workers, bool) else cores
+    return max(1, min(MAX_PARTS, cores - busy - 1))
+
+
+def prepared_dims() -> list[int]:
+    """The dims a backend's ``prepare`` is asked to get ready for, most drawn first: the contract's threshold dims
+    (every threshold plan runs each), the target model's dims (a quarter of all drawn dims each), the first-call
+    plan's odd dim, then the edge dims the strategies sample from."""
+    from rmsnorm_conformance.contract.rmsnorm import TARGET_DIMS, THRESHOLD_DIMS
+    from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS
+    from rmsnorm_conformance.harness.running.fresh_process import FIRST_CALL_DIMS
+
+    return list(dict.fromkeys((*THRESHOLD_DIMS, *TARGET_DIMS.values(), *FIRST_CALL_DIMS, *EDGE_DIMS)))
+
+
+def start(backends: Iterable[Any], devices: Iterable[Any], workers: object = None) -> list[subprocess.Popen]:
     """One quiet process per (backend whose probe may build, non-CPU device type) that asks the backend whether it
-    can run there."""
+    can run there and lets it prepare; ``parts_for(workers)`` of them for a backend that prepares in parts."""
     firsts: dict[str, str] = {}
     for device in devices:
         if device.type != "cpu":
             firsts.setdefault(device.type, str(device))
-    return _spawn([backend.spec for backend in backends], list(firsts.values()))
+    return _spawn([backend.spec for backend in backends], list(firsts.values()), workers)
 
 
 def early_targets(backend_option: str | None, device_option: str | None, default_backends: Iterable[str],
@@ -73,32 +107,34 @@ def early_targets(backend_option: str | None, device_option: str | None, default
     return (specs, list(devices.values())) if devices else ([], [])
 
 
-def start_early(backend_option: str | None, device_option: str | None,
-                default_backends: Iterable[str]) -> list[subprocess.Popen]:
+def start_early(backend_option: str | None, device_option: str | None, default_backends: Iterable[str],
+                workers: object = None) -> list[subprocess.Popen]:
     """``start`` from the options as typed (``early_targets``): the warm-up overlaps the controller's own start."""
     specs, devices = early_targets(backend_option, device_option, default_backends)
-    return _spawn(specs, devices)
+    return _spawn(specs, devices, workers)
 
 
 def worth_warming(spec: str) -> bool:
-    """Whether ``spec``'s probe may prepare something (``OWN_PREPARED``): not this package's import-only ones."""
+    """Whether ``spec``'s warm-up may prepare something (``OWN_PREPARED``): not this package's import-only ones."""
     from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, entry_point_paths
 
     own = spec in BUILTIN_BACKENDS or entry_point_paths().get(spec, "").startswith(_PACKAGE)
     return spec in OWN_PREPARED or not own
 
 
-def _spawn(specs: list[str], devices: list[str]) -> list[subprocess.Popen]:
+def _spawn(specs: list[str], devices: list[str], workers: object = None) -> list[subprocess.Popen]:
     if os.environ.get(SWITCH) == "0":
         return []
     processes = []
     for spec in filter(worth_warming, specs):
+        parts = parts_for(workers) if spec in PREPARED_IN_PARTS else 1
         for device in devices:
-            # No process to spare (OSError): the workers prepare the backend themselves, as without this.
-            with contextlib.suppress(OSError):
-                processes.append(subprocess.Popen(
-                    [sys.executable, "-m", _MODULE, spec, device],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for part in range(parts):
+                # No process to spare (OSError): the workers prepare the backend themselves, as without this.
+                with contextlib.suppress(OSError):
+                    processes.append(subprocess.Popen(
+                        [sys.executable, "-m", _MODULE, spec, device, f"{part}/{parts}"],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return processes
 
 
@@ -127,14 +163,19 @@ def interruptible() -> None:
 
 
 def main(argv: list[str]) -> int:
+    """``SPEC DEVICE [PART/PARTS]``: 0 where the backend can run on the device (and its preparation ended), else 1."""
     interruptible()
     import torch
 
     from rmsnorm_conformance.harness.running.registry import load_backend
 
-    spec, device = argv
+    spec, device, *share = argv
+    part, parts = (int(n) for n in share[0].split("/")) if share else (0, 1)
     backend = load_backend(spec)
-    return 0 if backend.unavailable_reason(torch.device(device)) is None else 1
+    if backend.unavailable_reason(torch.device(device)) is not None:
+        return 1
+    backend.prepare(torch.device(device), prepared_dims(), part, parts)
+    return 0
 
 
 if __name__ == "__main__":
