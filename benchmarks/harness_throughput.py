@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gzip
 import json
 import os
 import pstats
@@ -168,9 +169,21 @@ def timeline(path: Path, began: float, wall: float) -> list[tuple[str, float]]:
     return [(name, sec) for name, sec in rows if sec == sec]  # NaN: an event this run had none of
 
 
+def last_to_end(path: Path, began: float, n: int = 12) -> list[tuple[str, str, float, float]]:
+    """The tests that ended last (timeline_plugin.py's events): (test, worker, began, seconds), the last first. A
+    run's end waits on them while the other workers have run out of tests."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    started = {(e["worker"], e["test"]): e["t"] for e in events if e["event"] == "test start"}
+    ended = [(e["t"], e["worker"], e["test"]) for e in events if e["event"] == "test end"]
+    ended.sort(reverse=True)
+    return [(test, worker, started.get((worker, test), t) - began, t - started.get((worker, test), t))
+            for t, worker, test in ended[:n]]
+
+
 def render(args: argparse.Namespace, data: dict, status: int, wall: float, suites: dict[str, tuple[int, float]],
            slow: list[tuple[str, float]], stages: dict[str, float], phases: list[tuple[str, float]] = (),
-           hottest: list[tuple[str, int, float, float]] = ()) -> str:
+           hottest: list[tuple[str, int, float, float]] = (),
+           last: list[tuple[str, str, float, float]] = ()) -> str:
     """The run as markdown: verdict and wall time, the time per suite, the slowest tests and the breakdown."""
     checks = data["totals"]["checks"]
     command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
@@ -190,6 +203,12 @@ def render(args: argparse.Namespace, data: dict, status: int, wall: float, suite
     if phases:
         lines += ["Timeline (seconds from `pytest`; timeline_plugin.py):", "", "| milestone | seconds |", "|---|---|"]
         lines += [f"| {name} | {sec:.1f} |" for name, sec in phases]
+        lines.append("")
+    if last:
+        lines += ["The tests that ended last (the last first):", "",
+                  "| test | worker | began at s | seconds |", "|---|---|---|---|"]
+        lines += [f"| `{test.rsplit('::', 1)[-1]}` | {worker} | {at:.1f} | {sec:.1f} |"
+                  for test, worker, at, sec in last]
         lines.append("")
     if suites:
         lines += ["| suite | tests | seconds (summed over workers) |", "|---|---|---|"]
@@ -274,10 +293,15 @@ def main() -> None:
         suites = per_suite(junit) if junit.exists() else {}
         slow = slowest(junit) if junit.exists() else []
         phases = timeline(timeline_file, began, wall) if timeline_file.exists() else []
+        last = last_to_end(timeline_file, began) if timeline_file.exists() and args.workers else []
         if junit.exists() and args.out:  # every test's time, beside the markdown
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(junit, Path(args.out).with_suffix(".junit.xml"))
-    text = render(args, data, int(status), wall, suites, slow, stages, phases, hottest)
+        if timeline_file.exists() and args.out:  # and when each began and ended, on which process
+            kept = Path(args.out).with_suffix(".timeline.jsonl.gz")
+            with timeline_file.open("rb") as src, gzip.open(kept, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    text = render(args, data, int(status), wall, suites, slow, stages, phases, hottest, last)
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
