@@ -276,6 +276,22 @@ class _Item:
         return object() if name == "conformance" and self._conformance else None
 
 
+def test_the_controller_deals_one_test_at_a_time_unless_told_otherwise():
+    from types import SimpleNamespace
+
+    from rmsnorm_conformance.harness.plugin.active import deal_one_at_a_time
+
+    def dealt(**option):
+        config = SimpleNamespace(option=SimpleNamespace(**option))
+        deal_one_at_a_time(config)  # type: ignore[arg-type]
+        return config.option.maxschedchunk
+
+    assert dealt(dist="load", maxschedchunk=None) == 1
+    assert dealt(dist="load", maxschedchunk=16) == 16  # the user's own
+    assert dealt(dist="worksteal", maxschedchunk=None) is None  # another scheduling: left to it
+    assert dealt(dist="no", maxschedchunk=None) is None  # no xdist run
+
+
 def test_xdist_workers_deal_the_longest_conformance_tests_first():
     from rmsnorm_conformance.harness.plugin.active import longest_first
 

@@ -72,6 +72,7 @@ def run_options(config: pytest.Config) -> RunOptions:
             if getattr(config.option, "numprocesses", None) and not options.replay_case \
                     and WARM_UPS not in config.stash:  # not started early (plugin/hooks.py)
                 config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices, config.option.numprocesses)
+            deal_one_at_a_time(config)
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
             worker_exit.conformance_run()
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
@@ -236,6 +237,20 @@ def _select(config: pytest.Config, run: RunOptions, items: list[pytest.Item]) ->
 LONGEST = ("test_bitwise_parity", "first_call", "test_bounds", "test_isolation", "_past_int32_offsets",
            "test_dx_batch_invariance", "test_gradient_accuracy", "execution_mode", "_at_thresholds",
            "test_dw_determinism", "_qk_norm")
+
+
+def deal_one_at_a_time(config: pytest.Config) -> None:
+    """pytest-xdist's controller deals the tests one at a time (``--maxschedchunk=1``), unless told otherwise.
+
+    Its ``load`` scheduling otherwise starts each worker on a run of consecutive tests, a quarter of its share: the
+    first worker got the first run, and with the longest tests first (``longest_first``) that was all of them. Under
+    the RL command the parity gate's 20 tests (178 worker-seconds) ran one after another on one worker, the last of
+    them ending 33 s after the other workers had run out of tests (reports/h200/verdict/run32). Dealt one at a
+    time, each worker holds two tests and takes the next longest as it finishes one. A ``--maxschedchunk`` given,
+    or another ``--dist``, is kept."""
+    option = config.option
+    if getattr(option, "dist", None) == "load" and getattr(option, "maxschedchunk", 0) is None:
+        option.maxschedchunk = 1
 
 
 def longest_first(items: list[pytest.Item]) -> None:
