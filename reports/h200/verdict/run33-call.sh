@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run 33: the Triton forward's weight mode a runtime argument (the plain, offset and unweighted forwards share a
-# binary: run33/weight-mode.patch), with the controller dealing the tests one at a time (the longest first then
-# reach every worker) and the Triton backend's prepare in the warm-up. First an A/B of the forward's bandwidth (A:
-# this tree with the patch reversed, B: this tree; each from its own wheel in its own site folder, A, B, A, B in
-# processes of their own), then Triton cold twice, then the README's RL command (native, Triton, CUDA and
-# Liger-Kernel), then the Triton backend's and the warm-up's tests on the GPU with what is left of the call. From
-# the tree's root on a fresh GPU machine, Liger-Kernel's wheel in .whl/ (carried):
+# binary: run33/weight-mode.patch), with the controller dealing the tests one at a time and the Triton backend's
+# prepare in the warm-up, in what was left of the session's GPU time (a first try of a longer call got no machine):
+# the Triton backend's tests on the GPU (bitwise equal to native, the planned launch, prepare), an A/B of the
+# forward's bandwidth (A: this tree with the patch reversed, B: this tree; each from its own wheel in its own site
+# folder, one process each), then Triton cold, and again while time is left. From the tree's root on a fresh GPU
+# machine:
 #   OUT=<folder> bash reports/h200/verdict/run33-call.sh
 set -u
 R=${OUT:?OUT=folder}/run33
@@ -23,13 +23,15 @@ cd "$ROOT" && python3 -m pip install -q --no-deps /tmp/ab/B/whl/*.whl && mv rmsn
 export PYTHONPYCACHEPREFIX=/tmp/rmsnorm-pycache PYTHONUNBUFFERED=1
 unset PYTHONDONTWRITEBYTECODE
 python3 -m compileall -q -j 0 "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null
-for n in 1 2; do
-  for v in A B; do
-    start=$(date +%s)
-    (cd /tmp && PYTHONPATH=/tmp/ab/$v/site timeout 120 python3 "$ROOT/reports/h200/verdict/run33/forward_ab.py" \
-      "$v" "$R/forward-ab.jsonl") > "$R/forward-ab-$v-$n.log" 2>&1
-    echo "forward A/B $v $n: exit $?, $(( $(date +%s) - start )) s" >> "$R/runs.log"
-  done
+start=$(date +%s)
+timeout -s INT 90 python3 -m pytest tests/test_triton_backend.py tests/test_warm_up.py -n 8 -q -p no:cacheprovider \
+  --tb=short -rs --junitxml="$R/gpu-tests.junit.xml" > "$R/gpu-tests.log" 2>&1
+echo "gpu tests: exit $?, $(( $(date +%s) - start )) s" >> "$R/runs.log"
+for v in A B; do
+  start=$(date +%s)
+  (cd /tmp && PYTHONPATH=/tmp/ab/$v/site timeout 60 python3 "$ROOT/reports/h200/verdict/run33/forward_ab.py" \
+    "$v" "$R/forward-ab.jsonl") > "$R/forward-ab-$v.log" 2>&1
+  echo "forward A/B $v: exit $?, $(( $(date +%s) - start )) s" >> "$R/runs.log"
 done
 python3 - "$R/forward-ab.jsonl" > "$R/forward-ab.md" <<'PY'
 import json, statistics, sys
@@ -46,11 +48,6 @@ for k in keys:
               f"{mb:.3f} ({', '.join(map(str, b))}) | {mb - ma:+.3f} |")
 PY
 for n in 1 2; do
-  OUT=$R VERDICT_LIMIT=110 VERDICT_TAG=-$n bash benchmarks/h200_verdict.sh triton-cold 2>&1 | tail -1 >> "$R/runs.log"
+  if (( $(date +%s) - begin > 190 )); then echo "triton cold $n: not run, no time left" >> "$R/runs.log"; break; fi
+  OUT=$R VERDICT_LIMIT=80 VERDICT_TAG=-$n bash benchmarks/h200_verdict.sh triton-cold 2>&1 | tail -1 >> "$R/runs.log"
 done
-OUT=$R RL_LIMIT=250 bash benchmarks/h200_verdict.sh rl 2>&1 | tail -1 >> "$R/runs.log"
-left=$(( 590 - ($(date +%s) - begin) ))
-start=$(date +%s)
-timeout -s INT $(( left > 20 ? left : 20 )) python3 -m pytest tests/test_triton_backend.py tests/test_warm_up.py -n 8 \
-  -q -p no:cacheprovider --tb=short -rs --junitxml="$R/gpu-tests.junit.xml" > "$R/gpu-tests.log" 2>&1
-echo "gpu tests: exit $?, $(( $(date +%s) - start )) s" >> "$R/runs.log"
