@@ -287,25 +287,6 @@ def test_one_binary_serves_every_dim_of_a_padded_width(monkeypatch, backward):
     assert tr.dim_constexpr(128) == 128 and tr.dim_constexpr(127) == 0 and tr.dim_constexpr(4) == 0
 
 
-def test_the_weight_modes_share_a_binary(monkeypatch):
-    """The plain, offset and unweighted forwards differ in a runtime argument, not a constexpr: one binary for the
-    three (with a weight in x's dtype, the unweighted call's stand-in pointer's type)."""
-    if tr.triton is None:
-        pytest.skip("triton is not importable")
-    keys = {}
-    real = tr._launch_fwd
-
-    def record(grid, args, num_warps, device, maxnreg=0):
-        keys[args[10]] = real._key(args, num_warps, device, maxnreg)
-
-    monkeypatch.setattr(tr, "_launch_fwd", record)
-    x, w = torch.ones(3, 96, dtype=torch.bfloat16), torch.ones(96, dtype=torch.bfloat16)
-    for mode in (tr._WEIGHT, tr._OFFSET_WEIGHT):
-        tr._forward(x, w, 1e-6, torch.bfloat16, weight_mode=mode)
-    tr._forward(x, None, 1e-6, torch.bfloat16, weight_mode=tr._NO_WEIGHT)
-    assert sorted(keys) == [0, 1, 2] and len(set(keys.values())) == 1, keys
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_input_errors_are_the_shared_ones(device):
     x = torch.ones(2, 8, device=device)
