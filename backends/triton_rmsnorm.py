@@ -1017,7 +1017,7 @@ PREPARED_CALLS: tuple[str, ...] = ("forward", "forward_fp32", "fused_add", "fuse
                                    "forward_offset", "forward_unweighted", "backward", "backward_dw")
 
 
-def prepared_dims(dims: list[int]) -> list[int]:
+def dims_of_every_width(dims: list[int]) -> list[int]:
     """``dims``, then one dim more for each padded width up to the widest of them that none of ``dims`` stands
     for: a binary depends on a dim only through its padded width, whether its rows are 16-byte accesses (a
     multiple of 8 elements) and whether it is that width itself (dim_constexpr). Three quarters of a width of at
@@ -1027,27 +1027,26 @@ def prepared_dims(dims: list[int]) -> list[int]:
     more = []
     width = 32
     while width <= widest:
-        if (width, True, 0) not in seen:
+        if (width, _ALIGN_BYTES // 2, 0) not in seen:  # no dim of this width with bf16 rows of 16-byte accesses
             more.append(3 * width // 4)
         width *= 2
     return [*dims, *more]
 
 
-def binary_dim_class(dim: int, dtype: torch.dtype) -> tuple[int, bool, int]:
-    """What of a dim a binary depends on, for x of ``dtype``: its padded width, whether its rows are 16-byte
-    accesses, and its dim_constexpr. Two dims of one class launch the same binaries."""
-    per_access = _ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
-    return padded_width(dim), dim % per_access == 0, dim_constexpr(dim)
+def binary_dim_class(dim: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """What of a dim a binary depends on, for x of ``dtype``: its padded width, its launch's vector width (16-byte
+    accesses or one element, launch_config) and its dim_constexpr. Two dims of one class launch the same binaries."""
+    return padded_width(dim), launch_config(dim, dtype).vec, dim_constexpr(dim)
 
 
 def prepare_jobs(dims: list[int]) -> list[tuple[int, torch.dtype, torch.dtype, str]]:
-    """(dim, x dtype, weight dtype, call) for every call of PREPARED_CALLS at every dim of ``prepared_dims(dims)``
+    """(dim, x dtype, weight dtype, call) for every call of PREPARED_CALLS at every dim of ``dims_of_every_width(dims)``
     and dtype pair of the contract, in the order of the dims (the most drawn first), each dim class
     (binary_dim_class) once. The unweighted call has no weight: once per x dtype; an fp32 residual is another binary
     only for 16-bit x."""
     jobs = []
     seen = set()
-    for dim in prepared_dims(dims):
+    for dim in dims_of_every_width(dims):
         for x_dtype, w_dtype in CONTRACT_DTYPE_PAIRS:
             if (binary_dim_class(dim, x_dtype), x_dtype, w_dtype) in seen:
                 continue

@@ -774,13 +774,13 @@ def test_prepare_jobs_take_each_binary_class_once_and_cover_every_prepared_dim()
     jobs = tr.prepare_jobs(dims)
     assert len(jobs) == len(set(jobs))
     classes = {(tr.binary_dim_class(dim, x), x, w) for dim, x, w, _ in jobs}
-    for dim in tr.prepared_dims(dims):
+    for dim in tr.dims_of_every_width(dims):
         for x, w in tr.CONTRACT_DTYPE_PAIRS:
             assert (tr.binary_dim_class(dim, x), x, w) in classes, (dim, x, w)
     # 1, 2, 3 and 7 share a class at every dtype (padded width 8, no 16-byte rows): one job set for them all
     assert {dim for dim, *_ in jobs} & {1, 2, 3, 7} == {1}
     # a width that none of the dims stands for with 16-byte rows gets three quarters of it
-    assert 96 in tr.prepared_dims(dims) and 96 not in dims
+    assert 96 in tr.dims_of_every_width(dims) and 96 not in dims
     # each call once per class and pair; no weight: once per x dtype; an fp32 residual: 16-bit x only
     per_pair = {(x, w): {c for d, xx, ww, c in jobs if (xx, ww) == (x, w) and d == 4096}
                 for x, w in tr.CONTRACT_DTYPE_PAIRS}

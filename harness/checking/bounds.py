@@ -85,17 +85,21 @@ class Zone:
         """This allocation, or the one of the copy ``t`` lies in, as a 1-D tensor of its length."""
         return self.buffer if t is None else t.new_empty(0).set_(t.untyped_storage(), 0, self.buffer.shape, (1,))
 
+    def _changed(self, bits: torch.Tensor) -> torch.Tensor:
+        """Over the whole allocation's bits: True where a canary changed (the view's own elements are never)."""
+        changed = bits != self.canary
+        changed.as_strided(self.view.shape, self.view.stride(), self.lead).fill_(False)
+        return changed
+
     def intact(self, t: torch.Tensor | None = None) -> bool | torch.Tensor:
         """Whether every canary of this allocation (or of the copy ``t`` lies in) is unchanged: a bool, or on a GPU
         a 0-dim bool tensor that comparison.read_flags reads back with the call's other conditions."""
         bits = self._storage(t).view(self.bits_dtype)
-        end = self.lead + span(self.view)
         if self.view.is_contiguous():  # no gaps: the canaries are the two ends
+            end = self.lead + span(self.view)
             changed = (bits[: self.lead] != self.canary).any() | (bits[end:] != self.canary).any()
         else:
-            gaps = bits != self.canary
-            gaps.as_strided(self.view.shape, self.view.stride(), self.lead).fill_(False)
-            changed = gaps.any()
+            changed = self._changed(bits).any()
         return not bool(changed) if bits.device.type == "cpu" else ~changed
 
     def written(self, t: torch.Tensor | None = None, label: str = "") -> str | None:
@@ -103,14 +107,7 @@ class Zone:
         breach: a call's zones are first read all at once through :meth:`intact`."""
         storage = self._storage(t)
         bits = storage.view(self.bits_dtype)
-        end = self.lead + span(self.view)
-        if self.view.is_contiguous():  # no gaps: the canaries are the two ends
-            head, tail = bits[: self.lead] != self.canary, bits[end:] != self.canary
-            changed = torch.cat([head, torch.zeros(end - self.lead, dtype=torch.bool, device=bits.device), tail])
-        else:
-            changed = bits != self.canary
-            changed.as_strided(self.view.shape, self.view.stride(), self.lead).fill_(False)
-        where = changed.nonzero().flatten()
+        where = self._changed(bits).nonzero().flatten()
         if where.numel() == 0:
             return None
         first = int(where[0])

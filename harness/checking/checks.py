@@ -174,6 +174,7 @@ class Subject:
         # canaries, whether it wrote into its arguments' views, its earlier outputs' and its inputs' fingerprints.
         zones = guarded.watched(out)
         earlier = self._last_output[1] if self._last_output is not None else []
+        # An in-place entry point's adapter hands it copies (harness/running/backend.py): the caller's inputs stay.
         pure = entry is not None and not entry.writes_in_place(self.backend)
         values = iter(read_flags([
             *(z.intact(t) for z, t, _ in zones),
@@ -204,10 +205,9 @@ class Subject:
 
     def _check_pure(self, entry: Any, args: tuple[Any, ...], watched: list[tuple[int, torch.Tensor, Any]],
                     same: list[bool] | None = None) -> None:
-        """``same``: whether each watched input's fingerprint is unchanged, where the caller read it already."""
+        """The purity check of an entry point that does not write in place. ``same``: whether each watched input's
+        fingerprint is unchanged, where the caller read it already."""
         __tracebackhide__ = True
-        if entry.writes_in_place(self.backend):
-            return  # the backend's adapter hands it copies (harness/running/backend.py): the caller's stay as they were
         names = [*entry.rows, "weight"] if entry.weighted else list(entry.rows)
         if same is None:
             same = read_flags([equal_flag(isolation.fingerprint(t), then) for _, t, then in watched])

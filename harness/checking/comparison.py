@@ -53,8 +53,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Do two tensors of one dtype and shape hold the same bit patterns? Contiguous ones are compared as whole
     64-bit words where their sizes and offsets allow (torch.equal's cost is per element: an int64 view of a bf16
     tensor compares in about a third of the time of its int16 view), others through their own integer view."""
-    flag = same_bits_flag(a, b)
-    return flag if isinstance(flag, bool) else bool(flag)
+    return bool(same_bits_flag(a, b))
 
 
 def same_bits_flag(a: torch.Tensor, b: torch.Tensor) -> bool | torch.Tensor:
