@@ -4,6 +4,7 @@ known-failure manifest: their measured breaches xfail, and everything else must 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,24 @@ def test_adapters_are_registered_by_entry_point(name):
 def test_liger_says_why_it_cannot_run_on_the_cpu():
     reason = load_backend("liger").unavailable_reason(torch.device("cpu"))
     assert reason and ("interpreter" in reason or "not installed" in reason)
+
+
+@pytest.mark.parametrize("has_fused_add", [True, False])
+def test_liger_is_not_imported_to_name_its_variants(tmp_path, monkeypatch, has_fused_add):
+    # pytest-xdist's controller builds the backend while it resolves --backend, before any worker starts: importing
+    # liger_kernel.ops there (peft, transformers, scikit-learn) held the RL command's workers back by seconds.
+    ops = tmp_path / "liger_kernel" / "ops"
+    ops.mkdir(parents=True)
+    (tmp_path / "liger_kernel" / "__init__.py").write_text("raise ImportError('imported to name a variant')\n")
+    (ops / "__init__.py").write_text("")
+    if has_fused_add:
+        (ops / "fused_add_rms_norm.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "liger_kernel" or m.startswith("liger_kernel.")]:
+        monkeypatch.delitem(sys.modules, name)
+    backend = load_backend("liger")
+    assert "liger_kernel" not in sys.modules
+    assert backend.offers("fused_add") is has_fused_add
 
 
 @pytest.fixture
