@@ -287,6 +287,31 @@ def test_one_binary_serves_every_dim_of_a_padded_width(monkeypatch, backward):
     assert tr.dim_constexpr(128) == 128 and tr.dim_constexpr(127) == 0 and tr.dim_constexpr(4) == 0
 
 
+def test_the_weight_modes_share_a_binary(monkeypatch):
+    """The plain, offset (1 + w) and unweighted forwards differ in a runtime argument, not a constexpr: one binary
+    for the three (as constexprs they were 139 of a cold conformance run's 428 forward binaries), while the mode
+    itself still reaches the kernel."""
+    if tr.triton is None:
+        pytest.skip("triton is not importable")
+    keys: dict[str, tuple] = {}
+    modes: dict[str, object] = {}
+    real = tr._launch_fwd
+    params = list(inspect.signature(real.kernel.fn).parameters)
+
+    def record(grid, args, num_warps, device, maxnreg=0):
+        keys[call] = real._key(args, num_warps, device, maxnreg)
+        modes[call] = args[params.index("weight_mode")]
+
+    monkeypatch.setattr(tr, "_launch_fwd", record)
+    x = torch.ones(3, 96, dtype=torch.bfloat16)
+    w = torch.ones(96, dtype=torch.bfloat16)
+    for call, run in {"forward": lambda: OP.forward(x, w), "offset": lambda: OP.forward_offset(x, w),
+                      "unweighted": lambda: OP.forward_unweighted(x)}.items():
+        run()
+    assert len(set(keys.values())) == 1, keys
+    assert len(set(modes.values())) == 3, modes
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_input_errors_are_the_shared_ones(device):
     x = torch.ones(2, 8, device=device)
