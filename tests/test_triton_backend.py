@@ -299,14 +299,15 @@ def test_the_weight_modes_share_a_binary(monkeypatch):
     params = list(inspect.signature(real.kernel.fn).parameters)
 
     def record(grid, args, num_warps, device, maxnreg=0):
-        keys[call] = real._key(args, num_warps, device, maxnreg)
-        modes[call] = args[params.index("weight_mode")]
+        keys[calling[0]] = real._key(args, num_warps, device, maxnreg)
+        modes[calling[0]] = args[params.index("weight_mode")]
 
     monkeypatch.setattr(tr, "_launch_fwd", record)
     x = torch.ones(3, 96, dtype=torch.bfloat16)
     w = torch.ones(96, dtype=torch.bfloat16)
-    for call, run in {"forward": lambda: OP.forward(x, w), "offset": lambda: OP.forward_offset(x, w),
-                      "unweighted": lambda: OP.forward_unweighted(x)}.items():
+    calling = [""]
+    for calling[0], run in {"forward": lambda: OP.forward(x, w), "offset": lambda: OP.forward_offset(x, w),
+                            "unweighted": lambda: OP.forward_unweighted(x)}.items():
         run()
     assert len(set(keys.values())) == 1, keys
     assert len(set(modes.values())) == 3, modes
