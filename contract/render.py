@@ -151,8 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the module")
     args = parser.parse_args(argv)
     path = Path(args.path)
+    if not path.is_file():
+        parser.error(f"{path}: no such file. Give the contract's markdown to check or rewrite, CONTRACT.md at the "
+                     "root of a clone of this project (the wheel does not ship it)")
     text = path.read_text()
-    new = render(text)
+    try:
+        new = render(text)
+    except ValueError as exc:
+        parser.error(f"{path}: {exc}")
     if args.check:
         if new != text:
             print(f"{path} is out of date with contract/: run `rmsnorm-conformance contract {path}`")

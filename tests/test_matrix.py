@@ -69,3 +69,12 @@ def test_the_command_line_runs_each_of_its_commands(tmp_path):
     contract = subprocess.run([sys.executable, "-m", "rmsnorm_conformance", "contract", "--check"],
                               capture_output=True, text=True, check=False)
     assert contract.returncode == 0, contract.stderr[-2000:]
+    # From a folder without CONTRACT.md (a kernel author's, with the wheel), and on a file without the generated
+    # blocks: a usage error that names the file, not a traceback.
+    (tmp_path / "notes.md").write_text("# notes\n")
+    for args in (["--check"], ["--check", "notes.md"]):
+        bad = subprocess.run([sys.executable, "-m", "rmsnorm_conformance", "contract", *args], cwd=tmp_path,
+                             capture_output=True, text=True, check=False)
+        assert bad.returncode == 2, bad.stderr[-2000:]
+        assert "Traceback" not in bad.stderr
+        assert ("CONTRACT.md: no such file" if args == ["--check"] else "notes.md: CONTRACT.md lacks") in bad.stderr
