@@ -7,18 +7,22 @@
 # patched tree, the CUDA tests that hold the backward bitwise to native (dx, dw, batch sizes and slices, strides,
 # one input's gradient, empty and non-finite rows, torch.compile and CUDA-graph replay). From the tree's root:
 #   OUT=<folder> bash reports/h200/kernels/run15/call.sh
+# With little device time: ONLY=lean DEADLINE=<s> UNTIL=<s> (the tree against one variant, then its tests until
+# UNTIL seconds into the call).
 set -u
 R=${OUT:?OUT=folder}/run15
 P=reports/h200/kernels/run15
 mkdir -p "$R"
 begin=$(date +%s)
+ALL="lean:$P/bwd-lean-indexing.patch w32:$P/bwd-lean-indexing-w32.patch"
+[[ -n ${ONLY:-} ]] && ALL=$(tr ' ' '\n' <<< "$ALL" | grep "^$ONLY:")
 M='python3 $ROOT/benchmarks/kernel_sweep.py --quick --kinds backward --dtype bfloat16 --out $VOUT/sweep-bwd-bf16.json'
-OUT=$R/v DEADLINE=${DEADLINE:-170} VARIANTS="base:- lean:$P/bwd-lean-indexing.patch w32:$P/bwd-lean-indexing-w32.patch" \
+OUT=$R/v DEADLINE=${DEADLINE:-170} VARIANTS="base:- $ALL" \
   MEASURE="$M" bash benchmarks/h200_variants.sh
 K="dx_bitwise or dw_bitwise or batch_size_and_slice or strided_rows or test_backward or gradient_of_one \
 or empty_batch or compiled_fullgraph or cuda_graph"
-for v in lean w32; do
-  left=$(( 265 - ($(date +%s) - begin) ))
+for v in ${ONLY:-lean w32}; do
+  left=$(( ${UNTIL:-265} - ($(date +%s) - begin) ))
   (( left > 30 )) || { echo "$v tests: not run, $left s left" >> "$R/tests.log"; continue; }
   ( cd /tmp/variants/$v/tree && mv rmsnorm_conformance /tmp/variants/$v/shadow \
     && PYTHONPATH=/tmp/variants/$v/site RMSNORM_CUDA_BUILD_DIR=/tmp/variants/$v/build timeout -s INT "$left" \
