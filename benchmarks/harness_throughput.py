@@ -32,6 +32,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -180,10 +181,42 @@ def last_to_end(path: Path, began: float, n: int = 12) -> list[tuple[str, str, f
             for t, worker, test in ended[:n]]
 
 
+def host_reference(tries: int = 5) -> dict[str, float]:
+    """The host's speed at the harness's kind of work, in ms, best of ``tries``, measured in this process after the
+    run: a Python loop of 10^6 additions, and 10^4 ``torch.add`` calls on 64 floats (the dispatcher's cost a call).
+
+    A run's worker-seconds are mostly host Python and small torch calls, and GPU machines of one kind ran the same
+    run in 271-285 and in 410 worker-seconds (reports/h200/verdict/, runs 34 and 35). Like a bandwidth beside its
+    device copy, a time to verdict beside these two can be compared across machines."""
+    import torch
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(tries):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times) * 1e3
+
+    def python_loop() -> None:
+        total = 0
+        for i in range(1_000_000):
+            total += i
+
+    a = torch.ones(64)
+
+    def torch_calls() -> None:
+        for _ in range(10_000):
+            torch.add(a, a)
+
+    with torch.inference_mode():
+        return {"python_ms": best(python_loop), "torch_ms": best(torch_calls)}
+
+
 def render(args: argparse.Namespace, data: dict, status: int, wall: float, suites: dict[str, tuple[int, float]],
            slow: list[tuple[str, float]], stages: dict[str, float], phases: list[tuple[str, float]] = (),
            hottest: list[tuple[str, int, float, float]] = (),
-           last: list[tuple[str, str, float, float]] = ()) -> str:
+           last: list[tuple[str, str, float, float]] = (), host: dict[str, float] | None = None) -> str:
     """The run as markdown: verdict and wall time, the time per suite, the slowest tests and the breakdown."""
     checks = data["totals"]["checks"]
     command = " ".join(["python benchmarks/harness_throughput.py", *sys.argv[1:]])
@@ -198,8 +231,11 @@ def render(args: argparse.Namespace, data: dict, status: int, wall: float, suite
         f"- tests passed: {data['totals']['passed_tests']}",
         f"- torch {data['environment'].get('torch')}, {data['environment'].get('platform')}, "
         f"{data['environment'].get('device cuda:0', 'no GPU')}",
-        "",
     ]
+    if host:
+        lines.append(f"- the host, after the run (best of 5 in one process; host_reference): 10^6 Python additions "
+                     f"{host['python_ms']:.1f} ms, 10^4 `torch.add` calls on 64 floats {host['torch_ms']:.1f} ms")
+    lines.append("")
     if phases:
         lines += ["Timeline (seconds from `pytest`; timeline_plugin.py):", "", "| milestone | seconds |", "|---|---|"]
         lines += [f"| {name} | {sec:.1f} |" for name, sec in phases]
@@ -301,7 +337,7 @@ def main() -> None:
             kept = Path(args.out).with_suffix(".timeline.jsonl.gz")
             with timeline_file.open("rb") as src, gzip.open(kept, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-    text = render(args, data, int(status), wall, suites, slow, stages, phases, hottest, last)
+    text = render(args, data, int(status), wall, suites, slow, stages, phases, hottest, last, host_reference())
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
