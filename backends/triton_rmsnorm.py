@@ -1015,9 +1015,10 @@ def _(x, residual, weight, eps):  # noqa: ANN001
 # What the backend's prepare gets ready, each at every dim and dtype pair: the entry points' calls and, for the
 # backward, which gradients are asked for (dx with dw, dw alone: the kernel stores dx or not; dx alone launches
 # what dx with dw does, less dw's kernel). Each call compiles, on its first launch, the binaries a worker's call at
-# that (dim, dtypes) would build.
-PREPARED_CALLS: tuple[str, ...] = ("forward", "forward_fp32", "fused_add", "fused_add_fp32_residual",
-                                   "forward_offset", "forward_unweighted", "backward", "backward_dw")
+# that (dim, dtypes) would build. The offset and unweighted forwards launch the forward's binary (the weight mode is
+# a runtime argument): as jobs of their own they would only build it again in another of prepare's processes.
+PREPARED_CALLS: tuple[str, ...] = ("forward", "forward_fp32", "fused_add", "fused_add_fp32_residual", "backward",
+                                   "backward_dw")
 
 
 def dims_of_every_width(dims: list[int]) -> list[int]:
@@ -1045,8 +1046,7 @@ def binary_dim_class(dim: int, dtype: torch.dtype) -> tuple[int, int, int]:
 def prepare_jobs(dims: list[int]) -> list[tuple[int, torch.dtype, torch.dtype, str]]:
     """(dim, x dtype, weight dtype, call) for every call of PREPARED_CALLS at every dim of ``dims_of_every_width(dims)``
     and dtype pair of the contract, in the order of the dims (the most drawn first), each dim class
-    (binary_dim_class) once. The unweighted call has no weight: once per x dtype; an fp32 residual is another binary
-    only for 16-bit x."""
+    (binary_dim_class) once. An fp32 residual is another binary only for 16-bit x."""
     jobs = []
     seen = set()
     for dim in dims_of_every_width(dims):
@@ -1055,8 +1055,6 @@ def prepare_jobs(dims: list[int]) -> list[tuple[int, torch.dtype, torch.dtype, s
                 continue
             seen.add((binary_dim_class(dim, x_dtype), x_dtype, w_dtype))
             for call in PREPARED_CALLS:
-                if call == "forward_unweighted" and w_dtype != x_dtype:
-                    continue
                 if call == "fused_add_fp32_residual" and x_dtype == torch.float32:
                     continue
                 jobs.append((dim, x_dtype, w_dtype, call))
@@ -1183,10 +1181,6 @@ class TritonRMSNormOp:
             self.fused_add(x, torch.randn_like(x), w)
         elif call == "fused_add_fp32_residual":
             self.fused_add(x, torch.randn(x.shape, device=device), w)
-        elif call == "forward_offset":
-            self.forward_offset(x, w)
-        elif call == "forward_unweighted":
-            self.forward_unweighted(x)
         elif call in ("backward", "backward_dw"):
             x.requires_grad_(call == "backward")
             w.requires_grad_()

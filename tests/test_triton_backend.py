@@ -290,13 +290,14 @@ def test_one_binary_serves_every_dim_of_a_padded_width(monkeypatch, backward):
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_weight_modes_share_a_binary(monkeypatch, device):
     """The plain, offset (1 + w) and unweighted forwards differ in a runtime argument, not a constexpr: one binary
-    for the three (as constexprs they were 139 of a cold conformance run's 428 forward binaries), while the mode
-    itself still reaches the kernel."""
-    keys: dict[str, tuple] = {}
-    modes: dict[str, object] = {}
+    for the three at every dtype pair (as constexprs they were 139 of a cold conformance run's 428 forward
+    binaries), while the mode itself still reaches the kernel. So prepare's forward at a pair readies the offset's
+    binary there and, where the weight is in x's dtype, the unweighted one's."""
+    keys: dict[tuple, tuple] = {}
+    modes: dict[tuple, object] = {}
     real = tr._launch_fwd
     params = list(inspect.signature(real.kernel.fn).parameters)
-    calling = [""]
+    calling: list[tuple] = [()]
 
     class Recorder:
         def __call__(self, grid, args, num_warps, device, maxnreg=0):
@@ -308,13 +309,19 @@ def test_the_weight_modes_share_a_binary(monkeypatch, device):
 
     monkeypatch.setattr(tr, "_launch_fwd", Recorder())
     monkeypatch.setattr(tr, "_PLANS", {})  # a plan another test left would launch without the launcher
-    x = torch.ones(3, 96, dtype=torch.bfloat16, device=device)
-    w = torch.ones(96, dtype=torch.bfloat16, device=device)
-    for calling[0], run in {"forward": lambda: OP.forward(x, w), "offset": lambda: OP.forward_offset(x, w),
-                            "unweighted": lambda: OP.forward_unweighted(x)}.items():
-        run()
-    assert len(set(keys.values())) == 1, keys
-    assert len(set(modes.values())) == 3, modes
+    for x_dtype, w_dtype in tr.CONTRACT_DTYPE_PAIRS:
+        x = torch.ones(3, 96, dtype=x_dtype, device=device)
+        w = torch.ones(96, dtype=w_dtype, device=device)
+        for calling[0], run in {(x_dtype, w_dtype, "forward"): lambda x=x, w=w: OP.forward(x, w),
+                                (x_dtype, w_dtype, "offset"): lambda x=x, w=w: OP.forward_offset(x, w),
+                                (x_dtype, "unweighted"): lambda x=x: OP.forward_unweighted(x)}.items():
+            run()
+        assert keys[x_dtype, w_dtype, "offset"] == keys[x_dtype, w_dtype, "forward"], (x_dtype, w_dtype)
+        assert len({modes[x_dtype, w_dtype, "forward"], modes[x_dtype, w_dtype, "offset"],
+                    modes[x_dtype, "unweighted"]}) == 3
+    for x_dtype, w_dtype in tr.CONTRACT_DTYPE_PAIRS:
+        if x_dtype == w_dtype:
+            assert keys[x_dtype, "unweighted"] == keys[x_dtype, x_dtype, "forward"], x_dtype
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -811,11 +818,11 @@ def test_prepare_jobs_take_each_binary_class_once_and_cover_every_prepared_dim()
     assert {dim for dim, *_ in jobs} & {1, 2, 3, 7} == {1}
     # a width that none of the dims stands for with 16-byte rows gets three quarters of it
     assert 96 in tr.dims_of_every_width(dims) and 96 not in dims
-    # each call once per class and pair; no weight: once per x dtype; an fp32 residual: 16-bit x only
+    # each call once per class and pair; an fp32 residual: 16-bit x only
     per_pair = {(x, w): {c for d, xx, ww, c in jobs if (xx, ww) == (x, w) and d == 4096}
                 for x, w in tr.CONTRACT_DTYPE_PAIRS}
     assert per_pair[torch.float32, torch.float32] == set(tr.PREPARED_CALLS) - {"fused_add_fp32_residual"}
-    assert per_pair[torch.bfloat16, torch.float32] == set(tr.PREPARED_CALLS) - {"forward_unweighted"}
+    assert per_pair[torch.bfloat16, torch.float32] == set(tr.PREPARED_CALLS)
 
 
 @pytest.mark.parametrize("device", DEVICES)
