@@ -14,10 +14,15 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"merge": "merge the JSON reports of several runs into one conformance matrix",
                 "contract": "render CONTRACT.md's tables from the contract, or --check that they match"}
     if not args or args[0] not in commands:
-        print(__doc__.strip(), file=sys.stderr)
+        # Asked for help: the usage on stdout, exit 0. No command or an unknown one: a usage error, exit 2.
+        helped = bool(args) and args[0] in ("-h", "--help")
+        out = sys.stdout if helped else sys.stderr
+        if args and not helped:
+            print(f"rmsnorm-conformance: unknown command {args[0]!r}", file=out)
+        print(__doc__.strip(), file=out)
         for name, what in commands.items():
-            print(f"  {name}: {what}", file=sys.stderr)
-        return 2
+            print(f"  {name}: {what}", file=out)
+        return 0 if helped else 2
     command, rest = args[0], args[1:]
     if command == "merge":
         from .harness.reporting.merge import main as merge_main

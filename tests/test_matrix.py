@@ -78,3 +78,26 @@ def test_the_command_line_runs_each_of_its_commands(tmp_path):
         assert bad.returncode == 2, bad.stderr[-2000:]
         assert "Traceback" not in bad.stderr
         assert ("CONTRACT.md: no such file" if args == ["--check"] else "notes.md: CONTRACT.md lacks") in bad.stderr
+
+
+def test_the_command_line_says_what_was_wrong(tmp_path):
+    """Help is not an error; an unknown command, a file that is not a report and a report of something else are
+    usage errors that name what was wrong, never a traceback."""
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "rmsnorm_conformance", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=False)
+
+    helped = cli("--help")
+    assert helped.returncode == 0 and "merge" in helped.stdout and "contract" in helped.stdout
+    unknown = cli("bogus")
+    assert unknown.returncode == 2 and "unknown command 'bogus'" in unknown.stderr
+    (tmp_path / "report.md").write_text("# a markdown report\n")
+    (tmp_path / "other.json").write_text('{"name": "something else"}')
+    for name, says in (("report.md", "report.md: not a JSON report"),
+                       ("other.json", "other.json is not a conformance report"), ("missing.json", "missing.json")):
+        bad = cli("merge", name)
+        assert bad.returncode == 2, (name, bad.stderr[-2000:])
+        assert says in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]

@@ -150,16 +150,24 @@ def _bandwidth(bench: dict[str, Any], backend: str, device: str) -> str:
     return " | ".join(parts)
 
 
+def _read_json(path: str | Path, what: str) -> Any:
+    """``path``'s JSON; a ValueError that names the file and what it should be where it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not {what}: {exc}") from exc
+
+
 def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None, out: str | Path | None = None) -> str:
     """The merged matrix, opening with the same "Pick a kernel" section a single run's report has. With ``out``
     (where the matrix will be written), the pictures are drawn beside it."""
     matrix = Matrix()
     reports = []
     for path in paths:
-        data = json.loads(Path(path).read_text())
-        matrix.add_report(data, str(path))
+        data = _read_json(path, "a JSON report (written with --report=PATH.json)")
+        matrix.add_report(data, str(path))  # names the file where it is another JSON
         reports.append(data)
-    bench_data = json.loads(Path(bench).read_text()) if bench else None
+    bench_data = _read_json(bench, "a benchmark JSON (benchmarks/bench.py)") if bench else None
     records = merged(reports)
     pick = pick_markdown(records, bench_data, _md_table, md_cell,
                          details_at="the notes under the matrix below")
