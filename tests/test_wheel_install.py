@@ -25,10 +25,12 @@ else:
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "gate-your-kernel"
-# Build outputs and environments in a working copy: a wheel built from a copy without them has only what a
-# fresh clone would give it.
+# Build outputs, environments and caches in a working copy: a wheel built from a copy without them has only what a
+# fresh clone would give it. The caches also change under the copy: CI's type check runs beside the tests, and
+# mypy's SQLite journal files came and went while this test copied the tree (shutil.Error, a failed CI run).
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__",
-                                     ".pytest_cache", ".hypothesis", ".ruff_cache", "*.whl")
+                                     ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache", ".whl", "*.whl",
+                                     ".ci-typecheck.log", "report.md", "report.json")
 # The same torch as this run, so pip takes it from its cache or local wheels rather than fetching another build.
 TORCH_SPEC = "torch==" + torch.__version__.split("+", 1)[0]
 # The harness's words: no line of a user's own test run may carry them.
