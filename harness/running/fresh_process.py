@@ -1,8 +1,9 @@
 """First calls in a fresh Python process: where autotuning, compiled-kernel caches and warm-up paths live, and
 where the long-running test process, whose caches are long warm, can no longer see them.
 
-The test process writes a request (the backend's spec, the device and the cases), runs
-``python -m rmsnorm_conformance.harness.running.fresh_process REQUEST RESULT``, and compares what came back. One fresh
+The test process writes a request (the backend's spec, the device and the cases), runs this module's ``main`` on it
+in a fresh process (harness/running/torch_server.py: forked from a server that imported torch and nothing else, or
+``python -m rmsnorm_conformance.harness.running.fresh_process REQUEST RESULT``), and compares what came back. One fresh
 process per (backend, device, dtype) makes the first call of every case of every entry point's plan (the plain
 norm's and each variant's), then every case's second call: each (entry point, dim) call is the first of its
 kind there. Which entry point calls a dim first rotates from dim to dim, so each entry point meets a cold cache
@@ -16,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ import torch
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase
 from rmsnorm_conformance.harness.drawing.thresholds import Plan
+from rmsnorm_conformance.harness.running import torch_server
 from rmsnorm_conformance.harness.running.entry_points import call, entry_point
 
 try:
@@ -46,6 +46,8 @@ FIRST_CALL_ROWS = 264 + 31
 SEED = 4099
 # A fresh process imports torch and the backend, and may compile or autotune: generous, but finite.
 TIMEOUT_S = 600
+# The module a fresh process runs (its main): this one, by the name it is imported under, not "__main__".
+MODULE = "rmsnorm_conformance.harness.running.fresh_process"
 
 
 def first_call_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
@@ -145,14 +147,13 @@ def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase], k
         request, result = Path(tmp, "request.json"), Path(tmp, "result.pt")
         request.write_text(json.dumps({"spec": spec, "device": str(device), "cases": [repr(c) for c in cases],
                                        "sys_path": sys.path}))
-        try:
-            proc = subprocess.run([sys.executable, "-m", __name__, str(request), str(result)],
-                                  capture_output=True, text=True, timeout=TIMEOUT_S, env=dict(os.environ))
-        except subprocess.TimeoutExpired:
+        code, output = torch_server.run_main(MODULE, [str(request), str(result)], Path(tmp, "output.log"),
+                                             TIMEOUT_S)
+        if code is None:
             return FreshCalls({}, f"the fresh process did not finish in {TIMEOUT_S} s")
-        if proc.returncode != 0 or not result.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
-            return FreshCalls({}, f"the fresh process exited with status {proc.returncode}: " + " | ".join(tail))
+        if code != 0 or not result.exists():
+            tail = output.strip().splitlines()[-12:]
+            return FreshCalls({}, f"the fresh process exited with status {code}: " + " | ".join(tail))
         if keep is not None:
             shutil.copyfile(result, keep)
         return _calls(cases, torch.load(result))
