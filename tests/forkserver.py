@@ -30,6 +30,8 @@ import subprocess
 import sys
 from typing import Any
 
+from rmsnorm_conformance.harness.running.torch_server import start_server
+
 # Variables read when the server imports torch, numpy or pytest, or when Python starts: a command
 # whose value differs from the server's gets a fresh interpreter. PYTHONPATH and PYTHONDONTWRITEBYTECODE are
 # applied in the child.
@@ -96,12 +98,8 @@ class ForkServer:
         if self._process is not None and _read_at_start(self._env) != _read_at_start(os.environ):
             self.close()  # a test changed what the server's imports read: a new server, with the new values
         if self._process is None or self._process.poll() is not None:
-            read, write = os.pipe()
             self._env = dict(os.environ)
-            self._process = subprocess.Popen([sys.executable, "-c", _SERVER, str(write)], stdin=subprocess.PIPE,
-                                             pass_fds=(write,), stdout=subprocess.DEVNULL)
-            os.close(write)
-            self._replies = read
+            self._process, self._replies = start_server(_SERVER)
         request = {"args": list(cmdargs[2:]), "cwd": os.getcwd(), "env": env, "stdout": stdout.name,
                    "stderr": stderr.name}
         assert self._process.stdin is not None

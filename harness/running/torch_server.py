@@ -86,6 +86,21 @@ def read_at_start(env: Any) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(READ_AT_START)}
 
 
+def start_server(source: str) -> tuple[subprocess.Popen, int]:
+    """A new interpreter running ``source``, which reads its requests from stdin and writes its replies, a line
+    each, to the file descriptor given as its first argument: ``(the process, that pipe's read end)``."""
+    read, write = os.pipe()
+    try:
+        process = subprocess.Popen([sys.executable, "-c", source, str(write)], stdin=subprocess.PIPE,
+                                   pass_fds=(write,), stdout=subprocess.DEVNULL)
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    return process, read
+
+
 class _Server:
     """One server per process, started on first use (its import of torch is the one a fresh process would pay);
     one child at a time."""
@@ -100,12 +115,8 @@ class _Server:
                                           or read_at_start(self._env) != read_at_start(os.environ)):
             self.close()  # ended, or this process changed what the server's start read: a new one
         if self._process is None:
-            read, write = os.pipe()
             self._env = dict(os.environ)
-            self._process = subprocess.Popen([sys.executable, "-c", _SERVER, str(write)], stdin=subprocess.PIPE,
-                                             pass_fds=(write,), stdout=subprocess.DEVNULL)
-            os.close(write)
-            self._replies = read
+            self._process, self._replies = start_server(_SERVER)
         return self._process
 
     def _reply(self, timeout_s: float | None) -> dict | None:
