@@ -13,9 +13,8 @@ the asking process's ``__main__`` again, and a user's gate script without a ``__
 gate once more in each.)
 
 Nothing the server read at start-up may differ: where a variable that Python, torch, Triton or their thread pools
-read at start-up differs from what it was when the server started, a new server is started with it. Where the
-platform cannot fork, or RMSNORM_FRESH_INTERPRETER=1 asks for it, each process is a new interpreter
-(``python -m module``).
+read at start-up differs from what it was when the server started, a new server is started with it. Off Linux, or
+where RMSNORM_FRESH_INTERPRETER=1 asks for it, each process is a new interpreter (``python -m module``).
 """
 
 from __future__ import annotations
@@ -173,8 +172,9 @@ _SERVER_OF_THIS_PROCESS = _Server()
 
 
 def forking() -> bool:
-    """Whether fresh processes are forked from the server here (POSIX, and not RMSNORM_FRESH_INTERPRETER=1)."""
-    return hasattr(os, "fork") and os.environ.get("RMSNORM_FRESH_INTERPRETER") != "1"
+    """Whether fresh processes are forked from the server here: on Linux (macOS's system frameworks are not safe to
+    use in a child forked after torch loaded them), unless RMSNORM_FRESH_INTERPRETER=1."""
+    return sys.platform.startswith("linux") and os.environ.get("RMSNORM_FRESH_INTERPRETER") != "1"
 
 
 def _new_interpreter(module: str, argv: Sequence[str], timeout_s: float) -> tuple[int | None, str]:
