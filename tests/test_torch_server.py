@@ -35,6 +35,8 @@ def main(argv):
         time.sleep(600)
     if what == "raise":
         raise ValueError("probe raised")
+    if what == "exit":
+        sys.exit()
     import torch
     print("to stdout"); print("to stderr", file=sys.stderr)
     with open(out, "w") as f:
@@ -98,6 +100,7 @@ def test_a_crash_a_hang_and_an_exception_end_the_child_alone_with_its_status(pro
     assert not _alive(json.loads((probe / "hang.json").read_text())["pid"])
     code, output, _ = _run(probe, "raise")
     assert code == 1 and "ValueError: probe raised" in output
+    assert _run(probe, "exit")[0] == 0, "sys.exit() is a success, as in a new interpreter"
     code, output, seen = _run(probe, "look")  # the server outlived all three
     assert code == 3 and seen, output
 

@@ -66,8 +66,8 @@ for line in requests:
                 os.dup2(target, fd); os.close(target)
             os.dup2(1, 2)  # stdout and stderr in one file, as they interleave
             code = int(importlib.import_module(request["module"]).main(request["argv"]))
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
+        except SystemExit as stop:  # as the interpreter reads it: None is 0, an int itself, anything else 1
+            code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
         except BaseException:
             import traceback
             traceback.print_exc()
