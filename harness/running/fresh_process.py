@@ -46,8 +46,6 @@ FIRST_CALL_ROWS = 264 + 31
 SEED = 4099
 # A fresh process imports torch and the backend, and may compile or autotune: generous, but finite.
 TIMEOUT_S = 600
-# The module a fresh process runs (its main): this one, by the name it is imported under, not "__main__".
-MODULE = "rmsnorm_conformance.harness.running.fresh_process"
 
 
 def first_call_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
@@ -147,7 +145,7 @@ def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase], k
         request, result = Path(tmp, "request.json"), Path(tmp, "result.pt")
         request.write_text(json.dumps({"spec": spec, "device": str(device), "cases": [repr(c) for c in cases],
                                        "sys_path": sys.path}))
-        code, output = torch_server.run_main(MODULE, [str(request), str(result)], Path(tmp, "output.log"),
+        code, output = torch_server.run_main(__name__, [str(request), str(result)], Path(tmp, "output.log"),
                                              TIMEOUT_S)
         if code is None:
             return FreshCalls({}, f"the fresh process did not finish in {TIMEOUT_S} s")
