@@ -144,7 +144,7 @@ def run_fresh(spec: str, device: torch.device, cases: Sequence[FirstCallCase], k
     with tempfile.TemporaryDirectory(prefix="rmsnorm-first-call-") as tmp:
         request, result = Path(tmp, "request.json"), Path(tmp, "result.pt")
         request.write_text(json.dumps({"spec": spec, "device": str(device), "cases": [repr(c) for c in cases],
-                                       "sys_path": sys.path}))
+                                       "sys_path": sys.path, "threads": torch.get_num_threads()}))
         code, output = torch_server.run_main(__name__, [str(request), str(result)], Path(tmp, "output.log"),
                                              TIMEOUT_S)
         if code is None:
@@ -168,6 +168,9 @@ def main(argv: list[str]) -> int:
     request_path, result_path = argv
     request = json.loads(Path(request_path).read_text())
     sys.path[:0] = [p for p in request["sys_path"] if p not in sys.path]
+    # The asking process's intra-op threads, so the first call is the only difference. Under xdist that is the
+    # worker's share of the cores: a child with a thread per core beside the other workers ran 2-3 times slower.
+    torch.set_num_threads(request["threads"])
     from rmsnorm_conformance.harness.drawing.replay import parse_case
     from rmsnorm_conformance.harness.running.registry import load_backend
 
