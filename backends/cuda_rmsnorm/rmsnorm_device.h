@@ -215,7 +215,8 @@ __device__ __forceinline__ void warps_tree(float (&v)[N], const float* buf, int 
 // xor butterfly with offsets 16, 8, ..., 1. A butterfly leaves each lane the same bits (a + b == b + a), so
 // every thread of the row returns the row's total. `scratch` holds 2 * N * blockDim.x floats; `parity`
 // alternates between consecutive rows of a thread, so that one barrier per row suffices.
-template <int N>
+// kSplit (the backward): the butterfly of a row of 32 threads or more unrolled without a test an offset.
+template <int N, bool kSplit = false>
 __device__ __forceinline__ void row_tree(float (&v)[N], int tpr_shift, float* scratch, int parity) {
   const int tpr = 1 << tpr_shift;
   if (tpr > 32) {
@@ -241,6 +242,13 @@ __device__ __forceinline__ void row_tree(float (&v)[N], int tpr_shift, float* sc
         warps_tree<N, 32>(v, buf, base);
         break;
     }
+  }
+  if (kSplit && tpr >= 32) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+#pragma unroll
+      for (int n = 0; n < N; ++n) v[n] = __fadd_rn(v[n], __shfl_xor_sync(0xffffffffu, v[n], offset));
+    return;
   }
   // Offsets width/2, ..., 1 with width = min(T, 32), unrolled.
 #pragma unroll
@@ -784,6 +792,36 @@ __device__ __forceinline__ void add_left(float (&c)[kGroup], const float (&s)[kG
   for (int j = 0; j < kGroup; ++j) c[j] = __fadd_rn(s[j], c[j]);
 }
 
+// `p` moved by `bytes` (a row's start from its tensor's, when it fits in 32 bits).
+template <typename E>
+__device__ __forceinline__ E* byte_offset(E* p, uint32_t bytes) {
+  using Byte = typename std::conditional<std::is_const<E>::value, const char, char>::type;
+  return reinterpret_cast<E*>(reinterpret_cast<Byte*>(p) + bytes);
+}
+
+// The backward's staging fast path for one leaf: the thread's K groups of x, then of dy, each a plain 16-byte
+// cp.async at the same shared slots as stage_row's (word (m, i) of x at dst + (m kWx + i) step, of dy after
+// K kWx words), issued back to back.
+template <typename T, typename G, int K>
+__device__ __forceinline__ void stage_rows_fast(uint32_t dst, uint32_t step, const T* xr, const G* gr, int col_step) {
+  constexpr int kWx = kWordsOf<T>;
+  constexpr int kWg = kWordsOf<G>;
+#pragma unroll
+  for (int m = 0; m < K; ++m)
+#pragma unroll
+    for (int i = 0; i < kWx; ++i)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + uint32_t(m * kWx + i) * step),
+                   "l"(xr + m * col_step + i * (16 / int(sizeof(T))))
+                   : "memory");
+#pragma unroll
+  for (int m = 0; m < K; ++m)
+#pragma unroll
+    for (int i = 0; i < kWg; ++i)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + uint32_t(K * kWx + m * kWg + i) * step),
+                   "l"(gr + m * col_step + i * (16 / int(sizeof(G))))
+                   : "memory");
+}
+
 // Staged kernel. Slot s of the block (T threads a row) takes leaves s L, ..., s L + L - 1 in turn. Shared
 // memory: [stages][K][x words, dy words][threads] 16-byte words, the weight's groups, the dw stack
 // [run_shift][K][2][threads] float4, the row tree's scratch.
@@ -812,7 +850,6 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
   const int col0 = t * kGroup;
   const int col_step = tpr * kGroup;
   const uint32_t step = uint32_t(threads) * 16;
-  const uint32_t stage_bytes = uint32_t(stage_words) * 16;
   const uint32_t sbase = shared_address(smem + threadIdx.x);
   const T* x = static_cast<const T*>(a.x);
   const G* dy = static_cast<const G*>(a.dy);
@@ -820,43 +857,76 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
   const bool x_fast = inside && aligned16(x) && ((a.x_stride * int64_t(sizeof(T))) & 15) == 0;
   const bool g_fast = inside && aligned16(dy) && ((a.dy_stride * int64_t(sizeof(G))) & 15) == 0;
 
+  const bool dx_fast = inside && aligned16(a.dx) && ((a.dx_stride * int64_t(sizeof(T))) & 15) == 0;
+  // Every row below a.rows starts less than 2^31 bytes from its tensor's start (x, dy and dx): a row's address is
+  // then one 32-bit multiply and a 64-bit add, not a 64-bit multiply (the same address either way).
+  const int64_t widest = max(max(a.x_stride * int64_t(sizeof(T)), a.dy_stride * int64_t(sizeof(G))),
+                             a.dx_stride * int64_t(sizeof(T)));
+  const bool narrow = a.x_stride >= 0 && a.dy_stride >= 0 && a.dx_stride >= 0 && widest < (int64_t(1) << 31) &&
+                      a.rows < (int64_t(1) << 31) && (a.rows - 1) * widest < (int64_t(1) << 31);
+  const bool both_fast = x_fast && g_fast;
+
   stage_weight<T>(wsm, static_cast<const T*>(a.w), width, a.dim);
   __syncthreads();
 
-  auto issue = [&](int i, int st) {
+  // Leaf i of the slot is row 8 (p + q bitrev(k >> 3)) + bitrev(k & 7), k = slot * leaves + i (leaf_row): the
+  // row group's base 8 (p + q bitrev(k >> 3)) changes every 8 leaves only, so it is kept and recomputed when i
+  // enters a new row group (issue visits i = 0, 1, 2, ... in turn; the loop visits even i, two leaves at a time).
+  const int run0 = slot * runs;
+  auto group_base = [&](int i) -> int64_t { return 8 * (p + q * bit_reversed(run0 + (i >> 3), a.mbits)); };
+  int64_t issue_base = 0;
+  // The copies of leaf i into the stage at shared offset `st_off` (16-byte words from this thread's slot of stage
+  // 0). A row past the batch is staged as zeros (the general path with limit 0: +0.0 in every word), so that its
+  // dw terms g * (x * 0) are +0.0 without a select an element (leaf()).
+  auto issue = [&](int i, int st_off) {
     if (i < leaves) {
-      const int64_t row = leaf_row(p, q, slot * leaves + i, a.mbits);
-      if (row < a.rows) {
-        const uint32_t dst = sbase + uint32_t(st) * stage_bytes;
-        uint4* dst_ptr = smem + st * stage_words + threadIdx.x;
-        stage_row<T, K>(dst, step, dst_ptr, x + row * a.x_stride, col0, col_step, a.dim, x_fast);
-        stage_row<G, K>(dst + uint32_t(K * kWx) * step, step, dst_ptr + K * kWx * threads, dy + row * a.dy_stride,
-                        col0, col_step, a.dim, g_fast);
+      if ((i & 7) == 0) issue_base = group_base(i);
+      const int64_t row = issue_base + bit_reversed(i & 7, 3);
+      const uint32_t dst = sbase + uint32_t(st_off) * 16;
+      uint4* dst_ptr = smem + threadIdx.x + st_off;
+      const bool ok = row < a.rows;
+      if (ok && both_fast && narrow) {  // every copy a plain 16-byte cp.async, issued back to back
+        const T* xr = byte_offset(x, uint32_t(row) * uint32_t(a.x_stride * int64_t(sizeof(T)))) + col0;
+        const G* gr = byte_offset(dy, uint32_t(row) * uint32_t(a.dy_stride * int64_t(sizeof(G)))) + col0;
+        stage_rows_fast<T, G, K>(dst, step, xr, gr, col_step);
+      } else {
+        const int limit = ok ? a.dim : 0;
+        stage_row<T, K>(dst, step, dst_ptr, ok ? x + row * a.x_stride : x, col0, col_step, limit, x_fast && ok);
+        stage_row<G, K>(dst + uint32_t(K * kWx) * step, step, dst_ptr + K * kWx * threads,
+                        ok ? dy + row * a.dy_stride : dy, col0, col_step, limit, g_fast && ok);
       }
     }
     commit_async();
   };
+  const int ring = stages * stage_words;  // the stages' 16-byte words, per thread one in `threads`
+  auto next_stage = [&](int off) { return off + stage_words == ring ? 0 : off + stage_words; };
 
-  int issue_stage = 0;
+  int issue_off = 0;
   for (int s = 0; s < ahead; ++s) {
-    issue(s, issue_stage);
-    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
+    issue(s, issue_off);
+    issue_off = next_stage(issue_off);
   }
-  int read_stage = 0;
+  int read_off = 0;
   float s0[K][kGroup];
   float s1[K][kGroup];
   float s2[K][kGroup];
   float c[K][kGroup];
-  // Leaf i: its dx written, its dw terms g * (x * inv) into `terms` (+0.0 for a row past the batch).
-  auto leaf = [&](int i, float (&terms)[K][kGroup]) {
-    issue(i + ahead, issue_stage);
-    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
-    wait_async_pending(ahead);
-    const int64_t row = leaf_row(p, q, slot * leaves + i, a.mbits);
+  // Leaf i (row `row`): its dx written, its dw terms g * (x * inv) into `terms` (+0.0 for a row past the batch:
+  // its x and dy were staged as +0.0 and its inv is taken as +0.0, so each term is +0.0 * (+0.0 * +0.0)).
+  auto leaf = [&](int i, int64_t row, float (&terms)[K][kGroup]) {
+    issue(i + ahead, issue_off);
+    issue_off = next_stage(issue_off);
+    if (ahead <= 2) {  // the default's 3 stages and the 2 a tight budget leaves, without the switch's jump table
+      asm volatile("{\n .reg .pred two;\n setp.eq.s32 two, %0, 2;\n @two cp.async.wait_group 2;\n"
+                   " @!two cp.async.wait_group 1;\n}\n" ::"r"(ahead)
+                   : "memory");
+    } else {
+      wait_async_pending(ahead);
+    }
     const bool valid = row < a.rows;
-    const uint4* xs = smem + read_stage * stage_words + threadIdx.x;
+    const uint4* xs = smem + read_off + threadIdx.x;
     const uint4* gs = xs + K * kWx * threads;
-    read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
+    read_off = next_stage(read_off);
     float sq[K];
     float gwx[K];
 #pragma unroll
@@ -873,11 +943,10 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
       gwx[m] = both[1];
     }
     float sums[2] = {thread_tree<K>(sq), thread_tree<K>(gwx)};
-    row_tree<2>(sums, a.tpr_shift, scratch, i & 1);
+    row_tree<2, true>(sums, a.tpr_shift, scratch, i & 1);
     const RowFactors f = row_factors(sums, a.dim, a.eps);
+    const float term_inv = valid ? f.inv : 0.0f;
 
-    T* dxr = static_cast<T*>(a.dx) + (valid ? row : 0) * a.dx_stride;
-    const bool dx_vec = aligned16(dxr);
 #pragma unroll
     for (int m = 0; m < K; ++m) {
       Group<T> xg;
@@ -892,70 +961,89 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
         const float xf = xg.get(j);
         const float gf = gg.get(j);
         d[j] = __fmul_rn(__fsub_rn(__fmul_rn(gf, wg.get(j)), __fmul_rn(xf, f.coef)), f.inv);
-        terms[m][j] = __fmul_rn(gf, __fmul_rn(xf, f.inv));
+        terms[m][j] = __fmul_rn(gf, __fmul_rn(xf, term_inv));
       }
       if (valid) {
         Group<T> out;
         pack_group<T>(out, d);
-        store_group<T, Cache::kStream>(out, dxr, col0 + m * col_step, a.dim, dx_vec);
+        if (dx_fast && narrow) {
+          T* dxr = byte_offset(static_cast<T*>(a.dx), uint32_t(row) * uint32_t(a.dx_stride * int64_t(sizeof(T))));
+          uint4* dst = reinterpret_cast<uint4*>(dxr + col0 + m * col_step);
+#pragma unroll
+          for (int w = 0; w < Group<T>::kWords / 4; ++w)
+            store16<Cache::kStream>(dst + w,
+                                    make_uint4(out.u[4 * w], out.u[4 * w + 1], out.u[4 * w + 2], out.u[4 * w + 3]));
+        } else {
+          T* dxr = static_cast<T*>(a.dx) + row * a.dx_stride;
+          store_group<T, Cache::kStream>(out, dxr, col0 + m * col_step, a.dim, aligned16(dxr));
+        }
       }
-    }
-    if (!valid) {  // a zero row's term is +0.0 (a uniform branch: only rows past the batch take it)
-#pragma unroll
-      for (int m = 0; m < K; ++m)
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) terms[m][j] = 0.0f;
     }
   };
-  // Two leaves an iteration, the first one's terms straight into s0: the tree's lowest level costs no moves (with
-  // the zero terms of rows past the batch a uniform branch, not a select an element: bf16 0.749 / 0.867 -> 0.788 /
-  // 0.889 of a copy at 65536 x 4096 / 2097152 x 128). Four leaves an iteration were slower (0.776 / 0.844), eight
-  // much slower (0.490 / 0.706): reports/h200/kernels/run9.
+  // Two leaves an iteration, the first one's terms straight into s0: the tree's lowest level costs no moves
+  // (bf16 0.749 / 0.867 -> 0.788 / 0.889 of a copy at 65536 x 4096 / 2097152 x 128, with the zero terms of rows
+  // past the batch then a uniform branch; they are now staged zeros times inv = +0.0, one select a leaf). Four
+  // leaves an iteration were slower (0.776 / 0.844), eight much slower (0.490 / 0.706): reports/h200/kernels/run9.
+  // Leaves i and i + 1 (i even) are rows r and r + 4 of one row group (bitrev(2j + 1) = bitrev(2j) + 4 over three
+  // bits). The loop is compiled twice, with and without dw's tree: without it the terms are not computed, and
+  // with it the terms land where the tree keeps them (one loop for both took register moves an iteration).
+  auto pairs = [&](auto dw_tag) {
+    constexpr bool kDw = decltype(dw_tag)::value;
+    int64_t leaf_base = 0;
 #pragma unroll 1
-  for (int i = 0; i < leaves; i += 2) {
-    leaf(i, s0);
-    leaf(i + 1, c);
-    if (!want_dw) continue;
-    // The pair into the tree: registers for the levels inside a row group, the stack for those above.
+    for (int i = 0; i < leaves; i += 2) {
+      if ((i & 7) == 0) leaf_base = group_base(i);
+      const int64_t row = leaf_base + bit_reversed(i & 7, 3);
+      leaf(i, row, s0);
+      leaf(i + 1, row + 4, c);
+      if constexpr (kDw) {
+        // The pair into the tree: registers for the levels inside a row group, the stack for those above.
 #pragma unroll
-    for (int m = 0; m < K; ++m) add_left(c[m], s0[m]);
-    if ((i & 2) == 0) {
+        for (int m = 0; m < K; ++m) add_left(c[m], s0[m]);
+        if ((i & 2) == 0) {
 #pragma unroll
-      for (int m = 0; m < K; ++m)
+          for (int m = 0; m < K; ++m)
 #pragma unroll
-        for (int j = 0; j < kGroup; ++j) s1[m][j] = c[m][j];
-      continue;
-    }
+            for (int j = 0; j < kGroup; ++j) s1[m][j] = c[m][j];
+          continue;
+        }
 #pragma unroll
-    for (int m = 0; m < K; ++m) add_left(c[m], s1[m]);
-    if ((i & 4) == 0) {
+        for (int m = 0; m < K; ++m) add_left(c[m], s1[m]);
+        if ((i & 4) == 0) {
 #pragma unroll
-      for (int m = 0; m < K; ++m)
+          for (int m = 0; m < K; ++m)
 #pragma unroll
-        for (int j = 0; j < kGroup; ++j) s2[m][j] = c[m][j];
-      continue;
-    }
+            for (int j = 0; j < kGroup; ++j) s2[m][j] = c[m][j];
+          continue;
+        }
 #pragma unroll
-    for (int m = 0; m < K; ++m) add_left(c[m], s2[m]);
-    // c is the sum of row group i >> 3 of the run: merge it with the finished subtrees below it.
-    const int run = i >> 3;
-    int level = 0;
-    for (int bits = run; bits & 1; bits >>= 1, ++level) {
+        for (int m = 0; m < K; ++m) add_left(c[m], s2[m]);
+        // c is the sum of row group i >> 3 of the run: merge it with the finished subtrees below it.
+        const int run = i >> 3;
+        int level = 0;
+        for (int bits = run; bits & 1; bits >>= 1, ++level) {
 #pragma unroll
-      for (int m = 0; m < K; ++m) {
-        const float4 lo = stack[((level * K + m) * 2) * threads + threadIdx.x];
-        const float4 hi = stack[((level * K + m) * 2 + 1) * threads + threadIdx.x];
-        const float left[kGroup] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        add_left(c[m], left);
+          for (int m = 0; m < K; ++m) {
+            const float4 lo = stack[((level * K + m) * 2) * threads + threadIdx.x];
+            const float4 hi = stack[((level * K + m) * 2 + 1) * threads + threadIdx.x];
+            const float left[kGroup] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            add_left(c[m], left);
+          }
+        }
+        if (run + 1 < runs) {
+#pragma unroll
+          for (int m = 0; m < K; ++m) {
+            stack[((level * K + m) * 2) * threads + threadIdx.x] = make_float4(c[m][0], c[m][1], c[m][2], c[m][3]);
+            stack[((level * K + m) * 2 + 1) * threads + threadIdx.x] = make_float4(c[m][4], c[m][5], c[m][6], c[m][7]);
+          }
+        }
       }
     }
-    if (run + 1 < runs) {
-#pragma unroll
-      for (int m = 0; m < K; ++m) {
-        stack[((level * K + m) * 2) * threads + threadIdx.x] = make_float4(c[m][0], c[m][1], c[m][2], c[m][3]);
-        stack[((level * K + m) * 2 + 1) * threads + threadIdx.x] = make_float4(c[m][4], c[m][5], c[m][6], c[m][7]);
-      }
-    }
+  };
+  if (want_dw) {
+    pairs(std::true_type{});
+  } else {
+    pairs(std::false_type{});
   }
   wait_async<0>();
   if (!want_dw) return;
