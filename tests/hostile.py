@@ -336,3 +336,14 @@ class OffsetRaises(NativeRMSNormOp):
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         raise RuntimeError("offset kernel not built for this device")
+
+
+class ThreadCounted(NativeRMSNormOp):
+    """Its output is the intra-op thread count it ran with: a kernel whose CPU result depends on how many threads
+    split its work. A first call in a fresh process must run with the asking process's threads, so that only the
+    first call differs."""
+
+    name = "thread_counted"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return torch.full_like(x, float(torch.get_num_threads()))

@@ -176,6 +176,23 @@ def test_a_call_that_raises_in_the_fresh_process_fails_its_own_case_alone():
     assert set(calls.outputs) == set(cases) - offset and all(first for first, _ in calls.outputs.values())
 
 
+def test_the_fresh_process_runs_with_the_asking_process_threads():
+    """Under pytest-xdist a worker gives torch its share of the cores; the fresh process takes that count, not
+    torch's default (a thread per core), so that a kernel whose CPU result depends on its threads differs there only
+    by its first call (and the child does not crowd the other workers)."""
+    cases = first_call_plan("float32", CPU, 1 << 12, "b", ("forward",)).cases
+    before = torch.get_num_threads()
+    asked = before + 1  # not the default a new process would start with
+    torch.set_num_threads(asked)
+    try:
+        calls = fresh_process.run_fresh("tests.hostile:ThreadCounted", CPU, cases)
+    finally:
+        torch.set_num_threads(before)
+    assert calls.error is None and set(calls.outputs) == set(cases)
+    for first, second in calls.outputs.values():
+        assert {t.unique().item() for t in (*first, *second)} == {float(asked)}
+
+
 def test_budget_follows_free_memory_on_a_gpu(monkeypatch):
     gpu = torch.device("cuda", 0)
     monkeypatch.setattr(budget, "workers_per_gpu", lambda: 1)
