@@ -182,7 +182,7 @@ def test_the_fresh_process_runs_with_the_asking_process_threads():
     by its first call (and the child does not crowd the other workers)."""
     cases = first_call_plan("float32", CPU, 1 << 12, "b", ("forward",)).cases
     before = torch.get_num_threads()
-    asked = before + 1  # not the default a new process would start with
+    asked = (os.cpu_count() or 1) + 1  # more than torch's default in a new process (at most a thread per core)
     torch.set_num_threads(asked)
     try:
         calls = fresh_process.run_fresh("tests.hostile:ThreadCounted", CPU, cases)
