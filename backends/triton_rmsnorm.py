@@ -67,6 +67,7 @@ class LaunchConfig(NamedTuple):
     joint: bool = False  # backward: a row's sum of squares and dot product are reduced together
     flat: bool = False  # tile loaded as [rows, columns] and reshaped (backward: with prefetch; forward: whole rows)
     maxnreg: int = 0  # backward: registers a thread at most (0: the compiler's choice)
+    stages: int = 0  # backward: tiles in flight through Triton's software pipeline (0: prefetch or none)
 
 
 class _Tuning(NamedTuple):
@@ -84,6 +85,8 @@ class _Tuning(NamedTuple):
     joint: bool = False  # backward: both row sums through one tree of pairs (GPU only)
     flat: bool = False  # tiles loaded as [rows, columns] (backward: with prefetch, GPU only; forward: whole rows)
     maxnreg: int = 0  # backward: a cap on registers a thread (GPU only; 0: none)
+    stages: int = 0  # backward: the loop over tiles pipelined this deep, loads staged in shared memory (GPU only)
+    staged_rows: int = 2  # backward: the pipeline only where a tile holds at least this many rows (else prefetch)
 
 
 # GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
@@ -110,8 +113,15 @@ _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # (one row a tile, 8 warps, 255 registers and no spill; 64 rows a program spilled) and 0.44 -> 0.68 at
 # 2097152 x 128 (8 rows a tile, 4 warps; 16 rows: 0.48, 32 rows and 8 warps: 0.19). Wider rows take the
 # two-kernel path (row statistics first).
+#
+# Where a tile holds several rows, the loop is Triton's software pipeline three stages deep instead (loads staged
+# in shared memory through cp.async; reports/h200/kernels/run17): 0.689 -> 0.755 at 2097152 x 128 (96 registers
+# instead of 103; 2 stages 0.614, 4 stages 0.717). At 4096 (one row a tile, 242 registers either way) every
+# pipelined variant was slower than the prefetch: 3 stages 0.589, 4 stages 0.601 against 0.613, and 16 or 32 warps
+# a row 0.25-0.45.
 _GPU_BWD = _Tuning(tile=1024, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
-                   max_warps=16, subtree_elems=1 << 13, strided=True, prefetch=True, joint=True, flat=True)
+                   max_warps=16, subtree_elems=1 << 13, strided=True, prefetch=True, joint=True, flat=True,
+                   stages=3)
 # The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
 # whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call
 # 7 ms instead of 28 with 2^18 and a 2^18-element call 45 ms instead of 29; the suites' calls are mostly small
@@ -145,12 +155,14 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
     vec = per_access if dim % per_access == 0 else 1
     num_warps = min(max(rows * block // tuning.warp_elems, tuning.min_warps), tuning.max_warps)
     gpu_backward = backward and not interpreted
+    stages = tuning.stages if gpu_backward and rows >= tuning.staged_rows else 0
     tiles = width // block
     flat = gpu_backward and tuning.flat if backward else tuning.flat and tiles == 1
     return LaunchConfig(groups=block // GROUP, rows=rows, tiles=tiles, vec=vec, num_warps=num_warps,
                         subtree=subtree, strided=gpu_backward and tuning.strided,
-                        prefetch=gpu_backward and tuning.prefetch, joint=gpu_backward and tuning.joint,
-                        flat=flat, maxnreg=tuning.maxnreg if gpu_backward else 0)
+                        prefetch=gpu_backward and tuning.prefetch and not stages, joint=gpu_backward and tuning.joint,
+                        flat=flat, maxnreg=tuning.maxnreg if gpu_backward else 0,
+                        stages=stages)
 
 
 def dim_constexpr(dim: int) -> int:
@@ -517,6 +529,80 @@ if triton is not None:
             prod = tl.where(row_mask[:, None, None], prod, 0.0)
         return prod
 
+    @_device_function
+    def _bwd_staged(
+        x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p,  # noqa: ANN001
+        cols, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
+        MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, STAGES: tl.constexpr,
+    ):
+        """The backward kernel's loop over its 2**LEVELS tiles with Triton's software pipeline: the loads of the
+        next STAGES - 1 tiles are issued as asynchronous copies to shared memory (cp.async) before this tile is
+        reduced, so they hold no registers. Tiles loaded as [LEAVES, GROUPS * 8] (``cols``) and reshaped, as the
+        prefetching loop's FLAT does; the same leaves in the same order, so the same bits. Returns the subtree's
+        total (STRIDED: its LEAVES rows, still to be added in pairs)."""
+        col_mask = cols < dim
+        s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
+        c = zero
+        j = tl.arange(0, LEAVES)
+        for t in tl.range(0, 1 << LEVELS, num_stages=STAGES):
+            rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+            row_mask = rows < n_rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(x_ptr + tl.multiple_of(rows * x_row_stride, VEC)[:, None] + cols[None, :], mask=mask, other=0.0)
+            g = tl.load(g_ptr + tl.multiple_of(rows * g_row_stride, VEC)[:, None] + cols[None, :], mask=mask, other=0.0)
+            c = _bwd_leaf(tl.reshape(x, [LEAVES, GROUPS, 8]).to(tl.float32),
+                          tl.reshape(g, [LEAVES, GROUPS, 8]).to(tl.float32), w, rows, row_mask, mask, cols, dx_ptr,
+                          stats_ptr, eps, dim, STORE_DX, STATS, True, JOINT, True)
+            if not STRIDED:
+                c = _adjacent(c)
+            c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
+        return c
+
+    @_device_function
+    def _bwd_prefetched(
+        x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p,  # noqa: ANN001
+        chunk, cols, col_mask, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
+        MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, FLAT: tl.constexpr,
+    ):
+        """The backward kernel's loop over its 2**LEVELS tiles with tile t + 1 loaded into registers before tile t
+        is reduced (FLAT: loaded as [LEAVES, GROUPS * 8] and reshaped, which lets Triton lay rows out across warps
+        and a row's groups across lanes). Returns what _bwd_staged returns."""
+        s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
+        c = zero
+        j = tl.arange(0, LEAVES)
+        if FLAT:  # the tile as [LEAVES, GROUPS * 8], reshaped after the load (see the docstring)
+            cols_l = chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8)
+            col_mask_l = cols_l < dim
+        else:
+            cols_l = cols[None, :, :]
+            col_mask_l = col_mask[None, :, :]
+        rows = _bwd_rows(p, 0, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+        row_mask = rows < n_rows
+        mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
+        x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
+                         mask=mask, other=0.0)
+        g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
+                         mask=mask, other=0.0)
+        for t in range(1 << LEVELS):
+            x = tl.reshape(x_next, [LEAVES, GROUPS, 8]).to(tl.float32)
+            g = tl.reshape(g_next, [LEAVES, GROUPS, 8]).to(tl.float32)
+            rows_t, row_mask_t, mask_t = rows, row_mask, mask
+            rows = _bwd_rows(p, t + 1, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+            row_mask = (rows < n_rows) & (t + 1 < (1 << LEVELS))
+            mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
+            x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
+                             mask=mask, other=0.0)
+            g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
+                             mask=mask, other=0.0)
+            c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps, dim,
+                          STORE_DX, STATS, True, JOINT, FLAT)
+            if not STRIDED:
+                c = _adjacent(c)
+            c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
+        return c
+
     @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "n_programs", "eps", "n_cols"])
     def _rms_norm_bwd_kernel(
         x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, stats_ptr,  # noqa: ANN001
@@ -524,6 +610,7 @@ if triton is not None:
         DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr, MBITS: tl.constexpr,
         VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, STRIDED: tl.constexpr = False,
         PREFETCH: tl.constexpr = False, JOINT: tl.constexpr = False, FLAT: tl.constexpr = False,
+        STAGES: tl.constexpr = 0,
     ):
         """dx of the rows of program p's subtree, and its fp32 partial of dw, for columns chunk * GROUPS * 8 on.
 
@@ -533,9 +620,10 @@ if triton is not None:
         t holds leaves t * LEAVES on, which are added in pairs inside the tile, and the tiles' sums go through
         a stack of finished subtrees. STRIDED: tile t holds leaves t, t + T, t + 2T, ... (T tiles); the tiles
         go through the stack element by element (the tree's lowest levels, no data crossing threads) and the
-        LEAVES rows of the total are added in pairs once, at the end (its highest levels). PREFETCH: tile t + 1
-        is loaded before tile t is reduced (FLAT: loaded as [LEAVES, GROUPS * 8] and reshaped, which lets Triton
-        lay rows out across warps and a row's groups across lanes). JOINT: a row's two sums are reduced together.
+        LEAVES rows of the total are added in pairs once, at the end (its highest levels). STAGES > 0: the loop
+        is Triton's software pipeline, STAGES - 1 tiles' loads in flight in shared memory (see _bwd_staged; it
+        takes the place of PREFETCH). PREFETCH: tile t + 1 is loaded before tile t is reduced (see
+        _bwd_prefetched, and FLAT there). JOINT: a row's two sums are reduced together.
         The partial goes to row p of part_ptr, which no other program touches: no atomics, the same bits on every
         run. STATS: inv and c come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows
         and they are computed here. DIM and n_cols as in the forward.
@@ -552,36 +640,14 @@ if triton is not None:
         s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
         c = zero
         j = tl.arange(0, LEAVES)
-        if PREFETCH:
-            if FLAT:  # the tile as [LEAVES, GROUPS * 8], reshaped after the load (see the docstring)
-                cols_l = chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8)
-                col_mask_l = cols_l < dim
-            else:
-                cols_l = cols[None, :, :]
-                col_mask_l = col_mask[None, :, :]
-            rows = _bwd_rows(p, 0, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
-            row_mask = rows < n_rows
-            mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
-            x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
-                             mask=mask, other=0.0)
-            g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
-                             mask=mask, other=0.0)
-            for t in range(1 << LEVELS):
-                x = tl.reshape(x_next, [LEAVES, GROUPS, 8]).to(tl.float32)
-                g = tl.reshape(g_next, [LEAVES, GROUPS, 8]).to(tl.float32)
-                rows_t, row_mask_t, mask_t = rows, row_mask, mask
-                rows = _bwd_rows(p, t + 1, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
-                row_mask = (rows < n_rows) & (t + 1 < (1 << LEVELS))
-                mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
-                x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
-                                 mask=mask, other=0.0)
-                g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
-                                 mask=mask, other=0.0)
-                c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps, dim,
-                              STORE_DX, STATS, True, JOINT, FLAT)
-                if not STRIDED:
-                    c = _adjacent(c)
-                c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
+        if STAGES > 0:
+            c = _bwd_staged(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps,
+                            dim, p, chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8), zero, GROUPS, LEAVES, LEVELS,
+                            MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES)
+        elif PREFETCH:
+            c = _bwd_prefetched(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
+                                eps, dim, p, chunk, cols, col_mask, zero, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX,
+                                STATS, STRIDED, JOINT, FLAT)
         else:
             for t in range(1 << LEVELS):  # LEAVES << LEVELS == 8 << MBITS, the subtree's rows
                 rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
@@ -905,7 +971,7 @@ def _backward(
         (programs, cfg.tiles),
         (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps, dim,
          dim_constexpr(dim), cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1, cfg.strided,
-         cfg.prefetch, cfg.joint, cfg.flat),
+         cfg.prefetch, cfg.joint, cfg.flat, cfg.stages),
         cfg.num_warps,
         x.device,
         cfg.maxnreg,

@@ -93,18 +93,27 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 
 
 # Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
-# default. "run 3" is the tuning before strided tiles, prefetch and joint sums.
-_RUN3 = dict(strided=False, prefetch=False, joint=False, flat=False, subtree_elems=0, subtree_rows=64)
+# default. The run-4 variants (run 3's tuning, not flat, not joint, 8 rows a tile at 128, 8 warps at 128, 32 rows a
+# tile, 16 rows a program at 4096, at most 128 registers) are in reports/h200/kernels/run4; these are run 17's: the
+# loop over tiles pipelined by Triton (loads staged in shared memory through cp.async, tl.range's num_stages)
+# instead of the prefetch in registers, which frees the registers that held the next tile and keeps more rows in
+# flight; with 16 or 32 warps at 4096 the stack of dw's partial rows is spread over more threads.
+_STAGED = dict(prefetch=False, staged_rows=1)  # at 4096 too (one row a tile)
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("run 3", _RUN3),
-    ("not flat", dict(flat=False)),
-    ("not joint", dict(joint=False)),
-    ("8 rows a tile at 128", dict(tile=1024)),
-    ("8 warps at 128", dict(warp_elems=256, max_warps=8)),
-    ("32 rows a tile, 8 warps at 128", dict(tile=4096)),
-    ("16 rows a program at 4096", dict(subtree_rows=16)),
-    ("at most 128 registers", dict(maxnreg=128)),
+    ("prefetch at 128 (run 16's default)", dict(stages=0)),
+    ("2 stages", dict(_STAGED, stages=2)),
+    ("3 stages", dict(_STAGED, stages=3)),
+    ("4 stages", dict(_STAGED, stages=4)),
+    ("16 warps at 4096, 2 stages", dict(_STAGED, stages=2, warp_elems=256)),
+    ("16 warps at 4096, 3 stages", dict(_STAGED, stages=3, warp_elems=256)),
+    ("16 warps at 4096, 4 stages", dict(_STAGED, stages=4, warp_elems=256)),
+    ("16 warps and 16 rows a program at 4096, 3 stages", dict(_STAGED, stages=3, warp_elems=256, subtree_rows=16)),
+    ("16 warps and 16 rows a program at 4096, 4 stages", dict(_STAGED, stages=4, warp_elems=256, subtree_rows=16)),
+    ("32 warps at 4096 (8 at 128), 3 stages", dict(_STAGED, stages=3, warp_elems=128, max_warps=32)),
+    ("32 warps at 4096 (8 at 128), 4 stages", dict(_STAGED, stages=4, warp_elems=128, max_warps=32)),
+    ("16 rows a tile at 128, 3 stages", dict(_STAGED, stages=3, tile=2048)),
+    ("16 warps at 4096 (prefetch)", dict(warp_elems=256)),
 ]
 
 

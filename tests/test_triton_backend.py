@@ -558,6 +558,30 @@ def test_dw_tree_over_the_rows(device, rows):
     _assert_parity(x, w, g, f"with {rows} rows")
 
 
+@pytest.fixture(params=[0, 3], ids=["prefetch", "pipelined"])
+def backward_loop(request, monkeypatch):
+    """The GPU backward's loop over tiles with the next tile prefetched into registers, or as Triton's software
+    pipeline (loads staged in shared memory), at every dim: the tuning picks one by the rows a tile holds."""
+    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=request.param, staged_rows=1,
+                                                             prefetch=not request.param))
+    tr.launch_config.cache_clear()
+    yield request.param
+    tr.launch_config.cache_clear()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="both loops are compiled for a GPU; the interpreter "
+                    "runs the plain one (the CPU tests above)")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_loops_are_bitwise_native(dtype, backward_loop):
+    """Each loop at a tile of several rows (128, 129) and of one (1000, 4096), with batches that end inside a tile,
+    a program's subtree and the pipeline's stages: dx and dw bit for bit native's."""
+    for dim in (128, 129, 1000, 4096):
+        assert tr.launch_config(dim, dtype, backward=True).stages == backward_loop
+        for rows in (1, 5, 33, 70, 4099):
+            x, w, g = _data(rows, dim, dtype, "cuda", seed=rows + dim)
+            _assert_parity(x, w, g, f"{rows} rows at dim {dim}")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradients_of_forward_fp32_bitwise(device):
     x, w, g = _data(20, 256, torch.bfloat16, device)
