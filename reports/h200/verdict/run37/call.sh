@@ -4,7 +4,7 @@
 # site-packages' bytecode compiled first as pip leaves it: Triton cold, CUDA cold, then the README's RL command,
 # each report with its host reference (a slow machine reads as one). From the tree's root on a fresh GPU machine,
 # Liger-Kernel's wheel in .whl/ (carried):
-#   OUT=<folder> bash reports/h200/verdict/run37-call.sh
+#   OUT=<folder> bash reports/h200/verdict/run37/call.sh
 set -u
 R=${OUT:?OUT=folder}/run37
 mkdir -p "$R"

@@ -3,7 +3,7 @@
 # 37 measured 206.5 s with 8, after Triton cold and CUDA cold had filled the caches). From the installed wheel,
 # site-packages' bytecode compiled first. From the tree's root on a fresh GPU machine, Liger-Kernel's wheel in .whl/
 # (carried):
-#   OUT=<folder> bash reports/h200/verdict/run38-call.sh
+#   OUT=<folder> bash reports/h200/verdict/run38/call.sh
 set -u
 R=${OUT:?OUT=folder}/run38
 mkdir -p "$R"
