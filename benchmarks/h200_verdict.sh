@@ -7,7 +7,8 @@
 #   cuda-cold, triton-cold    that backend after the extension's build cache, Inductor's and Triton's caches are
 #                             cleared: a machine's first run
 #   rl                        README's RL command: native, Triton, CUDA and Liger-Kernel, two parity pairs,
-#                             --modes=compile,cudagraph, -n 8; at most RL_LIMIT seconds
+#                             --modes=compile,cudagraph, -n RL_WORKERS (16: one a core of the H200 machine; runs
+#                             before 38 used 8); at most RL_LIMIT seconds
 #   profile                   PROFILE_SUITE's tests matching PROFILE_K, bf16, in one process under cProfile
 #   modes                     a kernel whose torch.compile path reduces in another order, under the default gate
 #   rl-start                  cProfile of the RL command's controller with every test deselected: its own start
@@ -73,7 +74,7 @@ for stage in ${*:-triton cuda native profile modes}; do
     rl)
       # The run's own --deadline ends it with a report (INCOMPLETE, naming what did not run) before the timeout.
       timeout -s INT "${RL_LIMIT:-300}" python3 $T --pyargs --backend=native,triton,cuda,liger --device=cuda \
-        --workers="$WORKERS" --out "$OUT/rl${VERDICT_TAG:-}.md" -- --require-parity=triton:cuda \
+        --workers="${RL_WORKERS:-16}" --out "$OUT/rl${VERDICT_TAG:-}.md" -- --require-parity=triton:cuda \
         --require-parity=native@cpu:native@cuda --modes=compile,cudagraph --deadline=$(( ${RL_LIMIT:-300} - 40 )) ;;
     profile)
       timeout -s INT "${VERDICT_LIMIT:-300}" python3 $T --pyargs --backend=triton --device=cuda --breakdown \

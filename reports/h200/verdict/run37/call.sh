@@ -9,6 +9,6 @@ set -u
 R=${OUT:?OUT=folder}/run37
 mkdir -p "$R"
 begin=$(date +%s)
-OUT=$R VERDICT_LIMIT=130 RL_LIMIT=260 bash benchmarks/h200_verdict.sh bytecode triton-cold cuda-cold rl \
+OUT=$R VERDICT_LIMIT=130 RL_LIMIT=260 RL_WORKERS=8 bash benchmarks/h200_verdict.sh bytecode triton-cold cuda-cold rl \
   > "$R/runs.log" 2>&1
 echo "done: $(( $(date +%s) - begin )) s" >> "$R/runs.log"
