@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run 38: README's RL command with 16 workers instead of 8 (the H200 machine has 16 cores; run 37 measured 206.5 s
 # with 8, after Triton cold and CUDA cold had filled the caches). It ran on the machine run 37 had just used, still
-# held: its caches and its installed wheels were in place, as they were for run 37's RL stage. From the installed
+# held: its caches and its installed wheels were in place (as for run 37's RL stage, which ran after Triton cold and
+# CUDA cold; Liger-Kernel's Triton binaries, which that stage compiled, were warm here too). From the installed
 # wheel, site-packages' bytecode compiled first. From the tree's root, Liger-Kernel's wheel in .whl/ (carried):
 #   OUT=<folder> bash reports/h200/verdict/run38/call.sh
 set -u
