@@ -561,25 +561,36 @@ def test_dw_tree_over_the_rows(device, rows):
 @pytest.fixture(params=[0, 3], ids=["prefetch", "pipelined"])
 def backward_loop(request, monkeypatch):
     """The GPU backward's loop over tiles with the next tile prefetched into registers, or as Triton's software
-    pipeline (loads staged in shared memory), at every dim: the tuning picks one by the rows a tile holds."""
+    pipeline (loads staged in shared memory), at every dim: the GPU tuning picks one by the rows a tile holds. On the
+    CPU the backward takes the GPU tuning too (strided tiles, joint sums, flat loads and the loop asked for), run by
+    Triton's interpreter: the GPU's code paths held to native's bits where CI runs, not only on a GPU."""
     monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=request.param, staged_rows=1,
                                                              prefetch=not request.param))
-    tr.launch_config.cache_clear()
+    real = tr.launch_config
+
+    def gpu_backward(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
+                     interpreted: bool = tr._INTERPRETED) -> tr.LaunchConfig:
+        return real(dim, dtype, backward=backward, fused_add=fused_add, interpreted=interpreted and not backward)
+
+    monkeypatch.setattr(tr, "launch_config", gpu_backward)
+    real.cache_clear()
     yield request.param
-    tr.launch_config.cache_clear()
+    real.cache_clear()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="both loops are compiled for a GPU; the interpreter "
-                    "runs the plain one (the CPU tests above)")
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_backward_loops_are_bitwise_native(dtype, backward_loop):
+def test_backward_loops_are_bitwise_native(device, dtype, backward_loop):
     """Each loop at a tile of several rows (128, 129) and of one (1000, 4096), with batches that end inside a tile,
     a program's subtree and the pipeline's stages: dx and dw bit for bit native's."""
-    for dim in (128, 129, 1000, 4096):
-        assert tr.launch_config(dim, dtype, backward=True).stages == backward_loop
-        for rows in (1, 5, 33, 70, 4099):
-            x, w, g = _data(rows, dim, dtype, "cuda", seed=rows + dim)
-            _assert_parity(x, w, g, f"{rows} rows at dim {dim}")
+    on_gpu = device == "cuda"
+    plans = [(dim, rows) for dim in (128, 129, 1000, 4096) for rows in (1, 5, 33, 70, 4099)] if on_gpu else \
+        [(128, 70), (129, 33), (1000, 5), (4096, 3)]
+    for dim, rows in plans:
+        cfg = tr.launch_config(dim, dtype, backward=True)
+        assert (cfg.stages, cfg.prefetch, cfg.strided) == (backward_loop, not backward_loop, True), cfg
+        x, w, g = _data(rows, dim, dtype, device, seed=rows + dim)
+        _assert_parity(x, w, g, f"{rows} rows at dim {dim}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
