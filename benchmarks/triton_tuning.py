@@ -93,27 +93,23 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 
 
 # Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
-# default. The run-4 variants (run 3's tuning, not flat, not joint, 8 rows a tile at 128, 8 warps at 128, 32 rows a
-# tile, 16 rows a program at 4096, at most 128 registers) are in reports/h200/kernels/run4; these are run 17's: the
-# loop over tiles pipelined by Triton (loads staged in shared memory through cp.async, tl.range's num_stages)
-# instead of the prefetch in registers, which frees the registers that held the next tile and keeps more rows in
-# flight; with 16 or 32 warps at 4096 the stack of dw's partial rows is spread over more threads.
-_STAGED = dict(prefetch=False, staged_rows=1)  # at 4096 too (one row a tile)
+# default. Run 4's variants (run 3's tuning, not flat, not joint, rows a tile, warps, rows a program, a register cap)
+# are in reports/h200/kernels/run4, run 17's (the loop pipelined 2-4 stages deep, 8-32 warps at 4096) in run17;
+# these are run 20's: two tiles an iteration of the pipelined loop (pairs), whose two rows' reductions are
+# independent until their products are added, so that a multiprocessor's one block at 4096 has two chains of work
+# to interleave (compiled for sm_90 off the GPU: 229 registers with 2 stages, 244 with 3, 212 with 3 and 16 rows a
+# program, none spilled; 242 for run 17's one tile an iteration).
+_STAGED = dict(prefetch=False, staged_rows=1)  # the pipeline at 4096 too (one row a tile)
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("prefetch at 128 (run 16's default)", dict(stages=0)),
-    ("2 stages", dict(_STAGED, stages=2)),
-    ("3 stages", dict(_STAGED, stages=3)),
-    ("4 stages", dict(_STAGED, stages=4)),
-    ("16 warps at 4096, 2 stages", dict(_STAGED, stages=2, warp_elems=256)),
-    ("16 warps at 4096, 3 stages", dict(_STAGED, stages=3, warp_elems=256)),
-    ("16 warps at 4096, 4 stages", dict(_STAGED, stages=4, warp_elems=256)),
-    ("16 warps and 16 rows a program at 4096, 3 stages", dict(_STAGED, stages=3, warp_elems=256, subtree_rows=16)),
-    ("16 warps and 16 rows a program at 4096, 4 stages", dict(_STAGED, stages=4, warp_elems=256, subtree_rows=16)),
-    ("32 warps at 4096 (8 at 128), 3 stages", dict(_STAGED, stages=3, warp_elems=128, max_warps=32)),
-    ("32 warps at 4096 (8 at 128), 4 stages", dict(_STAGED, stages=4, warp_elems=128, max_warps=32)),
-    ("16 rows a tile at 128, 3 stages", dict(_STAGED, stages=3, tile=2048)),
-    ("16 warps at 4096 (prefetch)", dict(warp_elems=256)),
+    ("3 stages (run 17)", dict(_STAGED, stages=3)),
+    ("pairs, 2 stages", dict(_STAGED, stages=2, pairs=True)),
+    ("pairs, 3 stages", dict(_STAGED, stages=3, pairs=True)),
+    ("pairs, 4 stages", dict(_STAGED, stages=4, pairs=True)),
+    ("pairs, 2 stages, 16 rows a program at 4096", dict(_STAGED, stages=2, pairs=True, subtree_rows=16)),
+    ("pairs, 3 stages, 16 rows a program at 4096", dict(_STAGED, stages=3, pairs=True, subtree_rows=16)),
+    ("pairs at 128 only, 3 stages", dict(pairs=True)),
+    ("pairs at 128 only, 2 stages", dict(pairs=True, stages=2)),
 ]
 
 
