@@ -68,7 +68,7 @@ class LaunchConfig(NamedTuple):
     flat: bool = False  # tile loaded as [rows, columns] and reshaped (backward: with prefetch; forward: whole rows)
     maxnreg: int = 0  # backward: registers a thread at most (0: the compiler's choice)
     stages: int = 0  # backward: tiles in flight through Triton's software pipeline (0: prefetch or none)
-    pairs: bool = False  # backward, pipelined: two tiles an iteration, the weight loaded again each iteration
+    unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two (over 1: the weight loaded each one)
 
 
 class _Tuning(NamedTuple):
@@ -88,7 +88,8 @@ class _Tuning(NamedTuple):
     maxnreg: int = 0  # backward: a cap on registers a thread (GPU only; 0: none)
     stages: int = 0  # backward: the loop over tiles pipelined this deep, loads staged in shared memory (GPU only)
     staged_rows: int = 2  # backward: the pipeline only where a tile holds at least this many rows (else prefetch)
-    pairs: bool = False  # backward, pipelined: two tiles an iteration (GPU only)
+    unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two (GPU only)
+    unroll_rows: int = 1  # backward: the unroll only where a tile holds at most this many rows
 
 
 # GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
@@ -164,7 +165,8 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
                         subtree=subtree, strided=gpu_backward and tuning.strided,
                         prefetch=gpu_backward and tuning.prefetch and not stages, joint=gpu_backward and tuning.joint,
                         flat=flat, maxnreg=tuning.maxnreg if gpu_backward else 0,
-                        stages=stages, pairs=bool(stages) and tuning.pairs and subtree >= 2 * rows)
+                        stages=stages, unroll=tuning.unroll if stages and rows <= tuning.unroll_rows
+                        and subtree >= tuning.unroll * rows else 1)
 
 
 def dim_constexpr(dim: int) -> int:
@@ -536,33 +538,50 @@ if triton is not None:
         x_ptr, g_ptr, w_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim,  # noqa: ANN001
         p, cols, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
-        STRIDED: tl.constexpr, JOINT: tl.constexpr, STAGES: tl.constexpr, PAIRS: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, STAGES: tl.constexpr, UNROLL_BITS: tl.constexpr,
     ):
         """The backward kernel's loop over its 2**LEVELS tiles with Triton's software pipeline: the loads of the
         next STAGES - 1 iterations are issued as asynchronous copies to shared memory (cp.async) before this one's
         tiles are reduced, so they hold no registers. Tiles loaded as [LEAVES, GROUPS * 8] (``cols``) and reshaped,
-        as the prefetching loop's FLAT does; the same leaves in the same order, so the same bits. PAIRS: tiles 2u
-        and 2u + 1 in one iteration, two rows' reductions independent of each other until their products are
-        added (the stack's first level, the same add), and the weight loaded again each iteration rather than held
-        (``w`` unused). Returns the subtree's total (STRIDED: its LEAVES rows, still to be added in pairs)."""
+        as the prefetching loop's FLAT does; the same leaves in the same order, so the same bits.
+
+        2**UNROLL_BITS tiles an iteration (see _bwd_tiles): their rows' reductions are independent of each other
+        until their products are added, the stack's lowest levels, with the same adds in the same order; the stack
+        keeps the upper LEVELS - UNROLL_BITS levels, whose bookkeeping (a runtime counter's branches, selects and
+        register moves: a fifth of the loop's instructions at 128, one tile an iteration) is paid once an
+        iteration. Unrolled, the weight is loaded each iteration rather than held (``w`` unused). Returns the
+        subtree's total (STRIDED: its LEAVES rows, still to be added in pairs)."""
         col_mask = cols < dim
         s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
         c = zero
-        for u in tl.range(0, 1 << (LEVELS - PAIRS), num_stages=STAGES):
-            if PAIRS:
-                w_u = tl.reshape(_load_f32(w_ptr + cols, col_mask), [1, GROUPS, 8])
-                c = _bwd_tile(x_ptr, g_ptr, w_u, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
-                              eps, dim, p, 2 * u, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
-                              STRIDED, JOINT)
-                c = c + _bwd_tile(x_ptr, g_ptr, w_u, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride,
-                                  n_programs, eps, dim, p, 2 * u + 1, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS,
-                                  VEC, STORE_DX, STATS, STRIDED, JOINT)
-            else:
-                c = _bwd_tile(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
-                              eps, dim, p, u, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
-                              STRIDED, JOINT)
-            c, s0, s1, s2, s3, s4, s5 = _push(c, u, s0, s1, s2, s3, s4, s5, LEVELS - PAIRS)
+        for u in tl.range(0, 1 << (LEVELS - UNROLL_BITS), num_stages=STAGES):
+            w_u = tl.reshape(_load_f32(w_ptr + cols, col_mask), [1, GROUPS, 8]) if UNROLL_BITS > 0 else w
+            c = _bwd_tiles(x_ptr, g_ptr, w_u, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
+                           eps, dim, p, u << UNROLL_BITS, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC,
+                           STORE_DX, STATS, STRIDED, JOINT, UNROLL_BITS)
+            c, s0, s1, s2, s3, s4, s5 = _push(c, u, s0, s1, s2, s3, s4, s5, LEVELS - UNROLL_BITS)
         return c
+
+    @_device_function
+    def _bwd_tiles(
+        x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p, t,  # noqa: ANN001
+        cols, col_mask, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
+        MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, BITS: tl.constexpr,
+    ):
+        """The sum of tiles t .. t + 2**BITS - 1 (t a multiple of 2**BITS) as the stack would form it: the first
+        half's sum plus the second's, each formed so in turn, down to single tiles (_bwd_tile)."""
+        if BITS == 0:
+            return _bwd_tile(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
+                             eps, dim, p, t, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
+                             STRIDED, JOINT)
+        else:
+            first = _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
+                               eps, dim, p, t, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
+                               STRIDED, JOINT, BITS - 1)
+            return first + _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride,
+                                      n_programs, eps, dim, p, t + (1 << (BITS - 1)), cols, col_mask, GROUPS,
+                                      LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, BITS - 1)
 
     @_device_function
     def _bwd_tile(
@@ -637,7 +656,7 @@ if triton is not None:
         DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr, MBITS: tl.constexpr,
         VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, STRIDED: tl.constexpr = False,
         PREFETCH: tl.constexpr = False, JOINT: tl.constexpr = False, FLAT: tl.constexpr = False,
-        STAGES: tl.constexpr = 0, PAIRS: tl.constexpr = False,
+        STAGES: tl.constexpr = 0, UNROLL_BITS: tl.constexpr = 0,
     ):
         """dx of the rows of program p's subtree, and its fp32 partial of dw, for columns chunk * GROUPS * 8 on.
 
@@ -649,7 +668,7 @@ if triton is not None:
         go through the stack element by element (the tree's lowest levels, no data crossing threads) and the
         LEAVES rows of the total are added in pairs once, at the end (its highest levels). STAGES > 0: the loop
         is Triton's software pipeline, STAGES - 1 iterations' loads in flight in shared memory (see _bwd_staged;
-        it takes the place of PREFETCH; PAIRS: two tiles an iteration). PREFETCH: tile t + 1 is loaded before tile
+        it takes the place of PREFETCH; 2**UNROLL_BITS tiles an iteration). PREFETCH: tile t + 1 is loaded before tile
         t is reduced (see _bwd_prefetched, and FLAT there). JOINT: a row's two sums are reduced together.
         The partial goes to row p of part_ptr, which no other program touches: no atomics, the same bits on every
         run. STATS: inv and c come from stats_ptr (rows wider than a tile); otherwise the tile holds whole rows
@@ -670,7 +689,7 @@ if triton is not None:
         if STAGES > 0:
             c = _bwd_staged(x_ptr, g_ptr, w_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                             eps, dim, p, chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8), zero, GROUPS, LEAVES, LEVELS,
-                            MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES, PAIRS)
+                            MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES, UNROLL_BITS)
         elif PREFETCH:
             c = _bwd_prefetched(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                                 eps, dim, p, chunk, cols, col_mask, zero, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX,
@@ -998,7 +1017,7 @@ def _backward(
         (programs, cfg.tiles),
         (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps, dim,
          dim_constexpr(dim), cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1, cfg.strided,
-         cfg.prefetch, cfg.joint, cfg.flat, cfg.stages, cfg.pairs),
+         cfg.prefetch, cfg.joint, cfg.flat, cfg.stages, cfg.unroll.bit_length() - 1),
         cfg.num_warps,
         x.device,
         cfg.maxnreg,

@@ -95,21 +95,23 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
 # default. Run 4's variants (run 3's tuning, not flat, not joint, rows a tile, warps, rows a program, a register cap)
 # are in reports/h200/kernels/run4, run 17's (the loop pipelined 2-4 stages deep, 8-32 warps at 4096) in run17;
-# these are run 20's: two tiles an iteration of the pipelined loop (pairs), whose two rows' reductions are
-# independent until their products are added, so that a multiprocessor's one block at 4096 has two chains of work
-# to interleave (compiled for sm_90 off the GPU: 229 registers with 2 stages, 244 with 3, 212 with 3 and 16 rows a
-# program, none spilled; 242 for run 17's one tile an iteration).
+# these are run 20's: the pipelined loop at 4096 with 2, 4 or 8 tiles an iteration (unroll; one-row tiles only,
+# so 2097152 x 128 keeps the default unless a variant changes its stages). Compiled for sm_90 off the GPU (Triton
+# 3.6, nvdisasm), the loop's SASS instructions a tile (16 elements a thread) fall from 972 (the prefetching default)
+# and 983 (run 17's pipeline) to 637 / 508 / 456 with 2 / 4 / 8 tiles an iteration: the stack's bookkeeping (a
+# runtime counter's branches, selects and register moves, about 450 instructions a tile) is paid once an
+# iteration; 229-244 registers, none spilled.
 _STAGED = dict(prefetch=False, staged_rows=1)  # the pipeline at 4096 too (one row a tile)
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("3 stages (run 17)", dict(_STAGED, stages=3)),
-    ("pairs, 2 stages", dict(_STAGED, stages=2, pairs=True)),
-    ("pairs, 3 stages", dict(_STAGED, stages=3, pairs=True)),
-    ("pairs, 4 stages", dict(_STAGED, stages=4, pairs=True)),
-    ("pairs, 2 stages, 16 rows a program at 4096", dict(_STAGED, stages=2, pairs=True, subtree_rows=16)),
-    ("pairs, 3 stages, 16 rows a program at 4096", dict(_STAGED, stages=3, pairs=True, subtree_rows=16)),
-    ("pairs at 128 only, 3 stages", dict(pairs=True)),
-    ("pairs at 128 only, 2 stages", dict(pairs=True, stages=2)),
+    ("pipelined at 4096 (run 17)", _STAGED),
+    ("unroll 2 at 4096", dict(_STAGED, unroll=2)),
+    ("unroll 4 at 4096", dict(_STAGED, unroll=4)),
+    ("unroll 4 at 4096, 16 rows a program", dict(_STAGED, unroll=4, subtree_rows=16)),
+    ("unroll 4 at 4096, 2 stages (at 128 too)", dict(_STAGED, unroll=4, stages=2)),
+    ("unroll 4 at 4096, 4 stages (at 128 too)", dict(_STAGED, unroll=4, stages=4)),
+    ("unroll 8 at 4096, 2 stages (at 128 too)", dict(_STAGED, unroll=8, stages=2)),
+    ("unroll 2 at 4096, 4 stages (at 128 too)", dict(_STAGED, unroll=2, stages=4)),
 ]
 
 

@@ -558,16 +558,16 @@ def test_dw_tree_over_the_rows(device, rows):
     _assert_parity(x, w, g, f"with {rows} rows")
 
 
-@pytest.fixture(params=[(0, False), (3, False), (3, True)], ids=["prefetch", "pipelined", "pipelined-pairs"])
+@pytest.fixture(params=[(0, 1), (3, 1), (3, 2), (2, 4)], ids=["prefetch", "pipelined", "pipelined-2", "pipelined-4"])
 def backward_loop(request, monkeypatch):
     """The GPU backward's loop over tiles with the next tile prefetched into registers, or as Triton's software
-    pipeline (loads staged in shared memory), one tile an iteration or two (pairs), at every dim: the GPU tuning
+    pipeline (loads staged in shared memory), one, two or four tiles an iteration, at every dim: the GPU tuning
     picks the loop by the rows a tile holds. On the
     CPU the backward takes the GPU tuning too (strided tiles, joint sums, flat loads and the loop asked for), run by
     Triton's interpreter: the GPU's code paths held to native's bits where CI runs, not only on a GPU."""
-    stages, pairs = request.param
+    stages, unroll = request.param
     monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=stages, staged_rows=1, prefetch=not stages,
-                                                             pairs=pairs))
+                                                             unroll=unroll, unroll_rows=64))
     real = tr.launch_config
 
     def gpu_backward(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
@@ -590,8 +590,8 @@ def test_backward_loops_are_bitwise_native(device, dtype, backward_loop):
         [(128, 70), (129, 33), (1000, 5), (4096, 3)]
     for dim, rows in plans:
         cfg = tr.launch_config(dim, dtype, backward=True)
-        stages, pairs = backward_loop
-        assert (cfg.stages, cfg.pairs, cfg.prefetch, cfg.strided) == (stages, pairs, not stages, True), cfg
+        stages, unroll = backward_loop
+        assert (cfg.stages, cfg.unroll, cfg.prefetch, cfg.strided) == (stages, unroll, not stages, True), cfg
         x, w, g = _data(rows, dim, dtype, device, seed=rows + dim)
         _assert_parity(x, w, g, f"{rows} rows at dim {dim}")
 

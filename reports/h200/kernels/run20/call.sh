@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Kernels run 20 (it takes the place of run 19's call, whose profile it runs first): Nsight Compute on the CUDA
-# launches whose targets are not met (benchmarks/profile_kernels.py --unmet: the backward in bf16 at both shapes,
-# the lean indexing never profiled, and the fp16 forward at 16384x8192 beside bf16); then the Triton backward's
-# run-20 variants (benchmarks/triton_tuning.py --backward-variants: two tiles an iteration of the pipelined loop),
-# each against a copy in the same process and bit for bit against the default; then the Triton backend's GPU tests
-# under the first pairs candidate (run17/retune.py). From the tree's root on a fresh GPU machine:
+# Kernels run 20: Nsight Compute on the CUDA launches whose targets are not met (benchmarks/profile_kernels.py
+# --unmet: the backward in bf16 at both shapes, the lean indexing never profiled, and the fp16 forward at 16384x8192
+# beside bf16); then the Triton backward's run-20 variants (benchmarks/triton_tuning.py --backward-variants: 2, 4 or
+# 8 tiles an iteration of the pipelined loop at 4096), each against a copy in the same process and bit for bit
+# against the default; then the Triton backend's GPU tests under the unroll-4 candidate (run17/retune.py). From the
+# tree's root on a fresh GPU machine:
 #   OUT=<folder> bash reports/h200/kernels/run20/call.sh
 set -u
 R=${OUT:?OUT=folder}/run20
@@ -20,7 +20,7 @@ echo "ncu exit $? after $(( $(date +%s) - start )) s" >> "$R/ncu.log"
 [ -f /tmp/prof.ncu-rep ] && "$NCU" --import /tmp/prof.ncu-rep --page details > "$R/ncu-unmet.txt" 2>&1
 timeout 200 python3 benchmarks/triton_tuning.py --backward-variants --out "$R/variants.json" > "$R/variants.log" 2>&1
 echo "sweep exit $? after $(( $(date +%s) - start )) s" >> "$R/variants.log"
-RETUNE_BWD='{"prefetch": false, "staged_rows": 1, "stages": 2, "pairs": true}' PYTHONPATH=reports/h200/kernels/run17 \
+RETUNE_BWD='{"prefetch": false, "staged_rows": 1, "unroll": 4}' PYTHONPATH=reports/h200/kernels/run17 \
   timeout 150 python3 -m pytest -p retune tests/test_triton_backend.py -n 8 -q -p no:cacheprovider --tb=short \
   > "$R/test_triton.log" 2>&1
 echo "tests exit $? after $(( $(date +%s) - start )) s" >> "$R/test_triton.log"
