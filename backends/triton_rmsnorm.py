@@ -68,7 +68,7 @@ class LaunchConfig(NamedTuple):
     flat: bool = False  # tile loaded as [rows, columns] and reshaped (backward: with prefetch; forward: whole rows)
     maxnreg: int = 0  # backward: registers a thread at most (0: the compiler's choice)
     stages: int = 0  # backward: tiles in flight through Triton's software pipeline (0: prefetch or none)
-    unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two (over 1: the weight loaded each one)
+    unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two
 
 
 class _Tuning(NamedTuple):
@@ -89,7 +89,6 @@ class _Tuning(NamedTuple):
     stages: int = 0  # backward: the loop over tiles pipelined this deep, loads staged in shared memory (GPU only)
     staged_rows: int = 2  # backward: the pipeline only where a tile holds at least this many rows (else prefetch)
     unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two (GPU only)
-    unroll_rows: int = 1  # backward: the unroll only where a tile holds at most this many rows
 
 
 # GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
@@ -165,8 +164,7 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
                         subtree=subtree, strided=gpu_backward and tuning.strided,
                         prefetch=gpu_backward and tuning.prefetch and not stages, joint=gpu_backward and tuning.joint,
                         flat=flat, maxnreg=tuning.maxnreg if gpu_backward else 0,
-                        stages=stages, unroll=tuning.unroll if stages and rows <= tuning.unroll_rows
-                        and subtree >= tuning.unroll * rows else 1)
+                        stages=stages, unroll=tuning.unroll if stages and subtree >= tuning.unroll * rows else 1)
 
 
 def dim_constexpr(dim: int) -> int:
@@ -535,8 +533,8 @@ if triton is not None:
 
     @_device_function
     def _bwd_staged(
-        x_ptr, g_ptr, w_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim,  # noqa: ANN001
-        p, cols, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
+        x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p,  # noqa: ANN001
+        cols, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
         STRIDED: tl.constexpr, JOINT: tl.constexpr, STAGES: tl.constexpr, UNROLL_BITS: tl.constexpr,
     ):
@@ -549,14 +547,14 @@ if triton is not None:
         until their products are added, the stack's lowest levels, with the same adds in the same order; the stack
         keeps the upper LEVELS - UNROLL_BITS levels, whose bookkeeping (a runtime counter's branches, selects and
         register moves: a fifth of the loop's instructions at 128, one tile an iteration) is paid once an
-        iteration. Unrolled, the weight is loaded each iteration rather than held (``w`` unused). Returns the
-        subtree's total (STRIDED: its LEAVES rows, still to be added in pairs)."""
+        iteration. (The weight stays held: loaded again each iteration as [GROUPS * 8] and reshaped, Triton laid a
+        multi-row tile out so that every thread computed every row's statistics.) Returns the subtree's total
+        (STRIDED: its LEAVES rows, still to be added in pairs)."""
         col_mask = cols < dim
         s0, s1, s2, s3, s4, s5 = zero, zero, zero, zero, zero, zero
         c = zero
         for u in tl.range(0, 1 << (LEVELS - UNROLL_BITS), num_stages=STAGES):
-            w_u = tl.reshape(_load_f32(w_ptr + cols, col_mask), [1, GROUPS, 8]) if UNROLL_BITS > 0 else w
-            c = _bwd_tiles(x_ptr, g_ptr, w_u, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
+            c = _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                            eps, dim, p, u << UNROLL_BITS, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC,
                            STORE_DX, STATS, STRIDED, JOINT, UNROLL_BITS)
             c, s0, s1, s2, s3, s4, s5 = _push(c, u, s0, s1, s2, s3, s4, s5, LEVELS - UNROLL_BITS)
@@ -687,7 +685,7 @@ if triton is not None:
         c = zero
         j = tl.arange(0, LEAVES)
         if STAGES > 0:
-            c = _bwd_staged(x_ptr, g_ptr, w_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
+            c = _bwd_staged(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                             eps, dim, p, chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8), zero, GROUPS, LEAVES, LEVELS,
                             MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES, UNROLL_BITS)
         elif PREFETCH:

@@ -95,23 +95,25 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
 # default. Run 4's variants (run 3's tuning, not flat, not joint, rows a tile, warps, rows a program, a register cap)
 # are in reports/h200/kernels/run4, run 17's (the loop pipelined 2-4 stages deep, 8-32 warps at 4096) in run17;
-# these are run 20's: the pipelined loop at 4096 with 2, 4 or 8 tiles an iteration (unroll; one-row tiles only,
-# so 2097152 x 128 keeps the default unless a variant changes its stages). Compiled for sm_90 off the GPU (Triton
-# 3.6, nvdisasm), the loop's SASS instructions a tile (16 elements a thread) fall from 972 (the prefetching default)
-# and 983 (run 17's pipeline) to 637 / 508 / 456 with 2 / 4 / 8 tiles an iteration: the stack's bookkeeping (a
-# runtime counter's branches, selects and register moves, about 450 instructions a tile) is paid once an
-# iteration; 229-244 registers, none spilled.
+# these are run 20's: the pipelined loop with 2, 4 or 8 tiles an iteration (unroll). Compiled for sm_90 off the GPU
+# (Triton 3.6, nvdisasm), the loop's SASS instructions a tile: at 4096 (16 elements a thread) 972 for the
+# prefetching default and 983 for run 17's pipeline, 654 / 529 with 2 / 4 tiles an iteration (3 stages), 498 / 452
+# with 4 / 8 (2 stages; 8 with 3 stages would need 264 KB of shared memory); at 128 (8 a thread) 396, then 326 /
+# 300 with 2 / 4 tiles, and one iteration of all 8 tiles with 8. The stack's bookkeeping (a runtime counter's
+# branches, selects and register moves) is paid once an iteration; 80-254 registers, none spilled.
 _STAGED = dict(prefetch=False, staged_rows=1)  # the pipeline at 4096 too (one row a tile)
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
+    ("unroll 2 at 128", dict(unroll=2)),
+    ("unroll 4 at 128", dict(unroll=4)),
+    ("unroll 8 at 128 (one iteration)", dict(unroll=8)),
+    ("unroll 4 at 128, 2 stages", dict(unroll=4, stages=2)),
     ("pipelined at 4096 (run 17)", _STAGED),
-    ("unroll 2 at 4096", dict(_STAGED, unroll=2)),
-    ("unroll 4 at 4096", dict(_STAGED, unroll=4)),
-    ("unroll 4 at 4096, 16 rows a program", dict(_STAGED, unroll=4, subtree_rows=16)),
-    ("unroll 4 at 4096, 2 stages (at 128 too)", dict(_STAGED, unroll=4, stages=2)),
-    ("unroll 4 at 4096, 4 stages (at 128 too)", dict(_STAGED, unroll=4, stages=4)),
-    ("unroll 8 at 4096, 2 stages (at 128 too)", dict(_STAGED, unroll=8, stages=2)),
-    ("unroll 2 at 4096, 4 stages (at 128 too)", dict(_STAGED, unroll=2, stages=4)),
+    ("pipelined, unroll 2", dict(_STAGED, unroll=2)),
+    ("pipelined, unroll 4", dict(_STAGED, unroll=4)),
+    ("pipelined, unroll 4, 2 stages", dict(_STAGED, unroll=4, stages=2)),
+    ("pipelined, unroll 8, 2 stages", dict(_STAGED, unroll=8, stages=2)),
+    ("pipelined, unroll 4, 16 rows a program at 4096", dict(_STAGED, unroll=4, subtree_rows=16)),
 ]
 
 

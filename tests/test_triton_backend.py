@@ -567,7 +567,7 @@ def backward_loop(request, monkeypatch):
     Triton's interpreter: the GPU's code paths held to native's bits where CI runs, not only on a GPU."""
     stages, unroll = request.param
     monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=stages, staged_rows=1, prefetch=not stages,
-                                                             unroll=unroll, unroll_rows=64))
+                                                             unroll=unroll))
     real = tr.launch_config
 
     def gpu_backward(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
