@@ -583,11 +583,12 @@ def backward_loop(request, monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_backward_loops_are_bitwise_native(device, dtype, backward_loop):
-    """Each loop at a tile of several rows (128, 129) and of one (1000, 4096), with batches that end inside a tile,
-    a program's subtree and the pipeline's stages: dx and dw bit for bit native's."""
+    """Each loop at a tile of several rows (128, 129), of one (1000, 4096) and of part of one (8192: row statistics
+    from a first kernel, two column chunks), with batches that end inside a tile, a program's subtree and the
+    pipeline's stages: dx and dw bit for bit native's."""
     on_gpu = device == "cuda"
-    plans = [(dim, rows) for dim in (128, 129, 1000, 4096) for rows in (1, 5, 33, 70, 4099)] if on_gpu else \
-        [(128, 70), (129, 33), (1000, 5), (4096, 3)]
+    plans = [(dim, rows) for dim in (128, 129, 1000, 4096, 8192) for rows in (1, 5, 33, 70, 4099)] if on_gpu else \
+        [(128, 70), (129, 33), (1000, 5), (4096, 3), (8192, 2)]
     for dim, rows in plans:
         cfg = tr.launch_config(dim, dtype, backward=True)
         stages, unroll = backward_loop
