@@ -562,9 +562,9 @@ def test_dw_tree_over_the_rows(device, rows):
 def backward_loop(request, monkeypatch):
     """The GPU backward's loop over tiles with the next tile prefetched into registers, or as Triton's software
     pipeline (loads staged in shared memory), one, two or four tiles an iteration, at every dim: the GPU tuning
-    picks the loop by the rows a tile holds. On the
-    CPU the backward takes the GPU tuning too (strided tiles, joint sums, flat loads and the loop asked for), run by
-    Triton's interpreter: the GPU's code paths held to native's bits where CI runs, not only on a GPU."""
+    picks the loop by the rows a tile holds. On the CPU the backward takes the GPU tuning too (strided tiles, joint
+    sums, flat loads and the loop asked for), run by Triton's interpreter: the GPU's code paths held to native's
+    bits where CI runs, not only on a GPU."""
     stages, unroll = request.param
     monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=stages, staged_rows=1, prefetch=not stages,
                                                              unroll=unroll))
