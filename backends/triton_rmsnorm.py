@@ -51,6 +51,11 @@ _INT32_LIMIT = 2**31
 DW_ROWS_PER_PROGRAM = 32
 # dw's partial rows are added in passes of at most this many rows per output row.
 _DW_PASS = 64
+# Shared memory the backward's pipeline may take for its tiles in flight: (stages - 1) iterations of `unroll` tiles
+# of x and dy (Triton 3.6 for sm_90: 133,120 bytes for 4 tiles of 4096 bf16 at 3 stages, 131,072 of them the tiles;
+# benchmarks/triton_sass.py). A block on an H100 or H200 may have 227 KB; fewer tiles an iteration where it would
+# not fit (fp32 rows of 4096, say), rather than a launch that fails.
+_STAGED_BYTES = 192 * 1024
 
 
 class LaunchConfig(NamedTuple):
@@ -158,13 +163,16 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
     num_warps = min(max(rows * block // tuning.warp_elems, tuning.min_warps), tuning.max_warps)
     gpu_backward = backward and not interpreted
     stages = tuning.stages if gpu_backward and rows >= tuning.staged_rows else 0
+    unroll = tuning.unroll if stages and subtree >= tuning.unroll * rows else 1
+    while unroll > 1 and (stages - 1) * unroll * rows * block * 2 * _ALIGN_BYTES // per_access > _STAGED_BYTES:
+        unroll //= 2
     tiles = width // block
     flat = gpu_backward and tuning.flat if backward else tuning.flat and tiles == 1
     return LaunchConfig(groups=block // GROUP, rows=rows, tiles=tiles, vec=vec, num_warps=num_warps,
                         subtree=subtree, strided=gpu_backward and tuning.strided,
                         prefetch=gpu_backward and tuning.prefetch and not stages, joint=gpu_backward and tuning.joint,
                         flat=flat, maxnreg=tuning.maxnreg if gpu_backward else 0,
-                        stages=stages, unroll=tuning.unroll if stages and subtree >= tuning.unroll * rows else 1)
+                        stages=stages, unroll=unroll)
 
 
 def dim_constexpr(dim: int) -> int:

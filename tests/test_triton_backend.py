@@ -157,6 +157,24 @@ def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
         assert tr.launch_config(128, dtype, fused_add=True, interpreted=False).rows == 4
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_pipelines_tiles_fit_shared_memory(dtype, monkeypatch):
+    """Asked for eight tiles an iteration, three stages deep, the backward takes fewer where their x and dy would
+    not fit a block's shared memory (fp32 rows of 4096 and up), and as many as asked where they would."""
+    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=3, staged_rows=1, prefetch=False, unroll=8))
+    tr.launch_config.cache_clear()
+    try:
+        for dim in (128, 1000, 4096, 8192):
+            cfg = tr.launch_config(dim, dtype, backward=True, interpreted=False)
+            tile_bytes = cfg.rows * cfg.groups * 8 * 2 * torch.empty((), dtype=dtype).element_size()
+            assert (cfg.stages - 1) * cfg.unroll * tile_bytes <= tr._STAGED_BYTES, (dim, cfg)
+            assert cfg.unroll == 8 or (cfg.stages - 1) * 2 * cfg.unroll * tile_bytes > tr._STAGED_BYTES, (dim, cfg)
+        assert tr.launch_config(4096, dtype, backward=True, interpreted=False).unroll == \
+            {torch.float32: 2, torch.bfloat16: 4, torch.float16: 4}[dtype]
+    finally:
+        tr.launch_config.cache_clear()
+
+
 @pytest.mark.parametrize("subtree", [64, 512])
 def test_dw_programs_cover_every_row_once(subtree):
     """Program p owns rows 8 * (p + S * m) + e, e in [0, 8), m in [0, subtree / 8): every row of the padded
