@@ -601,9 +601,9 @@ if triton is not None:
         j = tl.arange(0, LEAVES)
         rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
         row_mask = rows < n_rows
-        mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(x_ptr + tl.multiple_of(rows * x_row_stride, VEC)[:, None] + cols[None, :], mask=mask, other=0.0)
-        g = tl.load(g_ptr + tl.multiple_of(rows * g_row_stride, VEC)[:, None] + cols[None, :], mask=mask, other=0.0)
+        mask = _mask_by_cols(row_mask, col_mask, True)
+        x = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols, True), mask=mask, other=0.0)
+        g = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols, True), mask=mask, other=0.0)
         c = _bwd_leaf(tl.reshape(x, [LEAVES, GROUPS, 8]).to(tl.float32),
                       tl.reshape(g, [LEAVES, GROUPS, 8]).to(tl.float32), w, rows, row_mask, mask, cols, dx_ptr,
                       stats_ptr, eps, dim, STORE_DX, STATS, True, JOINT, True)
@@ -1017,19 +1017,25 @@ def _backward(
             cfg.num_warps,
             x.device,
         )
-    levels = (cfg.subtree // cfg.rows).bit_length() - 1
-    mbits = cfg.subtree.bit_length() - 1 - 3
     _launch_bwd(
         (programs, cfg.tiles),
         (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps, dim,
-         dim_constexpr(dim), cfg.groups, cfg.rows, levels, mbits, cfg.vec, need_dx, cfg.tiles > 1, cfg.strided,
-         cfg.prefetch, cfg.joint, cfg.flat, cfg.stages, cfg.unroll.bit_length() - 1),
+         *backward_constexprs(dim, cfg, need_dx).values()),
         cfg.num_warps,
         x.device,
         cfg.maxnreg,
     )
     dw = _sum_partials(partials, w) if need_dw else None
     return (dx.view(x.shape) if need_dx else None), dw
+
+
+def backward_constexprs(dim: int, cfg: LaunchConfig, store_dx: bool = True) -> dict[str, Any]:
+    """The backward kernel's constexprs for rows of ``dim`` under ``cfg``, by name, in the kernel's order: what a
+    launch passes, and what a compile without a GPU (benchmarks/triton_sass.py) must pass to get the same binary."""
+    return dict(DIM=dim_constexpr(dim), GROUPS=cfg.groups, LEAVES=cfg.rows,
+                LEVELS=(cfg.subtree // cfg.rows).bit_length() - 1, MBITS=cfg.subtree.bit_length() - 1 - 3,
+                VEC=cfg.vec, STORE_DX=store_dx, STATS=cfg.tiles > 1, STRIDED=cfg.strided, PREFETCH=cfg.prefetch,
+                JOINT=cfg.joint, FLAT=cfg.flat, STAGES=cfg.stages, UNROLL_BITS=cfg.unroll.bit_length() - 1)
 
 
 def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

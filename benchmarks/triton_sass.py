@@ -2,7 +2,7 @@
 its shapes: registers, spilled bytes and shared memory a block (``cuobjdump --dump-resource-usage``), and the SASS
 instructions of the kernel's main loop a tile (``nvdisasm``), by opcode where ``--ops`` is given.
 
-    python benchmarks/triton_sass.py [--dtype bfloat16] [--ops]
+    python benchmarks/triton_sass.py [--dtype bfloat16] [--ops] [--fields JSON ...]
 
 Run it with the Triton the GPU machine has (3.6 in reports/h200/kernels): another Triton lays tiles out otherwise,
 and its binaries differ. Its wheel carries ptxas, cuobjdump and nvdisasm; no CUDA driver is needed. Why: a loop's
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
@@ -42,10 +43,7 @@ def compile_backward(tr: Any, dim: int, dtype: torch.dtype) -> tuple[Any, Any]:
     signature = dict(x_ptr=pointer, w_ptr=pointer, g_ptr=pointer, dx_ptr=pointer, part_ptr="*fp32",
                      stats_ptr="*fp32", n_rows="i32", x_row_stride="i32", g_row_stride="i32", n_programs="i32",
                      eps="fp32", n_cols="i32")
-    constants = dict(DIM=tr.dim_constexpr(dim), GROUPS=cfg.groups, LEAVES=cfg.rows,
-                     LEVELS=(cfg.subtree // cfg.rows).bit_length() - 1, MBITS=cfg.subtree.bit_length() - 4,
-                     VEC=cfg.vec, STORE_DX=True, STATS=cfg.tiles > 1, STRIDED=cfg.strided, PREFETCH=cfg.prefetch,
-                     JOINT=cfg.joint, FLAT=cfg.flat, STAGES=cfg.stages, UNROLL_BITS=cfg.unroll.bit_length() - 1)
+    constants = tr.backward_constexprs(dim, cfg)
     signature.update({name: "constexpr" for name in constants})
     names = kernel.arg_names
     # Every pointer is 16-byte aligned at a launch (the backend copies what is not), as Triton then specialises it.
@@ -112,6 +110,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     parser.add_argument("--ops", action="store_true", help="also the loop's opcodes a tile, most frequent first")
+    parser.add_argument("--fields", action="append", metavar="JSON",
+                        help="a tuning to compile instead of BWD_VARIANTS: _GPU_BWD fields as a JSON object "
+                             "(repeatable), e.g. '{\"tile\": 8192, \"strided\": false, \"warp_elems\": 1024}'")
     args = parser.parse_args()
     import triton
 
@@ -120,7 +121,8 @@ def main() -> int:
     dtype = getattr(torch, args.dtype)
     base = tr._GPU_BWD
     print(f"Triton {triton.__version__}, sm_90, {args.dtype}; SASS instructions of the main loop a tile")
-    for label, fields in BWD_VARIANTS:
+    variants = [(text, json.loads(text)) for text in args.fields] if args.fields else BWD_VARIANTS
+    for label, fields in variants:
         tr._GPU_BWD = base._replace(**fields)
         for _, dim in SHAPES:
             try:
