@@ -126,9 +126,14 @@ _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # instead of 103; 2 stages 0.614, 4 stages 0.717). At 4096 (one row a tile, 242 registers either way) every
 # pipelined variant was slower than the prefetch: 3 stages 0.589, 4 stages 0.601 against 0.613, and 16 or 32 warps
 # a row 0.25-0.45.
+#
+# With four tiles an iteration of the pipelined loop (unroll: the stack of finished subtrees kept once an iteration,
+# not once a tile; reports/h200/kernels/run20) the pipeline is ahead at both shapes and is the loop everywhere:
+# 0.614 (prefetch) -> 0.676 at 65536 x 4096 and 0.756 -> 0.814 at 2097152 x 128; two tiles 0.678 / 0.721, eight
+# with two stages 0.648 / 0.733, four with two stages 0.593 / 0.736. fp32 at 4096 takes two tiles (_STAGED_BYTES).
 _GPU_BWD = _Tuning(tile=1024, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
-                   max_warps=16, subtree_elems=1 << 13, strided=True, prefetch=True, joint=True, flat=True,
-                   stages=3)
+                   max_warps=16, subtree_elems=1 << 13, strided=True, joint=True, flat=True,
+                   stages=3, staged_rows=1, unroll=4)
 # The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
 # whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call
 # 7 ms instead of 28 with 2^18 and a 2^18-element call 45 ms instead of 29; the suites' calls are mostly small
