@@ -95,25 +95,21 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
 # default. Run 4's variants (run 3's tuning, not flat, not joint, rows a tile, warps, rows a program, a register cap)
 # are in reports/h200/kernels/run4, run 17's (the loop pipelined 2-4 stages deep, 8-32 warps at 4096) in run17;
-# these are run 20's: the pipelined loop with 2, 4 or 8 tiles an iteration (unroll). Compiled for sm_90 off the GPU
-# (Triton 3.6, nvdisasm), the loop's SASS instructions a tile: at 4096 (16 elements a thread) 972 for the
-# prefetching default and 983 for run 17's pipeline, 654 / 529 with 2 / 4 tiles an iteration (3 stages), 498 / 452
-# with 4 / 8 (2 stages; 8 with 3 stages would need 264 KB of shared memory); at 128 (8 a thread) 396, then 326 /
-# 300 with 2 / 4 tiles, and one iteration of all 8 tiles with 8. The stack's bookkeeping (a runtime counter's
-# branches, selects and register moves) is paid once an iteration; 80-254 registers, none spilled.
-_STAGED = dict(prefetch=False, staged_rows=1)  # the pipeline at 4096 too (one row a tile)
+# run 20's (the pipelined loop with 2, 4 or 8 tiles an iteration, unroll; reports/h200/kernels/run20) made four tiles
+# an iteration the default. These are run 22's, around that default: at 128 (each changes 128 alone) the rows a
+# tile, the warps, the rows a program and the tiles an iteration; at both shapes a fourth stage (192 KB of staged
+# bf16 tiles at 4096, which _STAGED_BYTES still allows).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("unroll 2 at 128", dict(unroll=2)),
-    ("unroll 4 at 128", dict(unroll=4)),
-    ("unroll 8 at 128 (one iteration)", dict(unroll=8)),
-    ("unroll 4 at 128, 2 stages", dict(unroll=4, stages=2)),
-    ("pipelined at 4096 (run 17)", _STAGED),
-    ("pipelined, unroll 2", dict(_STAGED, unroll=2)),
-    ("pipelined, unroll 4", dict(_STAGED, unroll=4)),
-    ("pipelined, unroll 4, 2 stages", dict(_STAGED, unroll=4, stages=2)),
-    ("pipelined, unroll 8, 2 stages", dict(_STAGED, unroll=8, stages=2)),
-    ("pipelined, unroll 4, 16 rows a program at 4096", dict(_STAGED, unroll=4, subtree_rows=16)),
+    ("128: 16 rows a tile", dict(tile=2048)),
+    ("128: 4 rows a tile", dict(tile=512)),
+    ("128: 2 warps", dict(min_warps=2)),
+    ("128: 8 warps", dict(min_warps=8)),
+    ("128: 128 rows a program", dict(subtree_elems=1 << 14)),
+    ("128: 128 rows a program, 8 tiles an iteration", dict(subtree_elems=1 << 14, unroll=8)),
+    ("128: 16 rows a tile, 128 rows a program", dict(tile=2048, subtree_elems=1 << 14)),
+    ("4 stages", dict(stages=4)),
+    ("2 tiles an iteration", dict(unroll=2)),
 ]
 
 
