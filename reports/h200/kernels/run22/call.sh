@@ -12,3 +12,6 @@ mv rmsnorm_conformance /tmp/
 start=$(date +%s)
 timeout 240 python3 benchmarks/triton_tuning.py --backward-variants --out "$R/variants.json" > "$R/variants.log" 2>&1
 echo "sweep exit $? after $(( $(date +%s) - start )) s" >> "$R/variants.log"
+# The same call's machine, right after (the CUDA backward's launch configurations, BACKWARD_TRIES, after the lean
+# indexing of run 15; its extension built by the first import):
+#   python3 benchmarks/kernel_sweep.py --kinds backward --out "$R/cuda-bwd-sweep.json" > "$R/cuda-bwd-sweep.log"
