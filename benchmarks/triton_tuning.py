@@ -96,20 +96,19 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # default. Run 4's variants (run 3's tuning, not flat, not joint, rows a tile, warps, rows a program, a register cap)
 # are in reports/h200/kernels/run4, run 17's (the loop pipelined 2-4 stages deep, 8-32 warps at 4096) in run17;
 # run 20's (the pipelined loop with 2, 4 or 8 tiles an iteration, unroll; reports/h200/kernels/run20) made four tiles
-# an iteration the default. These are run 22's, around that default: at 128 (each changes 128 alone) the rows a
-# tile, the warps, the rows a program and the tiles an iteration; at both shapes a fourth stage (192 KB of staged
-# bf16 tiles at 4096, which _STAGED_BYTES still allows).
+# an iteration the default; run 22's, around it (rows a tile, warps, rows a program at 128; four stages), kept none
+# (reports/h200/kernels/run22). These are run 23's: 16 warps a row at 4096. Run 17 measured them spilling (128
+# registers, one tile an iteration: 0.43 of a copy); with the stack's bookkeeping once an iteration, compiled for sm_90
+# off the GPU (benchmarks/triton_sass.py --fields), they fit: 128 registers and 8 bytes of stack with 2 or 4 tiles an
+# iteration (40 with 8), 16 warps resident a multiprocessor instead of 8. 128 keeps 4 warps under each.
+_WIDE = dict(warp_elems=256)  # 16 warps at 4096
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("128: 16 rows a tile", dict(tile=2048)),
-    ("128: 4 rows a tile", dict(tile=512)),
-    ("128: 2 warps", dict(min_warps=2)),
-    ("128: 8 warps", dict(min_warps=8)),
-    ("128: 128 rows a program", dict(subtree_elems=1 << 14)),
-    ("128: 128 rows a program, 8 tiles an iteration", dict(subtree_elems=1 << 14, unroll=8)),
-    ("128: 16 rows a tile, 128 rows a program", dict(tile=2048, subtree_elems=1 << 14)),
-    ("4 stages", dict(stages=4)),
-    ("2 tiles an iteration", dict(unroll=2)),
+    ("16 warps at 4096", _WIDE),
+    ("16 warps at 4096, 2 tiles an iteration", dict(_WIDE, unroll=2)),
+    ("16 warps at 4096, 2 stages", dict(_WIDE, stages=2)),
+    ("16 warps at 4096, 2 stages, 8 tiles an iteration", dict(_WIDE, stages=2, unroll=8)),
+    ("16 warps at 4096, 4 stages, 2 tiles an iteration", dict(_WIDE, stages=4, unroll=2)),
 ]
 
 
