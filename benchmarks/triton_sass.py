@@ -6,7 +6,10 @@ instructions of the kernel's main loop a tile (``nvdisasm``), by opcode where ``
 
 Run it with the Triton the GPU machine has (3.6 in reports/h200/kernels): another Triton lays tiles out otherwise,
 and its binaries differ. Its wheel carries ptxas, cuobjdump and nvdisasm; no CUDA driver is needed. Why: a loop's
-instructions a tile say before a GPU run what a change costs the issue-bound kernels (reports/h200/kernels, run 20).
+instructions a tile say before a GPU run what a change costs the issue-bound kernels (reports/h200/kernels, run 20),
+and the CPU seconds of each compile (this process's and ptxas's, Triton's cache in a new folder, after one compile
+that warms Triton up) what it costs a cold conformance run, which compiles the backward once for each padded width,
+vector width and dtype it draws (reports/h200/verdict, run 40).
 """
 
 from __future__ import annotations
@@ -106,6 +109,14 @@ def opcode(instruction: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", instruction).split()[0].split(".")[0]
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its waited-for children (ptxas) so far."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
@@ -114,6 +125,7 @@ def main() -> int:
                         help="a tuning to compile instead of BWD_VARIANTS: _GPU_BWD fields as a JSON object "
                              "(repeatable), e.g. '{\"tile\": 8192, \"strided\": false, \"warp_elems\": 1024}'")
     args = parser.parse_args()
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-sass-")  # every compile a cold one
     import triton
 
     import rmsnorm_conformance.backends.triton_rmsnorm as tr
@@ -122,19 +134,23 @@ def main() -> int:
     base = tr._GPU_BWD
     print(f"Triton {triton.__version__}, sm_90, {args.dtype}; SASS instructions of the main loop a tile")
     variants = [(text, json.loads(text)) for text in args.fields] if args.fields else BWD_VARIANTS
+    compile_backward(tr, 16, dtype)  # Triton's own first-compile costs, kept out of the figures below
     for label, fields in variants:
         tr._GPU_BWD = base._replace(**fields)
         for _, dim in SHAPES:
+            start = _cpu_seconds()
             try:
                 compiled, cfg = compile_backward(tr, dim, dtype)
             except Exception as exc:  # a variant that does not compile is a result too
                 print(f"{label:<48} {dim:>5}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
+            seconds = _cpu_seconds() - start
             cubin = compiled.asm["cubin"]
             loop = main_loop(cubin)
             per_tile = f"{len(loop) / cfg.unroll:.0f} a tile" if loop else "no loop (one iteration)"
             print(f"{label:<48} {dim:>5}: warps {cfg.num_warps:>2}, stages {cfg.stages}, unroll {cfg.unroll}, "
-                  f"{resources(cubin)}, shared {compiled.metadata.shared} B: {per_tile}")
+                  f"{resources(cubin)}, shared {compiled.metadata.shared} B: {per_tile}; compiled in {seconds:.2f} "
+                  "CPU-s")
             if args.ops:
                 counts = collections.Counter(opcode(i) for i in loop)
                 print("    " + " ".join(f"{op}:{n / cfg.unroll:.0f}" for op, n in counts.most_common(20)))

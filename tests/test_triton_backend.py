@@ -155,13 +155,19 @@ def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
         assert tr.launch_config(128, dtype, interpreted=False).rows >= 8
         # The fused add moves twice the bytes a row: four rows a program there (reports/h200/kernels/run10).
         assert tr.launch_config(128, dtype, fused_add=True, interpreted=False).rows == 4
+        # The backward's pipeline takes four tiles of eight rows an iteration at head_dim, two one-row tiles at 4096
+        # and up: as fast there as four, and half the compile (reports/h200/kernels/run22).
+        assert tr.launch_config(128, dtype, backward=True, interpreted=False).unroll == 4
+        for dim in (1024, 4096, 5120, 8192):
+            assert tr.launch_config(dim, dtype, backward=True, interpreted=False).unroll == 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_pipelines_tiles_fit_shared_memory(dtype, monkeypatch):
     """Asked for eight tiles an iteration, three stages deep, the backward takes fewer where their x and dy would
     not fit a block's shared memory (fp32 rows of 4096 and up), and as many as asked where they would."""
-    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=3, staged_rows=1, prefetch=False, unroll=8))
+    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=3, staged_rows=1, prefetch=False, unroll=8,
+                                                             row_unroll=8))
     tr.launch_config.cache_clear()
     try:
         for dim in (128, 1000, 4096, 8192):
@@ -585,7 +591,7 @@ def backward_loop(request, monkeypatch):
     bits where CI runs, not only on a GPU."""
     stages, unroll = request.param
     monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=stages, staged_rows=1, prefetch=not stages,
-                                                             unroll=unroll))
+                                                             unroll=unroll, row_unroll=unroll))
     real = tr.launch_config
 
     def gpu_backward(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
