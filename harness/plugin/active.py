@@ -25,9 +25,16 @@ from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin import worker_exit
+from rmsnorm_conformance.harness.plugin.device_lost import ENDED_PROPERTY
 from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
 from rmsnorm_conformance.harness.plugin.options import WORKER_RUN_ENDS_AT, RunOptions, resolve
-from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY, RECORDS_PROPERTY, SUBJECT_PROPERTY
+from rmsnorm_conformance.harness.plugin.outcomes import (
+    FAILURE_PROPERTY,
+    RECORDS_PROPERTY,
+    SUBJECT_PROPERTY,
+    subject_from_id,
+)
+from rmsnorm_conformance.harness.plugin.outcomes import where as test_params
 from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
@@ -68,6 +75,7 @@ def run_options(config: pytest.Config) -> RunOptions:
             reporter = Reporter(config, options)
             config.pluginmanager.register(reporter, "rmsnorm-conformance-reporter")
             config.pluginmanager.register(CiOutput(reporter), "rmsnorm-conformance-ci-output")
+            config.pluginmanager.register(CrashesOnTheLedger(config), "rmsnorm-conformance-crashes")
             isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
             if getattr(config.option, "numprocesses", None) and not options.replay_case \
                     and WARM_UPS not in config.stash:  # not started early (plugin/hooks.py)
@@ -133,9 +141,31 @@ def _running_failure(config: pytest.Config, message: str) -> dict[str, str] | No
 
 def _skip_if_hung(request: pytest.FixtureRequest) -> None:
     key = request.node.stash[SUBJECT]
-    where = request.config.stash[HANGS].hung(key["backend"], key["device"])
-    if where:
-        pytest.skip(f"not run: {key['backend']} hung on {key['device']} at {where}")
+    why = request.config.stash[HANGS].given_up(key["backend"], key["device"])
+    if why:
+        pytest.skip(f"not run: {key['backend']} {why}")
+
+
+class CrashesOnTheLedger:
+    """On a pytest-xdist controller: a worker that died in a backend's test (a segfault, an abort, os._exit) puts
+    that backend and device on the hang ledger, so its later tests there are skipped ("not run: ... crashed its
+    process on cpu at ...") instead of killing one worker after another until xdist stops the run. The crashed test
+    itself still fails (xdist's report, pinned on the backend, device and rule by the reporter). A worker ended on
+    purpose after a device fault (device_lost.py) is no crash of the backend's and is left alone."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True, trylast=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        if any(name == ENDED_PROPERTY for name, _ in report.user_properties):
+            return
+        options, ledger = self.config.stash.get(OPTIONS, None), self.config.stash.get(HANGS, None)
+        if options is None or ledger is None:
+            return
+        subject = subject_from_id(crashitem, test_params(crashitem), options.backends)
+        if subject:
+            ledger.note(subject["backend"], subject["device"], crashitem.rsplit("/", 1)[-1], "crashed its process")
 
 
 def generate_tests(metafunc: pytest.Metafunc) -> None:

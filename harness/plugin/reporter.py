@@ -131,7 +131,9 @@ class Reporter:
                 write_report(self.collector, path, bench=self.options.bench, progress=True)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown" and report.nodeid in self.running:
+        # A test's last report: its teardown's, or the one pytest-xdist makes for a test whose worker died in it
+        # (when "???"), which is that test's outcome (failed), not a test the run left unfinished.
+        if report.when not in ("setup", "call") and report.nodeid in self.running:
             self.running.remove(report.nodeid)
             self.collector.unfinished = list(self.running)
             if self._write_pending and time.monotonic() - self._last_write >= CONTROLLER_WRITE_INTERVAL:

@@ -1,6 +1,9 @@
-"""Which backends hung in this run. A case that does not return within ``--case-timeout`` is the backend's
-verdict on that path: the first one fails its test, and the backend's later tests on that device are not run,
-so one hanging kernel costs a run one case timeout, not one per test.
+"""Which backends hung, or crashed their process, in this run. A case that does not return within
+``--case-timeout`` is the backend's verdict on that path: the first one fails its test, and the backend's later
+tests on that device are not run, so one hanging kernel costs a run one case timeout, not one per test. A test in
+which the backend killed its pytest-xdist worker (a segfault, an abort) is the same kind of verdict: the controller
+puts it on the ledger, so one crashing kernel costs a run a worker or two, not every restart xdist allows (four a
+worker, after which xdist stops the whole run and every other backend's verdict with it).
 
 Under pytest-xdist every worker appends to and reads one file the controller names, so a hang seen by one
 worker spares the others the wait.
@@ -26,12 +29,15 @@ class HangLedger:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
         self._seen: dict[tuple[str, str], list[str]] = {}
+        self._what: dict[tuple[str, str], str] = {}
 
-    def note(self, backend: str, device: str, where: str) -> None:
-        """Record that ``backend`` on ``device`` did not return from the case described by ``where``."""
+    def note(self, backend: str, device: str, where: str, what: str = "hung") -> None:
+        """Record that ``backend`` on ``device`` did not return from the case described by ``where`` (``what``: how
+        it failed to, said of the backend: "hung", "crashed its process")."""
         self._seen.setdefault((backend, device), []).append(where)
+        self._what.setdefault((backend, device), what)
         if self.path is not None:
-            line = json.dumps({"backend": backend, "device": device, "where": where}) + "\n"
+            line = json.dumps({"backend": backend, "device": device, "where": where, "what": what}) + "\n"
             # One short append per hang: O_APPEND writes of this size land whole, so workers need no lock.
             with contextlib.suppress(OSError):
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -41,9 +47,14 @@ class HangLedger:
                     os.close(fd)
 
     def hung(self, backend: str, device: str) -> str | None:
-        """Where ``backend`` on ``device`` first hung, once it has hung often enough to be given up on."""
+        """Where ``backend`` on ``device`` first hung (or crashed), once it has often enough to be given up on."""
         seen = self._read().get((backend, device), [])
         return seen[0] if len(seen) >= HANGS_BEFORE_GIVING_UP else None
+
+    def given_up(self, backend: str, device: str) -> str | None:
+        """Why ``backend``'s later tests on ``device`` are not run, in words ("hung on cpu at ..."), or None."""
+        where = self.hung(backend, device)
+        return None if where is None else f"{self._what.get((backend, device), 'hung')} on {device} at {where}"
 
     def _read(self) -> dict[tuple[str, str], list[str]]:
         if self.path is None:
@@ -57,6 +68,7 @@ class HangLedger:
             try:
                 entry = json.loads(line)
                 seen.setdefault((entry["backend"], entry["device"]), []).append(entry["where"])
+                self._what.setdefault((entry["backend"], entry["device"]), entry.get("what", "hung"))
             except (ValueError, KeyError, TypeError):
                 continue  # a line another worker is still writing
         return seen
