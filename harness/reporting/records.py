@@ -226,9 +226,13 @@ class Collector:
                    if s.backend == backend or backend in s.backend.split("="))
 
     def named_but_not_run(self) -> list[str]:
-        """Backends the user named that ran no check on any device (and were not kept from it by a lost device)."""
+        """Backends the user named that ran no check on any device: not kept from it by a lost device, and not
+        failing a test of their own either (one that crashed its process or raised in its first test ran, and
+        failed; its row says FAIL, not NOT RUN)."""
         lost = {e["backend"] for e in self.device_lost()}
-        return [name for name in self.named_backends if not self.checks_of(name) and name not in lost]
+        failed = {o.get("backend") for o in self.outcomes.values() if o["outcome"] in ("failed", "error")}
+        return [name for name in self.named_backends
+                if not self.checks_of(name) and name not in lost and name not in failed]
 
     def device_lost(self) -> list[dict[str, str]]:
         """The "Did not run" entries of checks a lost device kept from running."""
