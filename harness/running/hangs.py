@@ -24,18 +24,17 @@ HANGS_BEFORE_GIVING_UP = 1
 
 
 class HangLedger:
-    """Hung (backend, device) pairs and where each first hung, kept in memory and, if given, in a shared file."""
+    """Given-up (backend, device) pairs, each with where it first hung or crashed and which of the two, kept in
+    memory and, if given, in a shared file."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
-        self._seen: dict[tuple[str, str], list[str]] = {}
-        self._what: dict[tuple[str, str], str] = {}
+        self._seen: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (where, what) in the order noted
 
     def note(self, backend: str, device: str, where: str, what: str = "hung") -> None:
         """Record that ``backend`` on ``device`` did not return from the case described by ``where`` (``what``: how
         it failed to, said of the backend: "hung", "crashed its process")."""
-        self._seen.setdefault((backend, device), []).append(where)
-        self._what.setdefault((backend, device), what)
+        self._seen.setdefault((backend, device), []).append((where, what))
         if self.path is not None:
             line = json.dumps({"backend": backend, "device": device, "where": where, "what": what}) + "\n"
             # One short append per hang: O_APPEND writes of this size land whole, so workers need no lock.
@@ -48,27 +47,31 @@ class HangLedger:
 
     def hung(self, backend: str, device: str) -> str | None:
         """Where ``backend`` on ``device`` first hung (or crashed), once it has often enough to be given up on."""
-        seen = self._read().get((backend, device), [])
-        return seen[0] if len(seen) >= HANGS_BEFORE_GIVING_UP else None
+        first = self._first(backend, device)
+        return None if first is None else first[0]
 
     def given_up(self, backend: str, device: str) -> str | None:
         """Why ``backend``'s later tests on ``device`` are not run, in words ("hung on cpu at ..."), or None."""
-        where = self.hung(backend, device)
-        return None if where is None else f"{self._what.get((backend, device), 'hung')} on {device} at {where}"
+        first = self._first(backend, device)
+        return None if first is None else f"{first[1]} on {device} at {first[0]}"
 
-    def _read(self) -> dict[tuple[str, str], list[str]]:
+    def _first(self, backend: str, device: str) -> tuple[str, str] | None:
+        seen = self._read().get((backend, device), [])
+        return seen[0] if len(seen) >= HANGS_BEFORE_GIVING_UP else None
+
+    def _read(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
         if self.path is None:
             return self._seen
         try:
             lines = self.path.read_text().splitlines()
         except OSError:
             return self._seen
-        seen: dict[tuple[str, str], list[str]] = {}
+        seen: dict[tuple[str, str], list[tuple[str, str]]] = {}
         for line in lines:
             try:
                 entry = json.loads(line)
-                seen.setdefault((entry["backend"], entry["device"]), []).append(entry["where"])
-                self._what.setdefault((entry["backend"], entry["device"]), entry.get("what", "hung"))
+                seen.setdefault((entry["backend"], entry["device"]), []).append(
+                    (entry["where"], entry.get("what", "hung")))
             except (ValueError, KeyError, TypeError):
                 continue  # a line another worker is still writing
         return seen
