@@ -98,11 +98,12 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # run 20's (the pipelined loop with 2, 4 or 8 tiles an iteration, unroll; reports/h200/kernels/run20) made four tiles
 # an iteration the default; run 22's, around it (rows a tile, warps, rows a program at 128; four stages), kept none
 # (reports/h200/kernels/run22). These are run 23's, kept none either (0.38-0.49 at 4096 against 0.678; run23/): 16
-# warps a row at 4096. Run 17 measured them spilling (128
-# registers, one tile an iteration: 0.43 of a copy); with the stack's bookkeeping once an iteration, compiled for sm_90
-# off the GPU (benchmarks/triton_sass.py --fields), they fit: 128 registers and 8 bytes of stack with 2 or 4 tiles an
-# iteration (40 with 8), 16 warps resident a multiprocessor instead of 8. 128 keeps 4 warps under each.
-_WIDE = dict(warp_elems=256)  # 16 warps at 4096
+# warps a row at 4096. Run 17 measured them spilling (128 registers, one tile an iteration: 0.43 of a copy); with the
+# stack's bookkeeping once an iteration, compiled for sm_90 off the GPU (benchmarks/triton_sass.py --fields), they
+# fit: 128 registers and 8 bytes of stack with 2 or 4 tiles an iteration (40 with 8), 16 warps resident a
+# multiprocessor instead of 8. 128 keeps 4 warps under each. (row_unroll=0: `unroll` at one-row tiles too, as when
+# run 23 measured them, before the default took two tiles there.)
+_WIDE = dict(warp_elems=256, row_unroll=0)  # 16 warps at 4096
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
     ("16 warps at 4096", _WIDE),
