@@ -138,7 +138,9 @@ _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # benchmarks/triton_sass.py): a cold conformance run compiles the backward for each padded width, vector width and
 # dtype it draws (reports/h200/verdict, run 40). Dims that are no multiple of 16 bytes (one-element accesses: no
 # engine's hidden or head dim, most of a conformance run's draws) take one tile an iteration: their binaries compile
-# in a third to a quarter of the time (0.40-0.47 against 1.31-1.77 CPU-s at 100 and 129, bf16 and fp32).
+# in a third of the time where a tile holds several rows (0.45-0.59 against 1.14-1.42 CPU-s at 100 and 129) and in
+# 0.55-0.65 of it where it is one row (0.35-0.57 against 0.60-1.00 at 1001 and 4095; bf16 and fp32,
+# `benchmarks/triton_sass.py --dims 100,129,1001,4095 --fields '{}' --fields '{"unroll_aligned_only": false}'`).
 _GPU_BWD = _Tuning(tile=1024, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
                    max_warps=16, subtree_elems=1 << 13, strided=True, joint=True, flat=True,
                    stages=3, staged_rows=1, unroll=4, row_unroll=2, unroll_aligned_only=True)

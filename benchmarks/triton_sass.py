@@ -2,7 +2,7 @@
 its shapes: registers, spilled bytes and shared memory a block (``cuobjdump --dump-resource-usage``), and the SASS
 instructions of the kernel's main loop a tile (``nvdisasm``), by opcode where ``--ops`` is given.
 
-    python benchmarks/triton_sass.py [--dtype bfloat16] [--ops] [--fields JSON ...]
+    python benchmarks/triton_sass.py [--dtype bfloat16] [--ops] [--fields JSON ...] [--dims 4096,128]
 
 Run it with the Triton the GPU machine has (3.6 in reports/h200/kernels): another Triton lays tiles out otherwise,
 and its binaries differ. Its wheel carries ptxas, cuobjdump and nvdisasm; no CUDA driver is needed. Why: a loop's
@@ -124,6 +124,8 @@ def main() -> int:
     parser.add_argument("--fields", action="append", metavar="JSON",
                         help="a tuning to compile instead of BWD_VARIANTS: _GPU_BWD fields as a JSON object "
                              "(repeatable), e.g. '{\"tile\": 8192, \"strided\": false, \"warp_elems\": 1024}'")
+    parser.add_argument("--dims", default=",".join(str(dim) for _, dim in SHAPES),
+                        help="the dims to compile at, comma-separated (default: the sweep's shapes')")
     args = parser.parse_args()
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-sass-")  # every compile a cold one
     import triton
@@ -137,7 +139,7 @@ def main() -> int:
     compile_backward(tr, 16, dtype)  # Triton's own first-compile costs, kept out of the figures below
     for label, fields in variants:
         tr._GPU_BWD = base._replace(**fields)
-        for _, dim in SHAPES:
+        for dim in (int(d) for d in args.dims.split(",")):
             start = _cpu_seconds()
             try:
                 compiled, cfg = compile_backward(tr, dim, dtype)
