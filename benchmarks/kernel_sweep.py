@@ -146,17 +146,29 @@ def _time_config(op: Any, native: Any, tuning: Any, kind: str, config: tuple, sh
     return records
 
 
+def parse_tries(text: str) -> list[tuple[int, ...]]:
+    """``--tries``: configurations as "a,b,c,d;a,b,c,d;..." (four integers each, 0 keeps a default)."""
+    tries = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        values = tuple(int(v) for v in part.split(","))
+        if len(values) != 4:
+            raise ValueError(f"--tries: {part!r} is not four comma-separated integers")
+        tries.append(values)
+    return tries
+
+
 def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backward"),
-          dtype: torch.dtype = torch.bfloat16) -> list[dict[str, Any]]:
+          dtype: torch.dtype = torch.bfloat16, tries: list[tuple[int, ...]] | None = None) -> list[dict[str, Any]]:
+    """Every configuration of each kind in ``kinds`` (``tries`` in place of each kind's own list where given)."""
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
     from rmsnorm_conformance.backends.native import NativeRMSNormOp
 
     op, native = CudaRMSNormOp(), NativeRMSNormOp()
     _ops.require(torch.device("cuda"))
     records: list[dict[str, Any]] = []
-    forward_tries = FORWARD_TRIES[:8] if quick else FORWARD_TRIES
-    fused_tries = FUSED_TRIES[:8] if quick else FUSED_TRIES
-    backward_tries = BACKWARD_TRIES[:8] if quick else BACKWARD_TRIES
+    forward_tries = tries or (FORWARD_TRIES[:8] if quick else FORWARD_TRIES)
+    fused_tries = tries or (FUSED_TRIES[:8] if quick else FUSED_TRIES)
+    backward_tries = tries or (BACKWARD_TRIES[:8] if quick else BACKWARD_TRIES)
 
     def run(kind: str, config: tuple, shapes, measure) -> None:
         records.extend(_time_config(op, native, _ops.set_tuning, kind, config, shapes, measure))
@@ -220,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default="forward,fused_add,backward",
                         help="which to sweep, comma-separated (default: all three)")
     parser.add_argument("--dtype", default="bfloat16", help="the element type timed (default: bfloat16)")
+    parser.add_argument("--tries", metavar="A,B,C,D;...",
+                        help="the configurations to time, in place of each swept kind's own list")
     parser.add_argument("--picks", metavar="JSON", help="print a sweep's picks as shell exports of "
                         "RMSNORM_CUDA_{FORWARD,FUSED_ADD,BACKWARD}_CONFIG, and exit")
     args = parser.parse_args(argv)
@@ -237,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         print("kernel_sweep.py: no CUDA GPU is visible")
         return 0
     start = time.perf_counter()
-    records = sweep(args.quick, tuple(args.kinds.split(",")), getattr(torch, args.dtype))
+    records = sweep(args.quick, tuple(args.kinds.split(",")), getattr(torch, args.dtype),
+                    parse_tries(args.tries) if args.tries else None)
     picks = {kind: best(records, kind) for kind in ("forward", "fused_add", "fused_add_", "backward")}
     for kind, (config, worst) in picks.items():
         print(f"best {kind}: {config} (worst ratio to copy {worst:.3f})")
