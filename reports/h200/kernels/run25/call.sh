@@ -17,7 +17,7 @@ ROW="0,0,0,0;2,256,0,0;4,256,0,0;1,512,0,0;2,512,0,0;4,64,0,0"
 export PYTHONUNBUFFERED=1
 RMSNORM_CUDA_BUILD_DIR=/tmp/b-staged timeout 150 python3 $S --kinds forward --dtype float16 \
   --tries "0,0,0,0;0,256,0,0;0,0,3,0;0,0,0,8" --out "$R/staged-f16.json" > "$R/staged-f16.log" 2>&1
-PLAN=$(cd /tmp && python3 -c 'import os, rmsnorm_conformance.backends.cuda_rmsnorm as m; print(os.path.dirname(m.__file__))')/rmsnorm_plan.h
+PLAN=$(cd "$(mktemp -d)" && python3 -c 'import os, rmsnorm_conformance.backends.cuda_rmsnorm as m; print(os.path.dirname(m.__file__))')/rmsnorm_plan.h
 sed -i 's/return fused_add || d != DType::kFloat16;/return true;/' "$PLAN"
 grep -n "constexpr bool uses_row_kernel" "$PLAN" >> "$R/row-f16.log"
 RMSNORM_CUDA_BUILD_DIR=/tmp/b-row timeout 200 python3 $S --kinds forward --dtype float16 --tries "$ROW" \
