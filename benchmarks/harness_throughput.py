@@ -25,6 +25,7 @@ import json
 import os
 import pstats
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -213,6 +214,41 @@ def host_reference(tries: int = 5) -> dict[str, float]:
         return {"python_ms": best(python_loop), "torch_ms": best(torch_calls)}
 
 
+# What the figures read as where pytest ended without writing its report (killed after an interrupt).
+NO_REPORT: dict = {"verdict": "no report written", "totals": {"checks": 0, "passed_tests": 0}, "environment": {}}
+
+
+def run_pytest(command: list[str], cwd: str, env: dict[str, str], grace: float = 60.0) -> tuple[int, str]:
+    """pytest's exit status and its output. An interrupt of this script (``timeout -s INT``: a call's time limit)
+    lets pytest end its run as Ctrl-C does, writing its report and its timeline up to there, so that a run stopped
+    by a limit still says where its time went (``_wind_down``)."""
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            status = proc.wait()
+        except KeyboardInterrupt:
+            status = _wind_down(proc, grace)
+            print(f"harness_throughput.py: interrupted; pytest ended with exit status {status}", flush=True)
+        out.seek(0)
+        return status, out.read()
+
+
+def _wind_down(proc: subprocess.Popen, grace: float) -> int:
+    """pytest's exit status after this script was interrupted. ``timeout`` and a terminal's Ctrl-C interrupt the
+    whole process group, pytest with it, and a second interrupt would cut its report short: it gets half of
+    ``grace`` to end on its own, then an interrupt of its own (where only this script was interrupted), then is
+    killed."""
+    try:
+        return proc.wait(timeout=grace / 2)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=grace / 2)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
 def render(args: argparse.Namespace, data: dict, status: int, wall: float, suites: dict[str, tuple[int, float]],
            slow: list[tuple[str, float]], stages: dict[str, float], phases: list[tuple[str, float]] = (),
            hottest: list[tuple[str, int, float, float]] = (),
@@ -320,12 +356,11 @@ def main() -> None:
             env = {**os.environ, "RMSNORM_TIMELINE": str(timeline_file),
                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"),
                                                                os.environ.get("PYTHONPATH")]))}
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "timeline_plugin", *pytest_args], cwd=cwd,
-                                  capture_output=True, text=True, env=env)
-            status = proc.returncode
-            print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
+            status, output = run_pytest([sys.executable, "-m", "pytest", "-p", "timeline_plugin", *pytest_args],
+                                        cwd, env)
+            print(output[-4000:])
             wall = time.perf_counter() - start
-        data = json.loads(report.read_text())
+        data = json.loads(report.read_text()) if report.exists() else NO_REPORT
         suites = per_suite(junit) if junit.exists() else {}
         slow = slowest(junit) if junit.exists() else []
         phases = timeline(timeline_file, began, wall) if timeline_file.exists() else []
