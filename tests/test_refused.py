@@ -15,6 +15,7 @@ from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running.adapters import adapt, rmsnorm_backend
 from rmsnorm_conformance.harness.running.backend import Backend, DeclarationError
 from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, InputLimits, layout_of
+from rmsnorm_conformance.zoo import DeclaresMaxDim4096
 
 # What these runs check needs no large batch: the threshold plans and sweeps at a CPU budget's 1/32.
 SMALL = "--max-elements=262144"
@@ -75,6 +76,44 @@ def test_declared_layouts_are_not_run_with_the_reason(run, pytester):
     assert sum(s["checks"] for s in report["summaries"] if s["rule"] == "semantics.bounds") > 0
     (row,) = report["pick"]["rows"]
     assert row["limits"] == "declares layouts contiguous"
+
+
+def test_a_declared_max_dim_holds_in_fresh_processes_and_in_the_cross_backend_table(run, pytester):
+    """The first calls at the threshold dims past a declared max_dim are not run (a fresh process makes none of
+    them), and the cross-backend table compares a kernel only at the shapes it takes; it failed both before (a
+    first call raising past the limit; the table's 64x8192 raising for the whole test)."""
+    result = run("--pyargs", "rmsnorm_conformance.suites.test_axis_a::test_first_call",
+                 "rmsnorm_conformance.suites.test_parity", "--device=cpu", "--dtype=float32", SMALL,
+                 "--backend=native,rmsnorm_conformance.zoo:DeclaresMaxDim4096", "--report=max_dim.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "max_dim.json").read_text())
+    assert report["verdict"] == "PASS" and report["refused"] == []
+    skipped = [e for e in report["not_run"] if e["reason"].startswith(NOT_RUN_PREFIX)]
+    assert skipped and all("max_dim=4096" in e["reason"] and e["limits"] == "dim 1–4096"
+                           for e in skipped)
+    assert {e["backend"] for e in skipped} == {"declares_max_dim_4096"}
+    # The first calls it takes were made and compared: 4096, 128 and 1000, each entry point.
+    first = [s for s in report["summaries"] if s["rule"] == "axis_a.first_call" and s["backend"] ==
+             "declares_max_dim_4096"]
+    assert first and all(s["checks"] and not s["failures"] for s in first)
+    pairs = [p for p in report["parity"] if p["pair"] == "native / declares_max_dim_4096"]
+    assert pairs and {p["dim"] for p in pairs} == {4096, 128, 1000}
+    assert all(p["equal"] == p["total"] for p in pairs)
+
+
+class UndeclaredMaxDim(DeclaresMaxDim4096):
+    """The same kernel without the declaration: past 4096 it raises where the table asks it."""
+
+    name = "undeclared_max_dim"
+    max_dim = None
+
+
+def test_a_kernel_that_raises_in_the_cross_backend_table_is_named(run, pytester):
+    result = run("--pyargs", "rmsnorm_conformance.suites.test_parity", "--device=cpu", "--dtype=float32",
+                 "--backend=native,tests.test_refused:UndeclaredMaxDim")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*undeclared_max_dim on cpu, float32, cross-backend parity at (64, 8192): "
+                                 "undeclared_max_dim raised ValueError: rows of 8192 elements are past*"])
 
 
 def test_wrong_bits_on_a_strided_weight_stay_a_numerics_failure(run, pytester):

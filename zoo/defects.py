@@ -1371,3 +1371,23 @@ class DeclaresContiguousLayouts(RefusesStridedWeight):
 
     name = "declares_contiguous_layouts"
     layouts = ("contiguous",)
+
+
+class DeclaresMaxDim4096:
+    """A correct kernel for rows of at most 4096 elements (the target model's hidden size), as kernels built for
+    one model ship, that declares it (``max_dim = 4096``) and raises a clear ValueError past it. Every check
+    holds it only to the dims it takes: the first calls in a fresh process at the threshold dims past 4096 (5120,
+    8192) and the cross-backend table's shapes past it are not run for it, and nothing it raises past its limit
+    reads as a failure of any rule."""
+
+    name = "declares_max_dim_4096"
+    max_dim = 4096
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return self.forward_fp32(x, weight, eps).to(x.dtype)
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        if x.shape[-1] > 4096:
+            raise ValueError(f"rows of {x.shape[-1]} elements are past this kernel's 4096")
+        return reference_fp32(x, weight, eps)

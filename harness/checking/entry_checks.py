@@ -16,6 +16,7 @@ import torch
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import (
     Subject,
     assert_bitwise,
@@ -311,15 +312,23 @@ def _first_calls_together(subject: Subject, memo: dict) -> list[FirstCallCase]:
 MODE_LABELS = {"compile": "torch.compile", "cudagraph": "CUDA-graph capture and replay"}
 
 
+def _within_limits(subject: Subject, cases: Sequence[FirstCallCase]) -> list[FirstCallCase]:
+    """The cases whose dim the backend declares it takes: a fresh process makes no call outside its limits (a
+    kernel may crash there, and with it every first call of the process)."""
+    limits = subject.backend.limits
+    return [c for c in cases if not limits.declared_any or limits.dim_outside(c.batch.dim) is None]
+
+
 def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
     """Each threshold dim's first call through each entry point in a fresh process, against later calls."""
+    refusals.check_dim_limits(subject.backend, case.entry, case.batch.dim)  # outside its declared limits: not run
     if "fresh" not in memo:
         for c in memo["plan"]:
             reason = missing_reason(subject.backend, c.entry)
             if reason:
                 pytest.skip(reason)
-        memo["fresh"] = fresh_calls(subject.backend.spec, subject.device, memo["plan"], _first_calls_together(
-            subject, memo))
+        memo["fresh"] = fresh_calls(subject.backend.spec, subject.device, _within_limits(subject, memo["plan"]),
+                                    _within_limits(subject, _first_calls_together(subject, memo)))
     fresh = memo["fresh"]
     b = case.batch
     assert_holds(subject, case, ok=fresh.error is None, dim=b.dim,

@@ -64,6 +64,15 @@ def check_limits(backend: Any, method: str, args: Sequence[Any]) -> None:
         raise OutsideDeclaredLimits(f"{NOT_RUN_PREFIX} of {backend.name}: {method} with {reason}")
 
 
+def check_dim_limits(backend: Any, method: str, dim: int) -> None:
+    """:func:`check_limits` for a call on rows of ``dim`` elements whose inputs are made elsewhere (a fresh
+    process's first calls): raise :class:`OutsideDeclaredLimits` if ``dim`` is outside the declared limits."""
+    limits = getattr(backend, "limits", None)
+    reason = limits.dim_outside(dim) if limits is not None and limits.declared_any else None
+    if reason:
+        raise OutsideDeclaredLimits(f"{NOT_RUN_PREFIX} of {backend.name}: {method} with {reason}")
+
+
 def refusal(method: str, args: Sequence[Any], guarded: GuardedCall, watched: list[tuple[int, torch.Tensor, Any]],
             error: BaseException) -> Refusal | None:
     """The refusal ``error`` stands for, or None if it is not one: a protocol breach, a device fault, running out

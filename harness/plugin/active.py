@@ -413,9 +413,15 @@ class Parity:
         self.hangs = hangs
         self.device_key = device_key or str(device)
 
+    def taking(self, x: torch.Tensor, w: torch.Tensor) -> list:
+        """The backends whose declared limits take ``x`` and ``w``: a kernel is compared only on the inputs it says
+        it takes, as its own tests hold it only to those."""
+        return [b for b in self.backends if b.limits.outside(("x", "weight"), (x, w)) is None]
+
     def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger, and one whose
-        fault loses the device ends the comparison as not run (its own tests record the fault against it)."""
+        fault loses the device ends the comparison as not run (its own tests record the fault against it). Any
+        other exception fails the comparison naming the backend that raised it."""
         what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
         try:
             with isolation.deadline(self.case_timeout, what):
@@ -429,7 +435,7 @@ class Parity:
         except Exception as exc:
             lost = device_faults.context_lost(self.device, exc)
             if lost is None:
-                raise
+                raise AssertionError(f"{what}: {backend.name} raised {type(exc).__name__}: {exc}") from exc
             detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
             device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
             pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")

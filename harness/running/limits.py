@@ -93,7 +93,11 @@ class InputLimits:
         x = tensors[0][1]
         if x.dim() < 1:
             return None
-        dim = x.shape[-1]
+        return self.dim_outside(x.shape[-1])
+
+    def dim_outside(self, dim: int) -> str | None:
+        """Why rows of ``dim`` elements are outside these limits, or None: what a plan can ask of a case before
+        its inputs exist (a fresh process's first calls, the cross-backend table's shapes)."""
         # The reason names the limit, not the case's dim: "Did not run" lists each reason once.
         if dim < self.min_dim:
             return f"a dim below its min_dim={self.min_dim}"
