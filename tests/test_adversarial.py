@@ -204,6 +204,22 @@ def test_a_segfault_under_xdist_is_the_backends_verdict_and_the_run_goes_to_its_
     assert data["named_but_not_run"] == [], data["named_but_not_run"]
 
 
+def test_a_crash_in_the_cross_backend_table_is_pinned_on_the_backend_it_was_calling(gate):
+    """The cross-backend table calls every backend in one test, whose id names none: a worker that dies there is
+    pinned on the backend in flight (its worker's note beside the hang ledger), which the table's later tests then
+    leave out instead of losing a worker each. Before, the crash named no backend and each dtype's table crashed."""
+    result, data = gate(f"--backend={H}:Segfaults,native", "-k", "test_cross_backend_parity", "-n", "2",
+                        "--device=cpu", "-p", "no:cacheprovider", fast=False)
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-3000:]
+    tables = [o for n, o in data["outcomes"].items() if "test_cross_backend_parity" in n]
+    crashed = [o for o in tables if o["outcome"] in ("failed", "error")]
+    assert 1 <= len(crashed) <= 2, tables
+    assert all("crashed while running" in o["reason"] and "(calling segfaults on cpu)" in o["reason"]
+               for o in crashed), crashed
+    left = [o for o in tables if o["outcome"] == "skipped"]
+    assert len(crashed) + len(left) == 3 and all("crashed); have native" in o["reason"] for o in left), tables
+
+
 def test_a_crash_in_one_rule_fails_that_backend_in_every_table(gate):
     """A worker that dies leaves only its test id: the controller still pins the crash on the backend, device
     and rule, so "Pick a kernel" and the verdict table cannot show PASS beside passing checks."""
@@ -362,6 +378,13 @@ def test_the_hang_ledger_is_shared_through_its_file(tmp_path):
     one.note("c", "cpu", "test_y[c-cpu-float32]", "crashed its process")
     assert other.given_up("c", "cpu") == "crashed its process on cpu at test_y[c-cpu-float32]"
     assert other.given_up("k", "cpu") == "hung on cpu at Case(rows=65) in test_x"
+    # A test of several backends: the one in flight, while it is, read by another process.
+    with one.in_flight("k", "cpu", "test_z[cpu-float32]"):
+        assert other.crashed_in("test_z[cpu-float32]") == ("k", "cpu")
+        assert other.crashed_in("test_z[cpu-float16]") is None
+    assert other.crashed_in("test_z[cpu-float32]") is None  # returned: no note left
+    with HangLedger().in_flight("k", "cpu", "test_z"):  # no file (one process): nothing to leave
+        assert HangLedger().crashed_in("test_z") is None
 
 
 

@@ -164,8 +164,14 @@ class CrashesOnTheLedger:
         if options is None or ledger is None:
             return
         subject = subject_from_id(crashitem, test_params(crashitem), options.backends)
+        where = crashitem.rsplit("/", 1)[-1]
         if subject:
-            ledger.note(subject["backend"], subject["device"], crashitem.rsplit("/", 1)[-1], "crashed its process")
+            ledger.note(subject["backend"], subject["device"], where, "crashed its process")
+            return
+        calling = ledger.crashed_in(crashitem)  # a test of several backends: the one it was calling
+        if calling:
+            ledger.note(*calling, where, "crashed its process")
+            report.longrepr = f"{report.longrepr} (calling {calling[0]} on {calling[1]})"
 
 
 def generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -423,8 +429,10 @@ class Parity:
         fault loses the device ends the comparison as not run (its own tests record the fault against it). Any
         other exception fails the comparison naming the backend that raised it."""
         what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
+        in_flight = self.hangs.in_flight(backend.name, self.device_key, self.nodeid) if self.hangs is not None \
+            else contextlib.nullcontext()
         try:
-            with isolation.deadline(self.case_timeout, what):
+            with in_flight, isolation.deadline(self.case_timeout, what):
                 out = backend.forward(x, w, eps)
                 device_faults.settle(self.device)
                 return out
@@ -454,7 +462,7 @@ def parity(request: pytest.FixtureRequest) -> Parity:
     runnable = [b for b in run.backends if _runs_on(b, device) and getattr(torch, dtype) in b.dtypes
                 and not hangs.hung(b.name, key)]
     if len(runnable) < 2:
-        pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung); "
+        pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung or crashed); "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
     return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
                   device_key=key, nodeid=request.node.nodeid)

@@ -6,7 +6,9 @@ puts it on the ledger, so one crashing kernel costs a run a worker or two, not e
 worker, after which xdist stops the whole run and every other backend's verdict with it).
 
 Under pytest-xdist every worker appends to and reads one file the controller names, so a hang seen by one
-worker spares the others the wait.
+worker spares the others the wait. A test that calls several backends (the cross-backend table) names none in its
+id; while it calls each, its worker keeps a note beside that file of which one is in flight, so that a crash there
+is pinned on the backend that was running (``in_flight``, ``crashed_in``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 # Seconds a single case may run before it fails with a timeout: generous, since a first call may compile a kernel.
@@ -58,6 +61,36 @@ class HangLedger:
     def _first(self, backend: str, device: str) -> tuple[str, str] | None:
         seen = self._read().get((backend, device), [])
         return seen[0] if len(seen) >= HANGS_BEFORE_GIVING_UP else None
+
+    @contextlib.contextmanager
+    def in_flight(self, backend: str, device: str, where: str) -> Iterator[None]:
+        """While the block runs, a note beside the ledger's file (one a process) that ``backend`` on ``device`` is
+        being called in the test ``where``: what the controller reads if the process dies there (``crashed_in``)."""
+        note = self._in_flight_note()
+        if note is None:
+            yield
+            return
+        with contextlib.suppress(OSError):
+            note.write_text(json.dumps({"backend": backend, "device": device, "where": where}))
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                note.unlink()
+
+    def crashed_in(self, where: str) -> tuple[str, str] | None:
+        """(backend, device) that a process was calling in the test ``where`` when it died, or None."""
+        if self.path is None:
+            return None
+        for note in self.path.parent.glob(f"{self.path.stem}-in-flight-*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                entry = json.loads(note.read_text())
+                if entry["where"] == where:
+                    return entry["backend"], entry["device"]
+        return None
+
+    def _in_flight_note(self) -> Path | None:
+        return None if self.path is None else self.path.with_name(f"{self.path.stem}-in-flight-{os.getpid()}.json")
 
     def _read(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
         if self.path is None:
