@@ -97,7 +97,7 @@ class InputLimits:
 
     def dim_outside(self, dim: int) -> str | None:
         """Why rows of ``dim`` elements are outside these limits, or None: what a plan can ask of a case before
-        its inputs exist (a fresh process's first calls, the cross-backend table's shapes)."""
+        its inputs exist (a fresh process's first calls)."""
         # The reason names the limit, not the case's dim: "Did not run" lists each reason once.
         if dim < self.min_dim:
             return f"a dim below its min_dim={self.min_dim}"
