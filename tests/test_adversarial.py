@@ -220,6 +220,38 @@ def test_a_crash_in_the_cross_backend_table_is_pinned_on_the_backend_it_was_call
     assert len(crashed) + len(left) == 3 and all("crashed); have native" in o["reason"] for o in left), tables
 
 
+def test_tests_dealt_to_a_worker_already_dead_wait_for_its_death_to_be_handled():
+    """Two workers that crash at once: handling the first, pytest-xdist deals tests to the second, whose channel is
+    closed. That send's OSError used to end the run as an internal error (exit 3, every verdict INCOMPLETE); the
+    tests stay on the dead worker's list, dealt again when its death is handled. A send that fails on a live
+    channel still raises."""
+    from rmsnorm_conformance.harness.plugin.active import tests_to_the_dead_wait
+
+    class Channel:
+        def __init__(self, closed: bool) -> None:
+            self.closed = closed
+
+        def isclosed(self) -> bool:
+            return self.closed
+
+    class Node:
+        def __init__(self, closed: bool) -> None:
+            self.channel = Channel(closed)
+            self.sent: list = []
+
+        def send_runtest_some(self, indices) -> None:
+            self.sent.append(indices)
+            raise OSError("cannot send (already closed?)")
+
+    dead, live = Node(closed=True), Node(closed=False)
+    for node in (dead, live):
+        tests_to_the_dead_wait(node)
+    dead.send_runtest_some([3, 4])
+    assert dead.sent == [[3, 4]]
+    with pytest.raises(OSError, match="cannot send"):
+        live.send_runtest_some([5])
+
+
 def test_a_crash_in_one_rule_fails_that_backend_in_every_table(gate):
     """A worker that dies leaves only its test id: the controller still pins the crash on the backend, device
     and rule, so "Pick a kernel" and the verdict table cannot show PASS beside passing checks."""

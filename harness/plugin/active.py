@@ -97,8 +97,27 @@ def pytest_configure_node(node: Any) -> None:
     if ledger.path is None:
         ledger.path = Path(tempfile.mkdtemp(prefix="rmsnorm-conformance-")) / "hangs.jsonl"
     node.workerinput[WORKER_HANGS] = str(ledger.path)
+    tests_to_the_dead_wait(node)
     if config.stash[OPTIONS].run_ends_at:
         node.workerinput[WORKER_RUN_ENDS_AT] = config.stash[OPTIONS].run_ends_at
+
+
+def tests_to_the_dead_wait(node: Any) -> None:
+    """Tests dealt to a worker that has died but whose death pytest-xdist has not yet handled stay with it, to be
+    dealt again when it is. Two workers that crash at once (a kernel that segfaults, running on both) met a race in
+    xdist 3.8's ``load`` scheduling: handling the first, it dealt that worker's tests to the second, whose channel
+    was closed, and the OSError ended the whole run as an internal error (exit 3), every other backend's verdict
+    INCOMPLETE. The tests it dealt are on the dead worker's list already; the first one is what it died in."""
+    send = node.send_runtest_some
+
+    def send_or_wait(indices: Any) -> None:
+        try:
+            send(indices)
+        except OSError:
+            if not node.channel.isclosed():
+                raise
+
+    node.send_runtest_some = send_or_wait
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
