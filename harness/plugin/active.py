@@ -89,7 +89,8 @@ def run_options(config: pytest.Config) -> RunOptions:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """pytest-xdist's controller, for each worker: the hang ledger's file and the run's end, shared by all."""
+    """pytest-xdist's controller, for each worker: the hang ledger's file and the run's end, shared by all; tests
+    dealt to it after it died wait for its death to be handled (``tests_to_the_dead_wait``)."""
     config = node.config
     if OPTIONS not in config.stash:
         return
