@@ -220,6 +220,21 @@ def test_a_crash_in_the_cross_backend_table_is_pinned_on_the_backend_it_was_call
     assert len(crashed) + len(left) == 3 and all("crashed); have native" in o["reason"] for o in left), tables
 
 
+def test_the_cross_backend_table_puts_back_the_state_a_backend_leaves_and_names_it(gate):
+    """The table calls each backend itself, not through a check's isolated call: a kernel that leaves torch's
+    default dtype at float64 there fails the table naming it and what it changed, and the state is put back (as
+    every check's call does), so that no later check in the process runs under it. Before, the table passed (exit 0)
+    and the process kept float64 as its default dtype."""
+    result, data = gate(f"--backend=native,{H}:SetsDefaultDtype", "-k", "test_cross_backend_parity", "-p", "xdist",
+                        "-n", "0")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-3000:]
+    (table,) = [o for n, o in data["outcomes"].items() if "test_cross_backend_parity" in n]
+    assert table["outcome"] == "failed", table
+    result.stdout.fnmatch_lines(["*sets_default_dtype on cpu, float32, cross-backend parity at (1, 4096): "
+                                 "sets_default_dtype left torch's global state changed: default dtype "
+                                 "torch.float32 -> torch.float64*"])
+
+
 def test_tests_dealt_to_a_worker_already_dead_wait_for_its_death_to_be_handled():
     """Two workers that crash at once: handling the first, pytest-xdist deals tests to the second, whose channel is
     closed. That send's OSError used to end the run as an internal error (exit 3, every verdict INCOMPLETE); the

@@ -447,26 +447,39 @@ class Parity:
     def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger, and one whose
         fault loses the device ends the comparison as not run (its own tests record the fault against it). Any
-        other exception fails the comparison naming the backend that raised it."""
+        other exception, an exit, or torch's global state left changed fails the comparison naming the backend."""
         what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
         in_flight = self.hangs.in_flight(backend.name, self.device_key, self.nodeid) if self.hangs is not None \
             else contextlib.nullcontext()
+        before = isolation.global_state()
         try:
-            with in_flight, isolation.deadline(self.case_timeout, what):
+            with in_flight, isolation.no_exit(backend.name), isolation.deadline(self.case_timeout, what):
                 out = backend.forward(x, w, eps)
                 device_faults.settle(self.device)
-                return out
         except CaseTimedOut:
             if self.hangs is not None:
                 self.hangs.note(backend.name, self.device_key, what)
             raise
         except Exception as exc:
+            self._put_back(backend, before, what)
             lost = device_faults.context_lost(self.device, exc)
             if lost is None:
                 raise AssertionError(f"{what}: {backend.name} raised {type(exc).__name__}: {exc}") from exc
             detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
             device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
             pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
+        self._put_back(backend, before, what)
+        return out
+
+    @staticmethod
+    def _put_back(backend: Any, before: dict[str, Any], what: str) -> None:
+        """torch's global state as it was before ``backend``'s call, as every other check's calls leave it
+        (``Subject.isolated``): a change fails the comparison naming the backend, so that no later backend's check
+        in this process runs under it."""
+        diff = isolation.changed(before, isolation.global_state())
+        if diff:
+            isolation.restore(before)
+            raise AssertionError(f"{what}: {backend.name} left torch's global state changed: {'; '.join(diff)}")
 
 
 def parity(request: pytest.FixtureRequest) -> Parity:
