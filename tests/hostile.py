@@ -119,6 +119,17 @@ class ExitsZero(NativeRMSNormOp):
         os._exit(0)
 
 
+class ZeroesItsInput(NativeRMSNormOp):
+    """Returns native's output, then zeroes the x it was given: a caller that passes the same x on gets zeros."""
+
+    name = "zeroes_its_input"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        y = super().forward(x, weight, eps)
+        x.zero_()
+        return y
+
+
 class SegfaultsOnWrongShapedWeight(NativeRMSNormOp):
     """Right on good input; kills its process with SIGSEGV for a weight of the wrong shape, as a kernel whose fast
     entry skips the shape check and reads past the weight would. Its other checks pass, so only the crash can

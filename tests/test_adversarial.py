@@ -235,6 +235,17 @@ def test_the_cross_backend_table_puts_back_the_state_a_backend_leaves_and_names_
                                  "torch.float32 -> torch.float64*"])
 
 
+def test_a_backend_that_writes_its_input_spoils_no_other_backends_row_of_the_table(gate):
+    """Each backend in the cross-backend table gets its own copy of the shape's inputs: one that zeroes its x (its
+    purity checks fail it) leaves native the rows it was drawn, so the pair's rows compare native's output with its
+    own, bit for bit. Before, native normalized the zeroed rows and the pair read as apart."""
+    result, data = gate(f"--backend={H}:ZeroesItsInput,native", "-k", "test_cross_backend_parity")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and "failed" not in outcomes, result.stdout.str()[-3000:]  # the table, fp32
+    pairs = [p for p in data["parity"] if p["pair"] == "zeroes_its_input / native"]
+    assert len(pairs) == 5 and all(p["equal_rows"] == p["rows"] for p in pairs), pairs
+
+
 def test_tests_dealt_to_a_worker_already_dead_wait_for_its_death_to_be_handled():
     """Two workers that crash at once: handling the first, pytest-xdist deals tests to the second, whose channel is
     closed. That send's OSError used to end the run as an internal error (exit 3, every verdict INCOMPLETE); the
