@@ -145,10 +145,8 @@ class Subject:
         before = isolation.global_state()
         with isolation.no_exit(self.backend.name), device_faults.watch(self.backend.name, self.device, what):
             yield
-        after = isolation.global_state()
-        diff = isolation.changed(before, after)
+        diff = isolation.put_back(before)
         if diff:
-            isolation.restore(before)
             assert_holds(self, self.current_case, ok=False, rule="semantics.global_state", dim=_dim(self.current_case),
                          what=f"{self.backend.name}.{what} left torch's global state changed: {'; '.join(diff)}")
 

@@ -476,9 +476,8 @@ class Parity:
         """torch's global state as it was before ``backend``'s call, as every other check's calls leave it
         (``Subject.isolated``): a change fails the comparison naming the backend, so that no later backend's check
         in this process runs under it."""
-        diff = isolation.changed(before, isolation.global_state())
+        diff = isolation.put_back(before)
         if diff:
-            isolation.restore(before)
             raise AssertionError(f"{what}: {backend.name} left torch's global state changed: {'; '.join(diff)}")
 
 

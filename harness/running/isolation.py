@@ -162,6 +162,15 @@ def restore(state: dict[str, Any]) -> None:
         torch.backends.cudnn.allow_tf32 = state["cudnn tf32"]
 
 
+def put_back(before: dict[str, Any]) -> list[str]:
+    """What a backend's code changed of ``before`` (``changed``), each change put back (``restore``): the words a
+    failure names them by, empty when nothing changed."""
+    diff = changed(before, global_state())
+    if diff:
+        restore(before)
+    return diff
+
+
 _FINGERPRINT_POINTS = 1 << 12  # a reused buffer overwritten by another batch changes nearly every element
 
 
