@@ -51,6 +51,12 @@ _INT32_LIMIT = 2**31
 DW_ROWS_PER_PROGRAM = 32
 # dw's partial rows are added in passes of at most this many rows per output row.
 _DW_PASS = 64
+# On the GPU every pass's tile is _DW_PASS rows, those past the pass's rows read as +0.0: the halving tree over a
+# power of two padded with +0.0 rows is the tree over the rows themselves, a -0.0 aside, which the final + 0.0 makes
+# +0.0 either way. One binary of dw's kernel then serves every batch of a dim class and dtype, not one per power
+# of two of partial rows: a cold Triton run built 61 of them in its workers, none prepared (reports/h200/verdict,
+# run 44). The interpreter keeps the pass's own row count: it pays for every element of a tile, masked or not.
+_DW_FULL_PASS = not _INTERPRETED
 # Shared memory the backward's pipeline may take for its tiles in flight: (stages - 1) iterations of `unroll` tiles
 # of x and dy (Triton 3.6 for sm_90: 133,120 bytes for 4 tiles of 4096 bf16 at 3 stages, 131,072 of them the tiles;
 # benchmarks/triton_sass.py). A block on an H100 or H200 may have 227 KB; fewer tiles an iteration where it would
@@ -739,20 +745,23 @@ if triton is not None:
             c = _adjacent(c)
         tl.store(part_ptr + p * dim + cols, c, mask=col_mask)
 
-    @triton.jit(do_not_specialize=["n_out", "n_cols"])
+    @triton.jit(do_not_specialize=["n_out", "n_cols", "n_fan"])
     def _rms_norm_dw_kernel(
-        part_ptr, out_ptr, n_out, n_cols,  # noqa: ANN001
+        part_ptr, out_ptr, n_out, n_cols, n_fan,  # noqa: ANN001
         DIM: tl.constexpr, BLOCK: tl.constexpr, FAN: tl.constexpr, FINAL: tl.constexpr,
     ):
-        """out[j] = the halving tree over partial rows j, j + n_out, ..., j + (FAN - 1) * n_out: the first
-        levels of the halving over all partial rows. FINAL: add +0.0 and round to out's dtype. DIM: the dim where
-        it is a power of two, else 0 and the dim is n_cols."""
+        """out[j] = the halving tree over partial rows j, j + n_out, ..., j + (n_fan - 1) * n_out, padded with
+        +0.0 rows to FAN (both powers of two, n_fan <= FAN): the first levels of the halving over all partial
+        rows. FINAL: add +0.0 and round to out's dtype. DIM: the dim where it is a power of two, else 0 and the
+        dim is n_cols."""
         dim = DIM if DIM > 0 else n_cols
         j = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         col_mask = cols < dim
-        rows = j + n_out * tl.arange(0, FAN).to(tl.int64)
-        t = tl.load(part_ptr + (rows * dim)[:, None] + cols[None, :], mask=col_mask[None, :], other=0.0)
+        k = tl.arange(0, FAN)
+        rows = j + n_out * k.to(tl.int64)
+        t = tl.load(part_ptr + (rows * dim)[:, None] + cols[None, :], mask=(k < n_fan)[:, None] & col_mask[None, :],
+                    other=0.0)
         for _ in tl.static_range(8):
             if t.shape[0] > 1:
                 t = _sum(tl.reshape(t, [2, t.shape[0] // 2, BLOCK]), 0)
@@ -1055,7 +1064,8 @@ def backward_constexprs(dim: int, cfg: LaunchConfig, store_dx: bool = True) -> d
 
 
 def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """dw: the partial rows halved in passes of at most _DW_PASS rows, + 0.0, rounded to weight's dtype."""
+    """dw: the partial rows halved in passes of at most _DW_PASS rows, + 0.0, rounded to weight's dtype (each
+    pass's tile _DW_PASS rows where _DW_FULL_PASS)."""
     n, dim = partials.shape
     block = min(padded_width(dim), 1 << 16) if _INTERPRETED else min(padded_width(dim), 128)
     while True:
@@ -1063,8 +1073,9 @@ def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         n_out = n // fan
         final = n_out == 1
         out = torch.empty_like(weight) if final else partials.new_empty((n_out, dim))
-        _launch_dw((n_out, -(-dim // block)), (partials, out, n_out, dim, dim_constexpr(dim), block, fan, final), 8,
-                   weight.device)
+        tile = _DW_PASS if _DW_FULL_PASS else fan
+        _launch_dw((n_out, -(-dim // block)),
+                   (partials, out, n_out, dim, fan, dim_constexpr(dim), block, tile, final), 8, weight.device)
         if final:
             return out
         partials, n = out, n_out

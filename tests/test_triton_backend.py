@@ -587,6 +587,29 @@ def test_dw_tree_over_the_rows(device, rows):
     _assert_parity(x, w, g, f"with {rows} rows")
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("full_pass", [False, True], ids=["own-rows", "full-pass"])
+def test_dw_passes_are_the_halving_tree_over_the_partial_rows(device, full_pass, monkeypatch):
+    """dw's last step, the halving tree over the programs' partial rows in passes of at most _DW_PASS rows, each
+    pass's tile the pass's own rows or (as on the GPU) _DW_PASS rows padded with +0.0: bitwise the halving over the
+    rows, + 0.0, rounded to the weight's dtype, for 1 to 256 partial rows (256: two passes), signed zeros too."""
+    monkeypatch.setattr(tr, "_DW_FULL_PASS", full_pass)
+    gen = torch.Generator().manual_seed(0)
+    for n in (1, 2, 4, 16, 64, 128, 256):
+        for dim, w_dtype in ((5, torch.float32), (128, torch.bfloat16)):
+            partials = torch.randn(n, dim, generator=gen) * torch.rand(n, 1, generator=gen) * 1e3
+            partials[:, 0] = -0.0  # every term -0.0: -0.0 up to the final + 0.0
+            partials[:, 1] = torch.where(torch.arange(n) % 2 == 0, -0.0, 0.0)
+            partials[0, 2] = -0.0
+            tree = partials.clone()
+            while tree.shape[0] > 1:
+                half = tree.shape[0] // 2
+                tree = tree[:half] + tree[half:]
+            expected = (tree[0] + 0.0).to(w_dtype)
+            actual = tr._sum_partials(partials.to(device), torch.empty(dim, dtype=w_dtype, device=device))
+            assert_bitwise(actual.cpu(), expected, f"{n} partial rows of {dim}")
+
+
 @pytest.fixture(params=[(0, 1), (3, 1), (3, 2), (2, 4)], ids=["prefetch", "pipelined", "pipelined-2", "pipelined-4"])
 def backward_loop(request, monkeypatch):
     """The GPU backward's loop over tiles with the next tile prefetched into registers, or as Triton's software
