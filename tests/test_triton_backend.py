@@ -915,6 +915,13 @@ def test_prepare_jobs_take_each_binary_class_once_and_cover_every_prepared_dim()
                 for x, w in tr.CONTRACT_DTYPE_PAIRS}
     assert per_pair[torch.float32, torch.float32] == set(tr.PREPARED_CALLS) - {"fused_add_fp32_residual"}
     assert per_pair[torch.bfloat16, torch.float32] == set(tr.PREPARED_CALLS)
+    # what a first-call process calls at the first dims comes first, then every other job in the dims' order
+    lead = [job for job in jobs if job[0] in dims[:tr.LEAD_DIMS] and job[3] in tr.FIRST_CALLS]
+    assert lead and jobs[:len(lead)] == lead
+    rest = jobs[len(lead):]
+    assert not {j[3] for j in rest if j[0] in dims[:tr.LEAD_DIMS]} & set(tr.FIRST_CALLS)
+    order = tr.dims_of_every_width(dims)
+    assert [order.index(j[0]) for j in rest] == sorted(order.index(j[0]) for j in rest)
 
 
 @pytest.mark.parametrize("device", DEVICES)

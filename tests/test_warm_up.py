@@ -52,6 +52,11 @@ def test_the_prepared_dims_put_the_most_drawn_first_and_hold_every_edge():
     assert dims[: len(THRESHOLD_DIMS)] == list(THRESHOLD_DIMS)
     assert set(TARGET_DIMS.values()) <= set(dims[:6]) and set(EDGE_DIMS) <= set(dims)
     assert len(dims) == len(set(dims))
+    # the first-call plan's dims first, in its order: the Triton backend prepares its first calls there ahead of all
+    from rmsnorm_conformance.backends.triton_rmsnorm import LEAD_DIMS
+    from rmsnorm_conformance.harness.running.fresh_process import FIRST_CALL_DIMS
+
+    assert dims[:LEAD_DIMS] == list(FIRST_CALL_DIMS)
 
 
 def test_the_warm_up_hands_the_backend_its_part_of_the_preparation(monkeypatch, tmp_path):
