@@ -3,9 +3,12 @@ by, and a case names the entry point it calls (so a replay calls it again)."""
 
 from __future__ import annotations
 
-from rmsnorm_conformance.harness.checking.entry_checks import ENTRY_CHECKS
+import pytest
+import torch
+
+from rmsnorm_conformance.harness.checking.entry_checks import ENTRY_CHECKS, _with_nonfinite
 from rmsnorm_conformance.harness.checking.rule_index import rule_tests
-from rmsnorm_conformance.harness.drawing.cases import BatchSizeCase
+from rmsnorm_conformance.harness.drawing.cases import Batch, BatchSizeCase, NonfiniteCase
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
@@ -46,3 +49,20 @@ def test_a_case_names_the_variant_it_calls_and_replays_it():
     case = parse_case(text)
     assert isinstance(case, BatchSizeCase) and case.entry == "fused_add"
     assert "entry='fused_add'" in repr(case)
+
+
+@pytest.mark.parametrize(("dim", "rows", "rows_hit", "count"),
+                         [(1, 300_000, 150_000, 1), (4096, 64, 32, 4096), (128, 4000, 1999, 64), (5, 7, 3, 2)])
+def test_nonfinite_values_land_in_the_hit_rows_alone_and_the_same_every_time(dim, rows, rows_hit, count):
+    """The planted values: ``count`` distinct columns of each of ``rows_hit`` rows (many hit rows included, which
+    the planting once visited one at a time), nothing else changed, the same tensor for the same case."""
+    batch = Batch(dim=dim, rows=rows, dtype="float32", values="normal", weight="around_one", seed=7)
+    case = NonfiniteCase(batch, "neg_inf", rows_hit, count)
+    x = torch.randn(rows, dim)
+    dirty, hit = _with_nonfinite(case, x)
+    planted = torch.isneginf(dirty)
+    assert int(hit.sum()) == rows_hit and planted.any(1).equal(hit)
+    assert (planted.sum(1)[hit] == count).all()
+    assert torch.equal(dirty[~planted], x[~planted]) and not torch.isneginf(x).any()
+    again, _ = _with_nonfinite(case, x)
+    assert torch.equal(torch.isneginf(again), planted)
