@@ -391,6 +391,30 @@ __device__ __forceinline__ void read_staged(Group<E>& g, const uint4* slot, int 
 // normalizes s as stored, as kPlain.
 
 
+// Element pairs (2i, 2i+1) rounded from fp32 into one 32-bit word: one conversion instruction a pair.
+template <typename O>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same<O, __nv_bfloat16>::value) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// Group<O> from 8 fp32 values, each rounded once.
+template <typename O>
+__device__ __forceinline__ void pack_group(Group<O>& out, const float (&v)[kGroup]) {
+  if constexpr (sizeof(O) == 4) {
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) out.u[j] = __float_as_uint(v[j]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kGroup / 2; ++i) out.u[i] = pack_pair<O>(v[2 * i], v[2 * i + 1]);
+  }
+}
+
 // The group of this row the thread holds as its input: x, or for kFusedAdd s = x + residual rounded and
 // stored as residual_out.
 template <typename T, Mode M, Cache L = Cache::kStream>
@@ -401,10 +425,10 @@ __device__ __forceinline__ void load_input(Group<T>& g, const ForwardArgs& a, in
     const T* rr = static_cast<const T*>(a.residual) + row * a.residual_stride;
     Group<T> r;
     load_group<T, L>(r, rr, base, limit, aligned16(rr));
-    Group<T> sum;
+    float sum[kGroup];
 #pragma unroll
-    for (int j = 0; j < kGroup; ++j) sum.set(j, __fadd_rn(g.get(j), r.get(j)));
-    g = sum;
+    for (int j = 0; j < kGroup; ++j) sum[j] = __fadd_rn(g.get(j), r.get(j));
+    pack_group<T>(g, sum);
     T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
     store_group<T, Cache::kStream>(g, out, base, limit, aligned16(out));
   }
@@ -428,23 +452,31 @@ __device__ __forceinline__ void load_weight(Group<T>& wg, const ForwardArgs& a, 
   }
 }
 
-// The output group from the input group `g` (re-widened with fresh), its weight group and the row's
-// inv = 1 / rms: xhat = x * inv, then y = xhat * w', two rounded multiplies.
-template <typename T, typename O, Mode M, Cache S = Cache::kStream>
-__device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& wg, const ForwardArgs& a,
-                                             int64_t row, int base, int limit, float inv) {
-  Group<O> out;
+// The output values of the input group `g` (re-widened with fresh), its weight group and the row's inv = 1 / rms:
+// xhat = x * inv, then y = xhat * w', two rounded multiplies.
+template <typename T, Mode M>
+__device__ __forceinline__ void output_values(const Group<T>& g, const Group<T>& wg, float inv, float (&v)[kGroup]) {
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
     const float n = __fmul_rn(g.fresh(j), inv);
-    float v = n;
     if constexpr (M == Mode::kOffset) {
-      v = __fmul_rn(n, __fadd_rn(1.0f, wg.fresh(j)));
-    } else if constexpr (M != Mode::kUnweighted) {
-      v = __fmul_rn(n, wg.fresh(j));
+      v[j] = __fmul_rn(n, __fadd_rn(1.0f, wg.fresh(j)));
+    } else if constexpr (M == Mode::kUnweighted) {
+      v[j] = n;
+    } else {
+      v[j] = __fmul_rn(n, wg.fresh(j));
     }
-    out.set(j, v);
   }
+}
+
+// The output group, rounded a pair at a time (pack_group: the same bits as element by element), stored.
+template <typename T, typename O, Mode M, Cache S = Cache::kStream>
+__device__ __forceinline__ void store_output(const Group<T>& g, const Group<T>& wg, const ForwardArgs& a,
+                                             int64_t row, int base, int limit, float inv) {
+  float v[kGroup];
+  output_values<T, M>(g, wg, inv, v);
+  Group<O> out;
+  pack_group<O>(out, v);
   O* yr = static_cast<O*>(a.y) + row * a.y_stride;
   store_group<O, S>(out, yr, base, limit, aligned16(yr));
 }
@@ -460,30 +492,6 @@ __device__ __forceinline__ void stage_weight(uint4* wsm, const T* w, int width, 
     load_group<T, Cache::kReadOnly>(g, w, gi * kGroup, dim, vec);
 #pragma unroll
     for (int i = 0; i < kW; ++i) wsm[gi * kW + i] = make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]);
-  }
-}
-
-// Element pairs (2i, 2i+1) rounded from fp32 into one 32-bit word: one conversion instruction a pair.
-template <typename O>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  if constexpr (std::is_same<O, __nv_bfloat16>::value) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
-
-// Group<O> from 8 fp32 values, each rounded once.
-template <typename O>
-__device__ __forceinline__ void pack_group(Group<O>& out, const float (&v)[kGroup]) {
-  if constexpr (sizeof(O) == 4) {
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) out.u[j] = __float_as_uint(v[j]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kGroup / 2; ++i) out.u[i] = pack_pair<O>(v[2 * i], v[2 * i + 1]);
   }
 }
 
@@ -647,36 +655,82 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs 
 // row tree's barrier. Loads and stores without the evict-first hint the other kernels use: with it, the bf16
 // forward ran at 0.933 of a copy at 65536 x 4096 after an L2 flush and 1.003 in a loop of back-to-back calls;
 // without, 1.001 and 0.999 (reports/h200/kernels/run8).
-template <typename T, typename O, Mode M, int K>
-__global__ void __launch_bounds__(kMaxThreads) forward_row_kernel(const ForwardArgs a) {
+// kLean (launch_rows picks it for 16-bit rows in and out, not the fused add): every row is the plan's padded width
+// exactly, x, y and the weight 16-byte aligned with 16-byte strides, so each of a thread's groups is a plain 16-byte access at m T
+// 16-byte steps from one address, with none of the general path's tests a group (kernels run 27).
+template <typename T, typename O, Mode M, int K, bool kLean = false>
+__global__ void __launch_bounds__(kMaxThreads, kLean ? 3 : 1) forward_row_kernel(const ForwardArgs a) {
   __shared__ float scratch[kMaxThreads];
+  constexpr Mode kOut = M == Mode::kFusedAdd ? Mode::kPlain : M;
+  constexpr int kIn = Group<T>::kWords / 4, kOutVec = Group<O>::kWords / 4;  // 16-byte words a group
   const int tpr = 1 << a.tpr_shift;
   const int t = threadIdx.x & (tpr - 1);
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x >> a.tpr_shift) + (threadIdx.x >> a.tpr_shift);
   const bool valid = row < a.rows;
   Group<T> g[K];
   float part[K];
+  if constexpr (kLean) {
+    const uint4* xs = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_stride) + t * kIn;
 #pragma unroll
-  for (int m = 0; m < K; ++m) {
-    if (valid) {
-      load_input<T, M, Cache::kPlain>(g[m], a, row, (t + m * tpr) * kGroup, a.dim);
-    } else {
+    for (int m = 0; m < K; ++m) {
 #pragma unroll
-      for (int i = 0; i < Group<T>::kWords; ++i) g[m].u[i] = 0u;
+      for (int i = 0; i < kIn; ++i) {
+        const uint4 q = valid ? xs[(m * tpr) * kIn + i] : make_uint4(0u, 0u, 0u, 0u);
+        g[m].u[4 * i] = q.x;
+        g[m].u[4 * i + 1] = q.y;
+        g[m].u[4 * i + 2] = q.z;
+        g[m].u[4 * i + 3] = q.w;
+      }
+      part[m] = group_sum_of_squares(g[m]);
     }
-    part[m] = group_sum_of_squares(g[m]);
+  } else {
+#pragma unroll
+    for (int m = 0; m < K; ++m) {
+      if (valid) {
+        load_input<T, M, Cache::kPlain>(g[m], a, row, (t + m * tpr) * kGroup, a.dim);
+      } else {
+#pragma unroll
+        for (int i = 0; i < Group<T>::kWords; ++i) g[m].u[i] = 0u;
+      }
+      part[m] = group_sum_of_squares(g[m]);
+    }
   }
   float total[1] = {thread_tree<K>(part)};
   row_tree<1>(total, a.tpr_shift, scratch, 0);
   const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
   if (!valid) return;
-  constexpr Mode kOut = M == Mode::kFusedAdd ? Mode::kPlain : M;
+  if constexpr (kLean) {
+    const uint4* ws = reinterpret_cast<const uint4*>(a.w) + t * kIn;
+    uint4* ys = reinterpret_cast<uint4*>(static_cast<O*>(a.y) + row * a.y_stride) + t * kOutVec;
 #pragma unroll
-  for (int m = 0; m < K; ++m) {
-    const int base = (t + m * tpr) * kGroup;
-    Group<T> wg;
-    load_weight<T, kOut>(wg, a, base, a.dim);
-    store_output<T, O, kOut, Cache::kPlain>(g[m], wg, a, row, base, a.dim, inv);
+    for (int m = 0; m < K; ++m) {
+      Group<T> wg;
+      if constexpr (kOut != Mode::kUnweighted) {
+#pragma unroll
+        for (int i = 0; i < kIn; ++i) {
+          const uint4 q = __ldg(ws + (m * tpr) * kIn + i);
+          wg.u[4 * i] = q.x;
+          wg.u[4 * i + 1] = q.y;
+          wg.u[4 * i + 2] = q.z;
+          wg.u[4 * i + 3] = q.w;
+        }
+      }
+      float v[kGroup];
+      output_values<T, kOut>(g[m], wg, inv, v);
+      Group<O> out;
+      pack_group<O>(out, v);
+#pragma unroll
+      for (int i = 0; i < kOutVec; ++i)
+        ys[(m * tpr) * kOutVec + i] = make_uint4(out.u[4 * i], out.u[4 * i + 1], out.u[4 * i + 2], out.u[4 * i + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int m = 0; m < K; ++m) {
+      const int base = (t + m * tpr) * kGroup;
+      Group<T> wg;
+      load_weight<T, kOut>(wg, a, base, a.dim);
+      store_output<T, O, kOut, Cache::kPlain>(g[m], wg, a, row, base, a.dim, inv);
+    }
   }
 }
 
@@ -1241,19 +1295,46 @@ const char* launch_sets(void (*kernel)(Args), int64_t sets, int cap, int threads
   return last_error();
 }
 
-// The row kernel's grid: one block a set of rows.
+// The row kernel's grid: one block a set of rows. The lean kernel (16-bit rows in and out, not the fused add, two or
+// four groups a thread) where every row is the plan's padded width and every 16-byte access is aligned.
+template <typename T, typename O, Mode M, int K>
+constexpr bool has_lean_rows() {
+  return sizeof(T) == 2 && sizeof(O) == 2 && M != Mode::kFusedAdd && K >= 2;
+}
+
+template <typename T, typename O>
+bool lean_rows(const ForwardPlan& c, const ForwardArgs& a) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const bool strided = a.rows > 1 && ((a.x_stride * int64_t(sizeof(T))) % 16 != 0 ||
+                                      (a.y_stride * int64_t(sizeof(O))) % 16 != 0);
+  return int64_t(a.dim) == (int64_t(c.k) << c.tpr_shift) * kGroup && aligned(a.x) && aligned(a.y) &&
+         (a.w == nullptr || aligned(a.w)) && !strided;
+}
+
+template <typename T, typename O, Mode M, int K>
+void launch_row_kernel(bool lean, int64_t sets, int threads, const ForwardArgs& a, cudaStream_t stream) {
+  if constexpr (has_lean_rows<T, O, M, K>()) {
+    if (lean) {
+      forward_row_kernel<T, O, M, K, true><<<unsigned(sets), threads, 0, stream>>>(a);
+      return;
+    }
+  }
+  forward_row_kernel<T, O, M, K><<<unsigned(sets), threads, 0, stream>>>(a);
+}
+
 template <typename T, typename O, Mode M>
 const char* launch_rows(const ForwardPlan& c, int64_t sets, const ForwardArgs& a, cudaStream_t stream) {
   if (sets > INT_MAX) return "rmsnorm: too many blocks for one launch";
+  const bool lean = lean_rows<T, O>(c, a);
   switch (c.k) {
     case 1:
-      forward_row_kernel<T, O, M, 1><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      launch_row_kernel<T, O, M, 1>(lean, sets, c.threads, a, stream);
       break;
     case 2:
-      forward_row_kernel<T, O, M, 2><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      launch_row_kernel<T, O, M, 2>(lean, sets, c.threads, a, stream);
       break;
     default:
-      forward_row_kernel<T, O, M, 4><<<unsigned(sets), c.threads, 0, stream>>>(a);
+      launch_row_kernel<T, O, M, 4>(lean, sets, c.threads, a, stream);
       break;
   }
   return last_error();
