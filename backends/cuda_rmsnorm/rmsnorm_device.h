@@ -520,136 +520,9 @@ __device__ __forceinline__ void stage_row(uint32_t dst, uint32_t step, uint4* ds
   }
 }
 
-// Staged kernel: blockDim.x / T rows per set, thread t of a row holds groups t + m T, m < K. Block b handles
-// sets b, b + gridDim.x, ... (the grid is at most what is resident at once); each thread copies its vectors of
-// the set `stages - 1` ahead into shared memory, then reduces and writes the current one, reading its vectors
-// back from shared memory for each pass. Shared memory: [stages][streams][K][words][threads] 16-byte words,
-// the weight's groups, the row tree's scratch.
-template <typename T, typename O, Mode M, int K>
-__global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs a) {
-  extern __shared__ uint4 smem[];
-  constexpr int kStreams = M == Mode::kFusedAdd ? 2 : 1;
-  constexpr int kW = kWordsOf<T>;
-  const int threads = blockDim.x;
-  const int tpr = 1 << a.tpr_shift;
-  const int t = threadIdx.x & (tpr - 1);
-  const int slots = threads >> a.tpr_shift;
-  const int slot = threadIdx.x >> a.tpr_shift;
-  const int stages = a.stages;
-  const int ahead = stages - 1;
-  const int stage_words = K * kW * kStreams * threads;
-  const int width = K * tpr * kGroup;
-  uint4* wsm = smem + stages * stage_words;
-  float* scratch = reinterpret_cast<float*>(wsm + width / kGroup * kW);
-  const int64_t sets = (a.rows + slots - 1) / slots;
-  const int64_t my_sets = int64_t(blockIdx.x) < sets ? (sets - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  const int64_t row_step = int64_t(gridDim.x) * slots;
-  const int col0 = t * kGroup;
-  const int col_step = tpr * kGroup;
-  const uint32_t step = uint32_t(threads) * 16;
-  const uint32_t stage_bytes = uint32_t(stage_words) * 16;
-  const uint32_t sbase = shared_address(smem + threadIdx.x);
-  const T* x = static_cast<const T*>(a.x);
-  const T* res = static_cast<const T*>(a.residual);
-  // Every row 16-byte aligned and every group of this thread inside the row: the copies' fast path.
-  bool fast = aligned16(x) && ((a.x_stride * int64_t(sizeof(T))) & 15) == 0 &&
-              col0 + (K - 1) * col_step + kGroup <= a.dim;
-  if constexpr (M == Mode::kFusedAdd) fast = fast && aligned16(res) && ((a.residual_stride * int64_t(sizeof(T))) & 15) == 0;
-
-  if constexpr (M != Mode::kUnweighted) stage_weight<T>(wsm, static_cast<const T*>(a.w), width, a.dim);
-  __syncthreads();
-
-  int64_t issue_row = int64_t(blockIdx.x) * slots + slot;
-  int64_t issued = 0;
-  auto issue = [&](int st) {
-    if (issued < my_sets && issue_row < a.rows) {
-      const uint32_t dst = sbase + uint32_t(st) * stage_bytes;
-      uint4* dst_ptr = smem + st * stage_words + threadIdx.x;
-      stage_row<T, K>(dst, step, dst_ptr, x + issue_row * a.x_stride, col0, col_step, a.dim, fast);
-      if constexpr (M == Mode::kFusedAdd)
-        stage_row<T, K>(dst + uint32_t(K * kW) * step, step, dst_ptr + K * kW * threads,
-                        res + issue_row * a.residual_stride, col0, col_step, a.dim, fast);
-    }
-    commit_async();
-    ++issued;
-    issue_row += row_step;
-  };
-
-  int issue_stage = 0;
-  for (int s = 0; s < ahead; ++s) {
-    issue(issue_stage);
-    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
-  }
-  int read_stage = 0;
-  int64_t row = int64_t(blockIdx.x) * slots + slot;
-#pragma unroll 1
-  for (int64_t i = 0; i < my_sets; ++i, row += row_step) {
-    issue(issue_stage);
-    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
-    wait_async_pending(ahead);
-    // Threads past the last row take part in the row tree's shuffles and barrier with whatever their stage
-    // holds, and write nothing.
-    const bool valid = row < a.rows;
-    uint4* xs = smem + read_stage * stage_words + threadIdx.x;
-    read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    float part[K];
-#pragma unroll
-    for (int m = 0; m < K; ++m) {
-      Group<T> g;
-      read_staged(g, xs + m * kW * threads, threads);
-      if constexpr (M == Mode::kFusedAdd) {
-        Group<T> r;
-        read_staged(r, xs + (K + m) * kW * threads, threads);
-        float v[kGroup];
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) v[j] = __fadd_rn(g.get(j), r.get(j));
-        pack_group<T>(g, v);
-        if (valid) {
-          T* out = static_cast<T*>(a.residual_out) + row * a.residual_out_stride;
-          store_group<T, Cache::kStream>(g, out, col0 + m * col_step, a.dim, aligned16(out));
-        }
-        // The rounded sum replaces x in the stage: the second pass normalizes it as stored.
-#pragma unroll
-        for (int i = 0; i < kW; ++i)
-          xs[(m * kW + i) * threads] = make_uint4(g.u[4 * i], g.u[4 * i + 1], g.u[4 * i + 2], g.u[4 * i + 3]);
-      }
-      part[m] = group_sum_of_squares(g);
-    }
-    float total[1] = {thread_tree<K>(part)};
-    row_tree<1>(total, a.tpr_shift, scratch, int(i & 1));
-    const float inv = reciprocal(root_mean(total[0], a.dim, a.eps));
-    if (!valid) continue;
-    O* yr = static_cast<O*>(a.y) + row * a.y_stride;
-    const bool y_vec = aligned16(yr);
-#pragma unroll
-    for (int m = 0; m < K; ++m) {
-      Group<T> g;
-      read_staged(g, xs + m * kW * threads, threads);
-      Group<T> wg;
-      if constexpr (M != Mode::kUnweighted) read_staged(wg, wsm + (t + m * tpr) * kW, 1);
-      float v[kGroup];
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j) {
-        const float n = __fmul_rn(g.get(j), inv);
-        if constexpr (M == Mode::kOffset) {
-          v[j] = __fmul_rn(n, __fadd_rn(1.0f, wg.get(j)));
-        } else if constexpr (M == Mode::kUnweighted) {
-          v[j] = n;
-        } else {
-          v[j] = __fmul_rn(n, wg.get(j));
-        }
-      }
-      Group<O> out;
-      pack_group<O>(out, v);
-      store_group<O, Cache::kStream>(out, yr, col0 + m * col_step, a.dim, y_vec);
-    }
-  }
-  wait_async<0>();
-}
-
 // Row kernel: blockDim.x / T rows a block and one set of rows a block (a grid of ceil(rows / slots) blocks);
 // thread t of a row loads its groups t + m T, m < K, straight into registers and keeps them there for the
-// second pass. The staged kernel's mapping and arithmetic (so its bits), without the staging: a block holds no
+// second pass. The staged backward's mapping and arithmetic (so its bits), without the staging: a block holds no
 // shared memory but the row tree's scratch, so registers alone bound how many are resident, and the hardware
 // hands each finished block's place to the next set. Threads past the last row load zeros and take part in the
 // row tree's barrier. Loads and stores without the evict-first hint the other kernels use: with it, the bf16
@@ -659,7 +532,7 @@ __global__ void __launch_bounds__(kMaxThreads) forward_kernel(const ForwardArgs 
 // exactly, x, y and the weight 16-byte aligned with 16-byte strides, so each of a thread's groups is a plain 16-byte access at m T
 // 16-byte steps from one address, with none of the general path's tests a group (kernels run 27).
 template <typename T, typename O, Mode M, int K, bool kLean = false>
-__global__ void __launch_bounds__(kMaxThreads, kLean ? 3 : 1) forward_row_kernel(const ForwardArgs a) {
+__global__ void __launch_bounds__(kMaxThreads, sizeof(T) == 2 && M != Mode::kFusedAdd && K == 4 ? 3 : 0) forward_row_kernel(const ForwardArgs a) {
   __shared__ float scratch[kMaxThreads];
   constexpr Mode kOut = M == Mode::kFusedAdd ? Mode::kPlain : M;
   constexpr int kIn = Group<T>::kWords / 4, kOutVec = Group<O>::kWords / 4;  // 16-byte words a group
@@ -1279,22 +1152,6 @@ const char* launch_staged(void (*kernel)(Args), int64_t work_blocks, bool cap_at
   return last_error();
 }
 
-// The forward's grid over `sets` sets of rows: with cap = 0, the blocks resident at once (each takes sets b,
-// b + grid, ...); with cap > 0, also at least ceil(sets / cap) blocks, so that no block takes more than cap sets
-// (more blocks than are resident, which the hardware hands to whichever multiprocessor is free: a grid of
-// resident blocks leaves the slowest multiprocessor the tail), but never fewer than a resident grid.
-template <typename Args>
-const char* launch_sets(void (*kernel)(Args), int64_t sets, int cap, int threads, size_t smem, const Args& a,
-                        cudaStream_t stream) {
-  int64_t resident = 0;
-  if (const char* err = resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem, &resident)) return err;
-  int64_t grid = sets < resident ? sets : resident;
-  if (cap > 0 && (sets + cap - 1) / cap > grid) grid = (sets + cap - 1) / cap;
-  if (grid > INT_MAX) return "rmsnorm: too many blocks for one launch";
-  kernel<<<unsigned(grid), threads, smem, stream>>>(a);
-  return last_error();
-}
-
 // The row kernel's grid: one block a set of rows. The lean kernel (16-bit rows in and out, not the fused add, two or
 // four groups a thread) where every row is the plan's padded width and every 16-byte access is aligned.
 template <typename T, typename O, Mode M, int K>
@@ -1340,32 +1197,10 @@ const char* launch_rows(const ForwardPlan& c, int64_t sets, const ForwardArgs& a
   return last_error();
 }
 
-// The staged kernel's grid (launch_sets).
-template <typename T, typename O, Mode M>
-const char* launch_staged(const ForwardPlan& c, int64_t sets, const ForwardArgs& a, cudaStream_t stream) {
-  const size_t width = size_t(c.k) << c.tpr_shift << 3;
-  const size_t fixed = width * sizeof(T) + 2 * c.threads * sizeof(float);
-  const size_t smem = size_t(c.stages) * c.k * (M == Mode::kFusedAdd ? 2 : 1) * kWordsOf<T> * c.threads * 16 + fixed;
-  switch (c.k) {
-    case 1:
-      return launch_sets(forward_kernel<T, O, M, 1>, sets, c.sets, c.threads, smem, a, stream);
-    case 2:
-      return launch_sets(forward_kernel<T, O, M, 2>, sets, c.sets, c.threads, smem, a, stream);
-    default:
-      return launch_sets(forward_kernel<T, O, M, 4>, sets, c.sets, c.threads, smem, a, stream);
-  }
-}
-
-template <typename T>
-constexpr DType dtype_of() {
-  return sizeof(T) == 4 ? DType::kFloat32 : std::is_same<T, __half>::value ? DType::kFloat16 : DType::kBFloat16;
-}
-
 template <typename T, typename O, Mode M>
 const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t stream) {
   a.tpr_shift = c.tpr_shift;
   a.groups_shift = c.groups_shift;
-  a.stages = c.stages;
   if (c.streaming) {
     if (a.rows > INT_MAX) return "rmsnorm: too many rows for the streaming kernel";
     forward_loop_kernel<T, O, M><<<unsigned(a.rows), c.threads, 0, stream>>>(a);
@@ -1373,11 +1208,7 @@ const char* launch_forward(const ForwardPlan& c, ForwardArgs a, cudaStream_t str
   }
   const int slots = c.threads >> c.tpr_shift;
   const int64_t sets = (a.rows + slots - 1) / slots;
-  if constexpr (uses_row_kernel(dtype_of<T>(), M == Mode::kFusedAdd)) {
-    return launch_rows<T, O, M>(c, sets, a, stream);
-  } else {
-    return launch_staged<T, O, M>(c, sets, a, stream);
-  }
+  return launch_rows<T, O, M>(c, sets, a, stream);
 }
 
 template <typename T, typename G>

@@ -127,11 +127,12 @@ int power_of_two_in(int v, int lo, int hi) {
 // 0.690 / 0.724 / 0.676 / 0.672). The fp16 forward stays staged: the row kernel ran it at 0.850 at 16384 x 8192
 // against staging's 0.907, and keeping each element's fp32 value (one conversion an element instead of two) made it
 // slower still (0.708: the registers cost a third of the resident warps; reports/h200/kernels/run9).
-// Which kernel is fixed per (dtype, fused add) by uses_row_kernel. RMSNORM_CUDA_FORWARD_CONFIG (forward,
-// forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override the rest as
-// "k,threads,stages,sets": stages and sets apply to the staged kernel; sets > 0 asks for at least
-// ceil(sets of rows / sets) blocks (more than are resident at once, which the hardware hands to whichever
-// multiprocessor is free), never fewer than a resident grid; 0: a grid of resident blocks.
+// Since kernels run 27 the fp16 forward runs the row kernel too, whose lean form (rows of exactly the padded width,
+// aligned: no test a group, outputs rounded a pair at a time) took it from the staged kernel's 0.942 / 0.966 / 0.908
+// / 0.890 to 0.977 / 1.004 / 0.967 / 0.946, and the staged forward kernel is gone. RMSNORM_CUDA_FORWARD_CONFIG
+// (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override the
+// defaults as "k,threads,stages,sets": groups a thread and threads a block (stages and sets applied to the staged
+// kernel and are ignored).
 ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const Tuning tune = tuning(fused_add ? 1 : 0);
   ForwardPlan c{};
@@ -144,7 +145,6 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
     c.groups_shift = log2_floor(groups / kLoopThreads);
     return c;
   }
-  const bool row_kernel = uses_row_kernel(d, fused_add);
   int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, kMaxGroupsPerThread)
                     : fused_add ? int(groups / 256 > 1 ? groups / 256 : 1) : (groups <= 64 ? 2 : 4);
   while (k > groups) k >>= 1;
@@ -152,27 +152,8 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const int tpr = int(groups / k);
   c.k = k;
   c.tpr_shift = log2_floor(tpr);
-  // The staged kernel (the fp16 forward) takes 128 threads a block for rows of at most 64 groups, 512 for wider
-  // ones: fp16 at 2097152 x 128, 0.942 of a copy with 512 and 0.970 with 128 (the other shapes, four groups a thread,
-  // were slower with 128: 0.933 / 0.916 / 0.846 against 0.942 / 0.908 / 0.888; reports/h200/kernels/run10).
-  const int staged_threads = groups <= 64 ? 128 : 512;
-  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : (row_kernel ? (fused_add ? 256 : 128) : staged_threads), 32,
-                              kMaxThreads);
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : (fused_add ? 256 : 128), 32, kMaxThreads);
   if (c.threads < tpr) c.threads = tpr;
-  if (row_kernel) {
-    c.stages = 1;
-    c.sets = 1;
-    return c;
-  }
-  const auto stage_bytes = [&] { return k * (fused_add ? 2 : 1) * (element_size(d) / 2) * c.threads * 16; };
-  const auto scratch = [&] { return 2 * c.threads * int(sizeof(float)) + int(padded) * element_size(d); };
-  // Two stages must fit a block's shared memory.
-  while (c.threads > tpr && 2 * stage_bytes() + scratch() > 200 * 1024) c.threads >>= 1;
-  int stages = tune.v[2] ? tune.v[2] : 2;
-  stages = stages < 2 ? 2 : (stages > kMaxStages ? kMaxStages : stages);
-  while (stages > 2 && stages * stage_bytes() + scratch() > kSharedBudget) --stages;
-  c.stages = stages;
-  c.sets = tune.v[3] ? tune.v[3] : 4;
   return c;
 }
 

@@ -45,11 +45,6 @@ constexpr int64_t kRowBytesPerProgram = 1 << 19;
 
 enum class Mode : int { kPlain, kOffset, kUnweighted, kFusedAdd };
 
-// Which kernel reads the rows of a forward (rmsnorm_kernels.cu's header): the row kernel for the fused add and
-// the bf16 and fp32 forwards, the staged kernel for the fp16 forward. Only that family is compiled for each, so
-// that a cold build compiles no kernel a launch cannot pick (reports/h200/kernels/run8 compared both families).
-constexpr bool uses_row_kernel(DType d, bool fused_add) { return fused_add || d != DType::kFloat16; }
-
 struct ForwardArgs {
   const void* x;
   int64_t x_stride;
@@ -64,7 +59,6 @@ struct ForwardArgs {
   int dim;
   int tpr_shift;     // log2(threads per row)
   int groups_shift;  // streaming kernel: log2(groups per thread)
-  int stages;        // staged kernel: rows staged per thread, the one being reduced included
   float eps;
 };
 
@@ -97,8 +91,6 @@ struct ForwardPlan {
   int k;             // groups a thread
   int tpr_shift;     // log2(threads a row)
   int threads;       // threads a block
-  int stages;        // rows staged a thread
-  int sets;          // at least ceil(sets of rows / sets) blocks, never fewer than resident (0: resident)
   int groups_shift;  // streaming: log2(groups a thread)
 };
 
