@@ -14,10 +14,10 @@
 // dw follows the same tree with rows in place of elements (the canonical order's "backward dw" step): see
 // "Backward" below for how its levels are spread over registers, shared memory, blocks and a final kernel.
 //
-// Rows reach the arithmetic in one of two ways, the same tree either way. The row kernel (the fused add, the
-// bf16 and fp32 forwards) loads a row's groups straight into registers, one set of rows a block, as many blocks
-// as sets: registers alone bound residency and the hardware balances the blocks. The staged kernel (the fp16
-// forward, the backward) copies each thread's own 16-byte vectors of the rows it will handle a few rows ahead
+// Rows reach the arithmetic in one of two ways, the same tree either way. The row kernel (every forward and fused
+// add; its lean form for 16-bit rows of exactly the padded width) loads a row's groups straight into registers, one
+// set of rows a block, as many blocks as sets: registers alone bound residency and the hardware balances the
+// blocks. The staged kernel (the backward) copies each thread's own 16-byte vectors of the rows it will handle a few rows ahead
 // into shared memory with cp.async (zero-filled past the row's end), so that the bytes in flight do not depend
 // on registers or occupancy. A thread only ever reads back what it copied itself, so the staging needs no
 // barrier. Which kernel, how many rows ahead, how many threads a row and a block: a function of (dim, dtype) and
