@@ -52,7 +52,7 @@ def _pytest_runs_forked(request):
             or os.environ.get("RMSNORM_TESTS_FORK") == "0"):
         yield
         return
-    from tests.forkserver import ForkServer
+    from tests.forkserver import ForkServer, share_hypothesis_constants
 
     pytester = request.getfixturevalue("pytester")
     original = pytester.popen
@@ -63,6 +63,7 @@ def _pytest_runs_forked(request):
         cmdargs = tuple(os.fspath(a) for a in cmdargs)
         env = os.environ.copy()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+        share_hypothesis_constants(os.getcwd())
         if (stdin is pytester.CLOSE_STDIN and not kw and hasattr(stdout, "name") and hasattr(stderr, "name")
                 and _FORK_SERVER.forkable(cmdargs, env)):
             return _FORK_SERVER.start(cmdargs, env, stdout, stderr)

@@ -4,7 +4,9 @@ and pytest (reports/cpu/ci-time.md).
 
 ``pytester.runpytest_subprocess`` stays what the tests call. The ``pytester`` fixture's ``popen`` is replaced
 (tests/conftest.py) so that a ``python -mpytest ...`` command is forked from a server process that imported those
-modules and nothing of this project, then made into the process the command would have started: its working
+modules (and torch.compile's frontend, which a run that compiles would import: about 1.3 CPU-s) and nothing of this
+project, and froze them out of the garbage collector's reach (``gc.freeze``: pytest's and Hypothesis's
+``gc.collect()`` calls in a child walked them, about 0.4 CPU-s a run), then made into the process the command would have started: its working
 directory, environment, ``sys.path`` (the working directory and PYTHONPATH first, as ``-m`` puts them), stdin,
 stdout and stderr, arguments and a reseeded ``random``. The child is still a process of its own: a crash, a hang,
 ``os._exit`` or a signal ends it alone, and its exit status is reported as ``subprocess`` reports it. It ends as
@@ -21,13 +23,17 @@ interpreter imports).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from rmsnorm_conformance.harness.running.torch_server import start_server
@@ -44,6 +50,11 @@ import atexit, json, os, random, sys, threading
 # What every run of the suites imports first; nothing of a distribution that installs a pytest plugin (Hypothesis,
 # pytest-xdist): pytest warns, an error under -W error, that such modules imported before it cannot be rewritten.
 import numpy, torch, pytest
+# torch.compile's frontend, which the execution-mode sample imports (about 1.3 CPU-s a run that compiles).
+import torch._dynamo
+# Everything imported so far lives as long as the server: out of the collector's reach, so that a child's
+# gc.collect() (pytest calls it twice at unconfigure, Hypothesis once) neither walks nor copy-on-writes it.
+import gc; gc.freeze()
 base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 requests, replies = sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "w", buffering=1)
 for line in requests:
@@ -75,6 +86,23 @@ for line in requests:
     _, status = os.waitpid(pid, 0)
     replies.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
 """
+
+
+_CONSTANTS: str | None = None
+
+
+def share_hypothesis_constants(cwd: str) -> None:
+    """Hypothesis parses every local module for constants once per process and caches them in
+    ``.hypothesis/constants`` under the working directory, which is new in every pytester run (0.3-0.4 CPU-s a
+    run). One cache for all of them: Hypothesis writes it atomically, keyed by each file's hash."""
+    global _CONSTANTS
+    if _CONSTANTS is None:
+        _CONSTANTS = tempfile.mkdtemp(prefix="rmsnorm-tests-hypothesis-constants-")
+        atexit.register(shutil.rmtree, _CONSTANTS, ignore_errors=True)
+    link = Path(cwd, ".hypothesis", "constants")
+    if not link.exists():
+        link.parent.mkdir(exist_ok=True)
+        link.symlink_to(_CONSTANTS, target_is_directory=True)
 
 
 def _read_at_start(env: Any) -> dict[str, str]:

@@ -27,6 +27,7 @@ from rmsnorm_conformance.contract import ALL_RULES, rule
 from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.zoo import DEFECTS, EngineStyleRMSNorm, LaneOrderRMSNorm
+from tests.forkserver import share_hypothesis_constants
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -137,6 +138,7 @@ def _run_group(group: str, where: Path) -> ZooRun:
     plan |= {c.name: selection for c, (g, selection) in CONTROLS.items() if g == group}
     backends = [b for b in (*DEFECTS, *CONTROLS) if b.name in plan]
     (where / "plan.json").write_text(json.dumps(plan))
+    share_hypothesis_constants(str(where))
     strict = ["--strict-interface"] if group == "zoo-interface" else []
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env |= {"PYTHONPATH": str(ROOT), "PY_COLORS": "0"}
