@@ -6,13 +6,13 @@ and pytest (reports/cpu/ci-time.md).
 (tests/conftest.py) so that a ``python -mpytest ...`` command is forked from a server process that imported those
 modules (and torch.compile's frontend, which a run that compiles would import: about 1.3 CPU-s) and nothing of this
 project, and froze them out of the garbage collector's reach (``gc.freeze``: pytest's and Hypothesis's
-``gc.collect()`` calls in a child walked them, about 0.4 CPU-s a run), then made into the process the command would have started: its working
-directory, environment, ``sys.path`` (the working directory and PYTHONPATH first, as ``-m`` puts them), stdin,
-stdout and stderr, arguments and a reseeded ``random``. The child is still a process of its own: a crash, a hang,
-``os._exit`` or a signal ends it alone, and its exit status is reported as ``subprocess`` reports it. It ends as
-``sys.exit`` would (other threads joined, the exit handlers run, the streams flushed, the status), less the
-interpreter's teardown of torch and the rest: about 0.5 s a process (``tests/test_plugin.py`` 37.8-38.7 -> 31.0-31.1
-s, reports/cpu/ci-time.md).
+``gc.collect()`` calls in a child walked them, about 0.4 CPU-s a run), then made into the process the command would
+have started: its working directory, environment, ``sys.path`` (the working directory and PYTHONPATH first, as
+``-m`` puts them), stdin, stdout and stderr, arguments and a reseeded ``random``. The child is still a process of
+its own: a crash, a hang, ``os._exit`` or a signal ends it alone, and its exit status is reported as ``subprocess``
+reports it. It ends as ``sys.exit`` would (other threads joined, the exit handlers run, the streams flushed, the
+status), less the interpreter's teardown of torch and the rest: about 0.5 s a process (``tests/test_plugin.py``
+37.8-38.7 -> 31.0-31.1 s, reports/cpu/ci-time.md).
 
 Nothing the server's imports read at start-up may differ: a command whose environment differs from this process's
 in a variable that Python, torch or its thread pools read at start-up starts a fresh interpreter, and a server
