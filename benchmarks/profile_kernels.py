@@ -10,7 +10,8 @@ With ``--forward-peers``: the forward of CUDA and of Triton, one launch of each 
 compute the same bits differ in achieved bandwidth, occupancy and stalls.
 
 With ``--unmet``: the CUDA launches whose targets are not met (reports/h200/kernels/run9): the backward in bf16 at
-both shapes, and the forward at 16384 x 8192 in fp16 (the staged kernel) beside bf16 (the row kernel).
+both shapes, and the forward at 16384 x 8192 in fp16 beside bf16 (both on the row kernel since kernels run 27;
+the fp16 one was a staged kernel before).
 
 With ``--unmet-forward``: the forward launches below 0.97 of a copy in the committed benchmark, 16384 x 8192 and
 4096 x 4096 in bf16 and fp16, of CUDA, of Triton and of Liger-Kernel where it is installed (the peer that reaches
