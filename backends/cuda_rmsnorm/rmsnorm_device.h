@@ -1093,9 +1093,55 @@ __global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const Backw
 }
 
 // dw[col] = the halving tree over the Q = 2^q_shift partial rows, + 0.0, rounded to the weight's dtype.
-// Thread (x, y) takes rows y + F u, u < Q/F (F = min(32, Q)), visiting u in bit-reversed order so that a
-// stack builds their halving tree; then the F results are halved across y: the levels pairing p with
-// p + Q/2, p + Q/4, ... in that order.
+// Thread (x, y) takes rows y + F u, u < Q/F (F = min(32, Q)): the tree's first levels pair u with u + Q/(2F),
+// all inside the thread; then the F results are halved across y, the levels pairing y with y + F/2, y + F/4, ...
+// in that order.
+
+// The halving tree over U values in registers: v[i] + v[i + h] for h = U/2, ..., 1, the earlier half on the left.
+template <int U>
+__device__ __forceinline__ float halving_tree(float (&v)[U]) {
+#pragma unroll
+  for (int h = U / 2; h > 0; h >>= 1)
+#pragma unroll
+    for (int i = 0; i < h; ++i) v[i] = __fadd_rn(v[i], v[i + h]);
+  return v[0];
+}
+
+// Thread y's share for U = Q/F <= 32: every leaf loaded before any is added, the tree in registers.
+template <int U>
+__device__ __forceinline__ float final_share(const float* __restrict__ workspace, int y, int splits, int dim, int col) {
+  float v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) v[u] = workspace[(y + int64_t(splits) * u) * dim + col];
+  return halving_tree(v);
+}
+
+// Thread y's share for U > 32: the leaves visited in bit-reversed order, so that a stack builds their halving
+// tree, loaded kFinalBatch at a time before any is added (one load after another, each waiting on the stack's
+// adds, took 17-20 µs at Q = 1024: reports/h200/kernels/run9). Out of line, so that its stack's local memory is
+// not the whole kernel's; a template, so that every unit including this header may define it.
+template <int kFinalBatch = 32>
+__device__ __noinline__ float final_share_streamed(const float* __restrict__ workspace, int y, int splits, int u_shift,
+                                                   int dim, int col) {
+  Stack<1> stack;
+  const int count = 1 << u_shift;
+  for (int base = 0; base < count; base += kFinalBatch) {
+    float leaves[kFinalBatch];
+#pragma unroll
+    for (int k = 0; k < kFinalBatch; ++k)
+      leaves[k] = workspace[(y + int64_t(splits) * bit_reversed(base + k, u_shift)) * dim + col];
+#pragma unroll
+    for (int k = 0; k < kFinalBatch; ++k) {
+      const float leaf[1] = {leaves[k]};
+      stack.push(leaf, base + k);
+    }
+  }
+  return stack.s[0][0];
+}
+
+// The shares' tree in registers up to 32 leaves a thread (the default plans' Q = 1024 at 65536 rows is 32): the
+// stack's local memory had made this kernel 18.8 µs at 65536 x 4096 and 12.8 µs at 2097152 x 128, 4 % and 3 % of
+// the backward (reports/h200/kernels/run20).
 template <typename T>
 __global__ void __launch_bounds__(kFinalCols* kFinalSplits)
     dw_final_kernel(const float* __restrict__ workspace, int q_shift, int dim, T* __restrict__ dw) {
@@ -1107,26 +1153,29 @@ __global__ void __launch_bounds__(kFinalCols* kFinalSplits)
   const int y = threadIdx.y;
   float s = 0.0f;
   if (y < splits && col < dim) {
-    // The leaves are loaded kFinalBatch at a time before any is added: one load after another, each waiting on the
-    // stack's adds, took 17-20 µs at Q = 1024 (a thread's 32 loads in a row; reports/h200/kernels/run9).
-    constexpr int kFinalBatch = 32;
-    Stack<1> stack;
-    const int count = 1 << u_shift;
-    for (int base = 0; base < count; base += kFinalBatch) {
-      float leaves[kFinalBatch];
-#pragma unroll
-      for (int k = 0; k < kFinalBatch; ++k)
-        if (base + k < count)
-          leaves[k] = workspace[(y + int64_t(splits) * bit_reversed(base + k, u_shift)) * dim + col];
-#pragma unroll
-      for (int k = 0; k < kFinalBatch; ++k) {
-        if (base + k < count) {
-          const float leaf[1] = {leaves[k]};
-          stack.push(leaf, base + k);
-        }
-      }
+    switch (u_shift) {
+      case 0:
+        s = final_share<1>(workspace, y, splits, dim, col);
+        break;
+      case 1:
+        s = final_share<2>(workspace, y, splits, dim, col);
+        break;
+      case 2:
+        s = final_share<4>(workspace, y, splits, dim, col);
+        break;
+      case 3:
+        s = final_share<8>(workspace, y, splits, dim, col);
+        break;
+      case 4:
+        s = final_share<16>(workspace, y, splits, dim, col);
+        break;
+      case 5:
+        s = final_share<32>(workspace, y, splits, dim, col);
+        break;
+      default:
+        s = final_share_streamed(workspace, y, splits, u_shift, dim, col);
+        break;
     }
-    s = stack.s[0][0];
   }
   sums[y][threadIdx.x] = s;
   __syncthreads();
