@@ -14,6 +14,13 @@ reports it. It ends as ``sys.exit`` would (other threads joined, the exit handle
 status), less the interpreter's teardown of torch and the rest: about 0.5 s a process (``tests/test_plugin.py``
 37.8-38.7 -> 31.0-31.1 s, reports/cpu/ci-time.md).
 
+A run with xdist workers (``-n N``) gets them forked too: before the run starts, while it has one thread, the child
+forks a zygote, and execnet's popen gateways (xdist's workers) become forks of it, made into what ``python -u -c
+<execnet's bootstrap line>`` would start (pipes for stdin and stdout, unbuffered output, the run's directory and
+environment, a fresh ``__main__``) instead of fresh interpreters that import torch again: about twenty workers a CI
+run, 58 CPU-s less for the seven test files that start them (reports/cpu/ci-time.md). A worker's exit status,
+a signal's included, reaches xdist as a Popen's would; xdist drives the workers as its own.
+
 Nothing the server's imports read at start-up may differ: a command whose environment differs from this process's
 in a variable that Python, torch or its thread pools read at start-up starts a fresh interpreter, and a server
 started before this process changed such a variable is replaced by one started with the new value. So does any
@@ -46,7 +53,7 @@ _READ_AT_START = ("PYTHON", "TORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "CUDA", "L
 _APPLIED_IN_CHILD = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
 
 _SERVER = r"""
-import atexit, json, os, random, sys, threading
+import atexit, builtins, io, json, os, random, select, signal, socket, sys, threading, types
 # What every run of the suites imports first; nothing of a distribution that installs a pytest plugin (Hypothesis,
 # pytest-xdist): pytest warns, an error under -W error, that such modules imported before it cannot be rewritten.
 import numpy, torch, pytest
@@ -55,7 +62,135 @@ import torch._dynamo
 # Everything imported so far lives as long as the server: out of the collector's reach, so that a child's
 # gc.collect() (pytest calls it twice at unconfigure, Hypothesis once) neither walks nor copy-on-writes it.
 import gc; gc.freeze()
+import execnet.gateway_io
 base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+
+
+def end(code):
+    # What sys.exit would do, less the interpreter's teardown of torch and the rest (about 0.5 s a process):
+    # other threads joined and the exit handlers run, as Python does before it, then the status.
+    threading._shutdown(); atexit._run_exitfuncs()
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(code)
+
+
+def become_xdist_worker(request, fds):
+    # What `python -u [-B] -c <execnet's bootstrap line>` would be: stdin and stdout the pipes the controller
+    # passed, stdout and stderr unbuffered, its environment and directory, '' first on sys.path, a fresh __main__.
+    os.dup2(fds[0], 0); os.dup2(fds[1], 1)
+    for fd in fds:
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear(); os.environ.update(request["env"])
+    sys.path[:] = ["", *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep)), *base]
+    sys.dont_write_bytecode = "-B" in request["args"] or bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")))
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w"), write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(os.dup(2), "w"), write_through=True, errors="backslashreplace")
+    sys.argv = ["-c"]
+    main = types.ModuleType("__main__"); main.__builtins__ = builtins; sys.modules["__main__"] = main
+    random.seed(); numpy.random.seed()
+    code = 0
+    try:
+        exec(compile(request["args"][-1], "<string>", "exec"), main.__dict__)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        import traceback; traceback.print_exc(); code = 1
+    end(code)
+
+
+def zygote(control):
+    # Forks the nested run's xdist workers from this process, a fork of the server made before the run started any
+    # thread: one request a worker (the pipes' ends and a socket for its status), one status a worker when it ends.
+    statuses = {}
+    while True:
+        if select.select([control], [], [], 0.05)[0]:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
+            if not message:
+                os._exit(0)  # the run ended: its workers end when their stdin closes
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                for other in statuses.values():
+                    other.close()
+                os.close(fds[2])
+                become_xdist_worker(json.loads(message), fds[:2])
+            os.close(fds[0]); os.close(fds[1])
+            status = socket.socket(fileno=fds[2])
+            status.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            statuses[pid] = status
+        while statuses:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            if pid in statuses:
+                with statuses.pop(pid) as sock:
+                    try:
+                        sock.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                    except OSError:
+                        pass
+
+
+class ZygotePopen:
+    # What execnet's Popen2IOMaster uses of a Popen (stdin, stdout, wait, kill), for a worker the zygote forked.
+    lock = threading.Lock()
+
+    def __init__(self, control, args):
+        worker_in, self_in = os.pipe()
+        self_out, worker_out = os.pipe()
+        mine, theirs = socket.socketpair()
+        request = {"args": list(args), "cwd": os.getcwd(), "env": dict(os.environ)}
+        with self.lock:
+            socket.send_fds(control, [json.dumps(request).encode()], [worker_in, worker_out, theirs.fileno()])
+        for fd in (worker_in, worker_out):
+            os.close(fd)
+        theirs.close()
+        self.stdin, self.stdout = os.fdopen(self_in, "wb"), os.fdopen(self_out, "rb")
+        self._status = mine.makefile("rb")
+        mine.close()
+        self.pid = json.loads(self._status.readline())["pid"]
+        self.returncode = None
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            line = self._status.readline()
+            self.returncode = json.loads(line)["status"] if line else -signal.SIGKILL
+        return self.returncode
+
+    def poll(self):
+        if self.returncode is None and select.select([self._status], [], [], 0)[0]:
+            return self.wait()
+        return self.returncode
+
+    def kill(self):
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def fork_xdist_workers():
+    # A zygote forked now, while this process has one thread; execnet's popen gateways (xdist's workers) then
+    # become forks of it instead of fresh interpreters that import torch again (about 3 CPU-s a worker).
+    control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if os.fork() == 0:
+        control.close()
+        zygote(theirs)
+    theirs.close()
+    master = execnet.gateway_io.Popen2IOMaster
+    plain = master.__init__
+    bootstrap = execnet.gateway_io.popen_bootstrapline
+
+    def init(self, args, execmodel):
+        if list(args[:1]) == [sys.executable] and args[-2:] == ["-c", bootstrap]:
+            self.popen = p = ZygotePopen(control, args)
+            execnet.gateway_io.Popen2IO.__init__(self, p.stdin, p.stdout, execmodel=execmodel)
+        else:
+            plain(self, args, execmodel)
+    master.__init__ = init
+
 requests, replies = sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "w", buffering=1)
 for line in requests:
     request = json.loads(line)
@@ -72,16 +207,14 @@ for line in requests:
             target = os.open(path, mode)
             os.dup2(target, fd); os.close(target)
         random.seed(); numpy.random.seed()
+        if request["xdist"]:
+            fork_xdist_workers()
         sys.argv = [pytest.__file__, *request["args"]]
         try:
             code = pytest.main(request["args"])
         finally:
             sys.stdout.flush(); sys.stderr.flush()
-        # What sys.exit would do, less the interpreter's teardown of torch and the rest (about 0.5 s a process):
-        # other threads joined and the exit handlers run, as Python does before it, then the status.
-        threading._shutdown(); atexit._run_exitfuncs()
-        sys.stdout.flush(); sys.stderr.flush()
-        os._exit(int(code))
+        end(int(code))
     replies.write(json.dumps({"pid": pid}) + "\n")
     _, status = os.waitpid(pid, 0)
     replies.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
@@ -109,6 +242,21 @@ def _read_at_start(env: Any) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_READ_AT_START) and k not in _APPLIED_IN_CHILD}
 
 
+def _uses_xdist(args: tuple[str, ...]) -> bool:
+    """Whether a pytest command line starts xdist workers (-n N or --numprocesses N, N not 0)."""
+    for i, arg in enumerate(args):
+        if arg in ("-n", "--numprocesses") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--numprocesses="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-n") and len(arg) > 2 and not arg.startswith("--"):
+            value = arg[2:]
+        else:
+            continue
+        return value.strip() not in ("0", "")
+    return False
+
+
 class ForkServer:
     """One server per test process, started on first use; one command at a time."""
 
@@ -129,7 +277,7 @@ class ForkServer:
             self._env = dict(os.environ)
             self._process, self._replies = start_server(_SERVER)
         request = {"args": list(cmdargs[2:]), "cwd": os.getcwd(), "env": env, "stdout": stdout.name,
-                   "stderr": stderr.name}
+                   "stderr": stderr.name, "xdist": _uses_xdist(cmdargs[2:])}
         assert self._process.stdin is not None
         self._process.stdin.write((json.dumps(request) + "\n").encode())
         self._process.stdin.flush()
