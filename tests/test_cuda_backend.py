@@ -363,6 +363,22 @@ def test_dw_bitwise_equal_to_native(dtype):
         _assert_bitwise(dw_again, dw, f"dw run to run, {rows}x{dim}")
 
 
+@pytest.mark.usefixtures("gpu")
+def test_dw_bitwise_at_every_depth_of_the_final_kernels_tree():
+    # dw's final kernel adds each thread's Q / 32 partial rows as a tree unrolled for each power of two up to 32
+    # (Q up to 1024) and streams more: the batches that reach 16, 32 and 64 partial rows a thread, which the tests
+    # above (Q <= 256) do not, at 8192 columns (32 rows of dw a block).
+    for rows, per_thread in ((16384, 16), (32768, 32), (65536, 64)):
+        programs = _ops.op("backward_plan")(rows, 8192, torch.bfloat16)[1]
+        assert programs == 32 * per_thread, (rows, programs)
+        x, w = _inputs(rows, 8192, torch.bfloat16, seed=rows, family="mixed")
+        g = torch.randn(rows, 8192, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16).cuda()
+        _, dw = _grads(OP.forward, x, w, g)
+        _, dw_ref = _grads(REFERENCE.forward, x, w, g)
+        _assert_bitwise(dw, dw_ref, f"dw, {rows}x8192 ({per_thread} partial rows a thread of the final kernel)")
+        del x, g, dw, dw_ref
+
+
 # ------------------------------------------------------------------------------------------------------
 # Batch invariance, accuracy, gradients.
 
