@@ -62,7 +62,10 @@ import torch._dynamo
 # Everything imported so far lives as long as the server: out of the collector's reach, so that a child's
 # gc.collect() (pytest calls it twice at unconfigure, Hypothesis once) neither walks nor copy-on-writes it.
 import gc; gc.freeze()
-import execnet.gateway_io
+try:  # xdist's transport; without it no run starts workers
+    import execnet.gateway_io
+except ImportError:
+    execnet = None
 base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 
 
@@ -207,7 +210,7 @@ for line in requests:
             target = os.open(path, mode)
             os.dup2(target, fd); os.close(target)
         random.seed(); numpy.random.seed()
-        if request["xdist"]:
+        if request["xdist"] and execnet is not None:
             fork_xdist_workers()
         sys.argv = [pytest.__file__, *request["args"]]
         try:
