@@ -40,24 +40,19 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)
 
 
-_FORK_SERVER = None
-
-
 @pytest.fixture(autouse=True)
 def _pytest_runs_forked(request):
     """Pytest subprocesses of ``pytester`` forked from a server that imported torch (tests/forkserver.py), except
     in tests marked ``fresh_interpreter`` and where RMSNORM_TESTS_FORK=0."""
-    global _FORK_SERVER
     if ("pytester" not in request.fixturenames or request.node.get_closest_marker("fresh_interpreter")
             or os.environ.get("RMSNORM_TESTS_FORK") == "0"):
         yield
         return
-    from tests.forkserver import ForkServer, share_hypothesis_constants
+    from tests.forkserver import share_hypothesis_constants, shared
 
     pytester = request.getfixturevalue("pytester")
     original = pytester.popen
-    if _FORK_SERVER is None:
-        _FORK_SERVER = ForkServer()
+    server = shared()
 
     def popen(cmdargs, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=pytester.CLOSE_STDIN, **kw):
         cmdargs = tuple(os.fspath(a) for a in cmdargs)
@@ -65,8 +60,8 @@ def _pytest_runs_forked(request):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
         share_hypothesis_constants(os.getcwd())
         if (stdin is pytester.CLOSE_STDIN and not kw and hasattr(stdout, "name") and hasattr(stderr, "name")
-                and _FORK_SERVER.forkable(cmdargs, env)):
-            return _FORK_SERVER.start(cmdargs, env, stdout, stderr)
+                and server.forkable(cmdargs, env)):
+            return server.start(cmdargs, env, stdout, stderr)
         return original(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
 
     pytester.popen = popen
@@ -74,5 +69,6 @@ def _pytest_runs_forked(request):
 
 
 def pytest_sessionfinish(session):
-    if _FORK_SERVER is not None:
-        _FORK_SERVER.close()
+    from tests.forkserver import close_shared
+
+    close_shared()

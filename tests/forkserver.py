@@ -18,8 +18,10 @@ A run with xdist workers (``-n N``) gets them forked too: before the run starts,
 forks a zygote, and execnet's popen gateways (xdist's workers) become forks of it, made into what ``python -u -c
 <execnet's bootstrap line>`` would start (pipes for stdin and stdout, unbuffered output, the run's directory and
 environment, a fresh ``__main__``) instead of fresh interpreters that import torch again: about twenty workers a CI
-run, 58 CPU-s less for the seven test files that start them (reports/cpu/ci-time.md). A worker's exit status,
-a signal's included, reaches xdist as a Popen's would; xdist drives the workers as its own.
+run, 27-32 CPU-s and 11-15 s less for the seven test files that start them (reports/cpu/ci-time.md). A worker's
+exit status, a signal's included, reaches xdist as a Popen's would; xdist drives the workers as its own. Every
+process forked is reaped by the one that forked it (the zygote by the run, at its end), so that a run's CPU time
+includes theirs. The zoo's detection runs (tests/test_detection.py) are forked from the same server.
 
 Nothing the server's imports read at start-up may differ: a command whose environment differs from this process's
 in a variable that Python, torch or its thread pools read at start-up starts a fresh interpreter, and a server
@@ -53,7 +55,7 @@ _READ_AT_START = ("PYTHON", "TORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "CUDA", "L
 _APPLIED_IN_CHILD = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
 
 _SERVER = r"""
-import atexit, builtins, io, json, os, random, select, signal, socket, sys, threading, types
+import atexit, builtins, io, json, os, random, select, signal, socket, sys, threading, time, types
 # What every run of the suites imports first; nothing of a distribution that installs a pytest plugin (Hypothesis,
 # pytest-xdist): pytest warns, an error under -W error, that such modules imported before it cannot be rewritten.
 import numpy, torch, pytest
@@ -69,11 +71,35 @@ except ImportError:
 base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 
 
+def reap(pids, seconds):
+    # Wait for these children (-1: any) for at most `seconds`: a reaped process's CPU time counts in its parent's,
+    # so that a run's CPU time (time, getrusage) includes the processes it forked.
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1 if pids is None else pids[0], os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid and pids is not None:
+            pids = pids[1:]
+            if not pids:
+                return
+        elif not pid:
+            time.sleep(0.01)
+
+
+zygotes = []
+
+
 def end(code):
     # What sys.exit would do, less the interpreter's teardown of torch and the rest (about 0.5 s a process):
-    # other threads joined and the exit handlers run, as Python does before it, then the status.
+    # other threads joined and the exit handlers run, as Python does before it, then the status; a zygote is told
+    # the run ended and reaped.
     threading._shutdown(); atexit._run_exitfuncs()
     sys.stdout.flush(); sys.stderr.flush()
+    for pid, control in zygotes:
+        control.close()
+        reap([pid], 10)
     os._exit(code)
 
 
@@ -110,8 +136,9 @@ def zygote(control):
     while True:
         if select.select([control], [], [], 0.05)[0]:
             message, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
-            if not message:
-                os._exit(0)  # the run ended: its workers end when their stdin closes
+            if not message:  # the run ended: its workers have, or will when their stdin closes
+                reap(None, 5)
+                os._exit(0)
             pid = os.fork()
             if pid == 0:
                 control.close()
@@ -178,10 +205,12 @@ def fork_xdist_workers():
     # A zygote forked now, while this process has one thread; execnet's popen gateways (xdist's workers) then
     # become forks of it instead of fresh interpreters that import torch again (about 3 CPU-s a worker).
     control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
         control.close()
         zygote(theirs)
     theirs.close()
+    zygotes.append((pid, control))
     master = execnet.gateway_io.Popen2IOMaster
     plain = master.__init__
     bootstrap = execnet.gateway_io.popen_bootstrapline
@@ -273,13 +302,16 @@ class ForkServer:
         server is started, or started again, with this process's environment)."""
         return tuple(cmdargs[:2]) == (sys.executable, "-mpytest") and _read_at_start(env) == _read_at_start(os.environ)
 
-    def start(self, cmdargs: tuple[str, ...], env: dict[str, str], stdout: Any, stderr: Any) -> ForkedProcess:
+    def start(self, cmdargs: tuple[str, ...], env: dict[str, str], stdout: Any, stderr: Any,
+              cwd: str | None = None) -> ForkedProcess:
+        """Fork ``cmdargs`` (a forkable command) in ``cwd`` (default this process's), its output to the files of
+        ``stdout`` and ``stderr``."""
         if self._process is not None and _read_at_start(self._env) != _read_at_start(os.environ):
             self.close()  # a test changed what the server's imports read: a new server, with the new values
         if self._process is None or self._process.poll() is not None:
             self._env = dict(os.environ)
             self._process, self._replies = start_server(_SERVER)
-        request = {"args": list(cmdargs[2:]), "cwd": os.getcwd(), "env": env, "stdout": stdout.name,
+        request = {"args": list(cmdargs[2:]), "cwd": cwd or os.getcwd(), "env": env, "stdout": stdout.name,
                    "stderr": stderr.name, "xdist": _uses_xdist(cmdargs[2:])}
         assert self._process.stdin is not None
         self._process.stdin.write((json.dumps(request) + "\n").encode())
@@ -293,6 +325,22 @@ class ForkServer:
         if self._process is not None:
             with contextlib.suppress(OSError):
                 os.close(self._replies)
+
+
+_SHARED: ForkServer | None = None
+
+
+def shared() -> ForkServer:
+    """This test process's server, started on first use (pytester's runs and the zoo's share it)."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = ForkServer()
+    return _SHARED
+
+
+def close_shared() -> None:
+    if _SHARED is not None:
+        _SHARED.close()
 
 
 class ForkedProcess:

@@ -27,7 +27,7 @@ from rmsnorm_conformance.contract import ALL_RULES, rule
 from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.zoo import DEFECTS, EngineStyleRMSNorm, LaneOrderRMSNorm
-from tests.forkserver import share_hypothesis_constants
+from tests.forkserver import share_hypothesis_constants, shared
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -142,15 +142,28 @@ def _run_group(group: str, where: Path) -> ZooRun:
     strict = ["--strict-interface"] if group == "zoo-interface" else []
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env |= {"PYTHONPATH": str(ROOT), "PY_COLORS": "0"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={where / 'tmp'}",
-         "-p", "tests.detection_plan", "--detection-plan=plan.json", "--pyargs", "rmsnorm_conformance.suites",
-         "--backend=" + ",".join(f"rmsnorm_conformance.zoo:{b.__name__}" for b in backends), "--device=cpu",
-         "--sweep=ci", "--report=zoo.json", *strict],
-        cwd=where, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    command = (sys.executable, "-mpytest", "-p", "no:cacheprovider", f"--basetemp={where / 'tmp'}",
+               "-p", "tests.detection_plan", "--detection-plan=plan.json", "--pyargs", "rmsnorm_conformance.suites",
+               "--backend=" + ",".join(f"rmsnorm_conformance.zoo:{b.__name__}" for b in backends), "--device=cpu",
+               "--sweep=ci", "--report=zoo.json", *strict)
+    ret, out = _pytest_in(where, command, env)
     report = where / "zoo.json"
-    assert report.is_file(), f"the {group} run wrote no report (exit {done.returncode}):\n{done.stdout[-3000:]}"
-    return ZooRun(done.returncode, done.stdout, json.loads(report.read_text()))
+    assert report.is_file(), f"the {group} run wrote no report (exit {ret}):\n{out[-3000:]}"
+    return ZooRun(ret, out, json.loads(report.read_text()))
+
+
+def _pytest_in(where: Path, command: tuple[str, ...], env: dict[str, str]) -> tuple[int, str]:
+    """Exit status and output (stdout, then stderr) of a pytest command run in ``where``: forked from this test
+    process's torch server where its environment allows (tests/forkserver.py: about 3 CPU-s less a run), else a
+    fresh interpreter."""
+    server = shared()
+    if os.environ.get("RMSNORM_TESTS_FORK") == "0" or not server.forkable(command, env):
+        done = subprocess.run(command, cwd=where, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, check=False)
+        return done.returncode, done.stdout
+    with open(where / "zoo-stdout.txt", "w") as stdout, open(where / "zoo-stderr.txt", "w") as stderr:
+        ret = server.start(command, env, stdout, stderr, cwd=str(where)).wait()
+    return ret, (where / "zoo-stdout.txt").read_text() + (where / "zoo-stderr.txt").read_text()
 
 
 # One test per run of the zoo, each defect and control of it a subtest: a worker that runs a group's pytest also
