@@ -71,20 +71,18 @@ except ImportError:
 base = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 
 
-def reap(pids, seconds):
-    # Wait for these children (-1: any) for at most `seconds`: a reaped process's CPU time counts in its parent's,
-    # so that a run's CPU time (time, getrusage) includes the processes it forked.
+def reap(pid, seconds):
+    # Wait for child `pid` (-1: every child) for at most `seconds`: a reaped process's CPU time counts in its
+    # parent's, so that a run's CPU time (time, getrusage) includes the processes it forked.
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            pid, _ = os.waitpid(-1 if pids is None else pids[0], os.WNOHANG)
+            done, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             return
-        if pid and pids is not None:
-            pids = pids[1:]
-            if not pids:
-                return
-        elif not pid:
+        if done and pid != -1:
+            return
+        if not done:
             time.sleep(0.01)
 
 
@@ -99,7 +97,7 @@ def end(code):
     sys.stdout.flush(); sys.stderr.flush()
     for pid, control in zygotes:
         control.close()
-        reap([pid], 10)
+        reap(pid, 10)
     os._exit(code)
 
 
@@ -137,7 +135,7 @@ def zygote(control):
         if select.select([control], [], [], 0.05)[0]:
             message, fds, _, _ = socket.recv_fds(control, 1 << 20, 3)
             if not message:  # the run ended: its workers have, or will when their stdin closes
-                reap(None, 5)
+                reap(-1, 5)
                 os._exit(0)
             pid = os.fork()
             if pid == 0:
