@@ -34,7 +34,7 @@ from .rmsnorm import (
     profile,
     rule,
 )
-from .rules import SEVERITIES, Bound, Profile, Rule, Tolerance, UlpBound
+from .rules import FP32_ROUNDING, SEVERITIES, Bound, Profile, Rule, Tolerance, UlpBound
 
 __all__ = [
     "ALL_RULES",
@@ -51,6 +51,7 @@ __all__ = [
     "FP8_RULES",
     "FP8_SCALE_BOUND",
     "FP8_VARIANTS",
+    "FP32_ROUNDING",
     "FUSED_ADD_INPUTS",
     "GRADIENT_RULES",
     "INTERFACE_RULES",

@@ -200,6 +200,25 @@ def seed_formula_fp32(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) 
     return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
 
 
+def gradient_terms(x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
+                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx_terms, dw_terms)``, in fp64 with the shapes of x and weight: the size of the terms each gradient
+    element is a sum of, which is the scale of the rounding any fp32 order of that sum carries.
+
+    dx = inv * (g w - xhat * mean(g w xhat)) with xhat = x * inv: where the two terms cancel (rows of small
+    scale, whose inv is large), dx is small but every fp32 order of it is off by a few roundings of the terms,
+    ``inv * (|g w| + |xhat| * mean(|g w xhat|))``. dw = sum over rows of g * xhat: ``sum(|g xhat|)``.
+    A bound on |dx| alone (atol, rtol) cannot tell such a rounding from a defect; one with a term in these can.
+    """
+    x64 = x.detach().double()
+    gw = (grad.detach().double() * weight.detach().double()).abs()
+    inv = torch.rsqrt((x64 * x64).mean(dim=-1, keepdim=True) + eps)
+    xhat = (x64 * inv).abs_()
+    dx_terms = inv * (gw + xhat * (gw * xhat).mean(dim=-1, keepdim=True))
+    dw_terms = (grad.detach().double().abs() * xhat).reshape(-1, x.shape[-1]).sum(dim=0)
+    return dx_terms, dw_terms
+
+
 def oracle_fp64(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm in fp64: no claim to invariance, only to accuracy; it bounds the reference's own error."""
     check_inputs(x, weight, eps)

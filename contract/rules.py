@@ -9,21 +9,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# One rounding in fp32, relative: the unit of a bound's allowance for the terms of a sum.
+FP32_ROUNDING = 2.0 ** -24
+
 
 @dataclass(frozen=True)
 class Tolerance:
-    """An elementwise bound ``|actual - reference| <= atol + rtol * |reference|``."""
+    """An elementwise bound ``|actual - reference| <= atol + rtol * |reference| + term_roundings * 2^-24 * terms``.
+
+    ``terms`` is the size of the terms the element is a sum of (``reference.gradient_terms``): where they cancel,
+    every fp32 order of the sum is off by a few roundings of them, however small the sum, and atol and rtol alone
+    would fail a correct kernel there. Only the gradient bounds allow for terms; the others leave it 0.
+    """
 
     atol: float
     rtol: float
     why: str
+    term_roundings: float = 0.0
 
-    def allowed(self, reference_abs: float) -> float:
-        """The error allowed at an element whose reference magnitude is ``reference_abs``."""
-        return self.atol + self.rtol * reference_abs
+    def allowed(self, reference_abs: float, terms: float = 0.0) -> float:
+        """The error allowed at an element whose reference magnitude is ``reference_abs`` and whose terms sum to
+        ``terms`` in magnitude."""
+        return self.atol + self.rtol * reference_abs + self.term_roundings * FP32_ROUNDING * terms
 
     def describe(self) -> str:
-        return f"atol {self.atol:g}, rtol {self.rtol:g}"
+        head = f"atol {self.atol:g}, rtol {self.rtol:g}"
+        return f"{head}, {self.term_roundings:g} fp32 roundings of the terms" if self.term_roundings else head
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from rmsnorm_conformance.contract.reference import reference_fp32
+from rmsnorm_conformance.contract.reference import gradient_terms, reference_fp32
 from rmsnorm_conformance.harness import (
     GradientCase,
     assert_bitwise,
@@ -56,12 +56,13 @@ def test_gradient_accuracy(subject, case):
     x32 = x.detach().float().requires_grad_(True)
     w32 = w.detach().float().requires_grad_(True)
     reference_fp32(x32, w32, b.eps).backward(g.float())
+    dx_terms, dw_terms = gradient_terms(x, w, g, b.eps)
     # Each gradient is held to the bound of its own dtype: dw of an fp32 weight is fp32 even when x is bf16.
     assert_within(subject, case, rule="gradients.dx_tolerance", actual=dx, reference=x32.grad,
-                  bound=subject.profile.gradient_bound(b.dtype),
+                  bound=subject.profile.gradient_bound(b.dtype), terms=dx_terms,
                   dim=b.dim, what="dx is off fp32 autograd through the reference")
     assert_within(subject, case, rule="gradients.dw_tolerance", actual=dw, reference=w32.grad,
-                  bound=subject.profile.gradient_bound(b.weight_dtype),
+                  bound=subject.profile.gradient_bound(b.weight_dtype), terms=dw_terms,
                   dim=b.dim, what=f"dw over {b.rows} rows is off fp32 autograd through the reference")
 
 

@@ -216,6 +216,24 @@ def test_a_correct_kernel_of_each_shape_passes(user):
     assert {s["backend"] for s in data["summaries"]} == {"rms_norm", "RMSNorm", "userlib.rms_norm", "partial_norm"}
 
 
+# The case on which contract 2.4.0's fp32 gradient bound failed the correct function kernel (its x / rms * w is
+# another order than the reference's): a row of small scale whose dx terms, near 400, cancel to 0.077
+# (reports/cpu/gradient-bound/).
+CANCELLING_TERMS = ("GradientCase(batch=Batch(dim=3, rows=174763, dtype='float32', values='mixed_rows', "
+                    "weight='normal', eps=1e-06, seed=0), length=1)")
+
+
+def test_a_correct_fp32_backward_in_another_order_passes_where_the_terms_of_dx_cancel(user):
+    result = user.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", "--backend=kern:rms_norm",
+                                       "--device=cpu", "--dtype=float32", "--rule=gradients.dx_tolerance",
+                                       f"--replay={CANCELLING_TERMS}", "-p", "no:cacheprovider", "--report=r.json")
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    summaries = [s for s in json.loads((user.path / "r.json").read_text())["summaries"]
+                 if s["rule"] == "gradients.dx_tolerance"]
+    assert [(s["checks"], s["failures"], s["dims"]) for s in summaries] == [(1, 0, [3])], summaries
+
+
 def test_a_planted_bug_in_each_shape_fails_with_its_rule_and_a_replay_that_reproduces(user):
     result = user.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", f"--backend={BAD}", *QUICK,
                                        "--report=bad.json")

@@ -94,6 +94,32 @@ def test_tolerance_margin_and_worst_location():
     assert passing.passed and passing.margin == 0.0
 
 
+def test_a_bound_with_terms_allows_roundings_of_the_terms_and_no_more():
+    # dx = 0.0768 as the difference of terms near 400 in one element, of terms near 0.1 in the other: an order off
+    # by 1.28e-4 is past atol and rtol in both, within 256 fp32 roundings of the terms only in the first.
+    ref = torch.tensor([0.0768, 0.0768])
+    actual = ref + 1.28e-4
+    terms = torch.tensor([400.0, 0.1], dtype=torch.float64)
+    bound = Tolerance(1e-4, 1e-4, "", term_roundings=256)
+    r = compare_within(actual, ref, bound, terms=terms)
+    assert not r.passed and r.mismatches == 1 and r.worst_index == (1,)
+    err = float((actual - ref)[1])
+    assert r.margin == pytest.approx(err / bound.allowed(0.0768, 0.1), rel=1e-4)
+    assert bound.allowed(0.0768, 400.0) == pytest.approx(1e-4 + 1e-4 * 0.0768 + 256 * 2.0**-24 * 400)
+    assert compare_within(actual[:1], ref[:1], bound, terms=terms[:1]).passed
+    assert not compare_within(actual[:1], ref[:1], Tolerance(1e-4, 1e-4, "")).passed
+    assert "256 fp32 roundings of the terms" in bound.describe()
+
+
+def test_a_bound_with_terms_is_never_applied_without_them():
+    ref = torch.ones(3)
+    bound = Tolerance(1e-4, 1e-4, "", term_roundings=256)
+    with pytest.raises(ValueError, match="no terms were given"):
+        compare_within(ref, ref, bound)
+    with pytest.raises(ValueError, match=r"terms of shape \(2,\) for a reference of shape \(3,\)"):
+        compare_within(ref, ref, bound, terms=torch.ones(2))
+
+
 def test_nonfinite_placement_is_checked():
     ref = torch.tensor([math.nan, 1.0, math.inf])
     assert compare_within(ref.clone(), ref, Tolerance(1, 1, "")).passed

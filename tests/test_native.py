@@ -9,7 +9,12 @@ import torch
 
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
 from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
-from rmsnorm_conformance.contract.reference import oracle_fp64, sum_fixed_order, sum_of_squares_fixed_order
+from rmsnorm_conformance.contract.reference import (
+    gradient_terms,
+    oracle_fp64,
+    sum_fixed_order,
+    sum_of_squares_fixed_order,
+)
 from rmsnorm_conformance.harness.checking.comparison import compare_bitwise, ulp_distance
 
 OP = NativeRMSNormOp()
@@ -217,6 +222,34 @@ def test_differentiable_against_torch_formula():
     (x2 * torch.rsqrt(x2.pow(2).mean(-1, keepdim=True) + 1e-5) * w2).sum().backward()
     torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(w.grad, w2.grad, rtol=1e-5, atol=1e-6)
+
+
+def _fp64_gradients(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+    (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w).backward(g)
+    return x.grad, w.grad
+
+
+def test_gradient_terms_bound_the_gradients_and_are_their_terms_where_nothing_cancels():
+    """dx and dw are sums of the terms gradient_terms sizes: never larger than them, and equal to them where every
+    term has one sign (dw of a positive g and x; dx of a row whose dot product is zero)."""
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.logspace(-3, 3, 64, dtype=torch.float64)[:, None]  # rows of small scale: inv in the hundreds
+    x = torch.randn(64, 96, generator=gen, dtype=torch.float64) * scales
+    w = torch.randn(96, generator=gen, dtype=torch.float64)
+    g = torch.randn(64, 96, generator=gen, dtype=torch.float64)
+    dx, dw = _fp64_gradients(x, w, g)
+    dx_terms, dw_terms = gradient_terms(x, w, g, 1e-6)
+    assert dx_terms.shape == x.shape and dw_terms.shape == w.shape
+    assert bool((dx.abs() <= dx_terms * (1 + 1e-12)).all()) and bool((dw.abs() <= dw_terms * (1 + 1e-12)).all())
+    _, dw = _fp64_gradients(x.abs(), w, g.abs())
+    torch.testing.assert_close(gradient_terms(x.abs(), w, g.abs(), 1e-6)[1], dw.abs(), rtol=1e-12, atol=0)
+    x = torch.zeros(1, 96, dtype=torch.float64)
+    x[0, 0] = 2.0  # g w xhat sums to g w[0] xhat[0]; with w[0] = 0 the dot product is 0 and dx = inv * g w
+    w[0] = 0.0
+    g = torch.ones(1, 96, dtype=torch.float64)
+    dx, _ = _fp64_gradients(x, w, g)
+    torch.testing.assert_close(gradient_terms(x, w, g, 1e-6)[0], dx.abs(), rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize(

@@ -329,13 +329,14 @@ def assert_bitwise(subject: Subject, case: Any, *, actual: torch.Tensor, expecte
 
 def assert_within(subject: Subject, case: Any, *, actual: torch.Tensor, reference: torch.Tensor, what: str,
                   dim: int, bound: Any = None, correctly_rounded: torch.Tensor | None = None,
-                  rule: str | None = None) -> ToleranceResult:
-    """Fail unless ``actual`` meets ``bound`` (default: the profile's output bound for its dtype)."""
+                  rule: str | None = None, terms: torch.Tensor | None = None) -> ToleranceResult:
+    """Fail unless ``actual`` meets ``bound`` (default: the profile's output bound for its dtype); ``terms`` is the
+    size of the terms each element sums, for a bound that allows roundings of them (the gradients')."""
     __tracebackhide__ = True
     rule_id = subject.rule_for(rule)
     if bound is None:
         bound = subject.profile.output_bound(str(actual.dtype).removeprefix("torch."))
-    result = compare_within(actual, reference, bound, correctly_rounded=correctly_rounded)
+    result = compare_within(actual, reference, bound, correctly_rounded=correctly_rounded, terms=terms)
     recorded = subject.record(rule_id, case, dim, result.passed, result.describe(), result)
     if not result.passed:
         _fail(subject, rule_id, case, what, result.describe(), recorded)

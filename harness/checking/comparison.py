@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rmsnorm_conformance.contract import Bound, Tolerance, UlpBound
+from rmsnorm_conformance.contract import FP32_ROUNDING, Bound, Tolerance, UlpBound
 
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
              torch.float64: torch.int64, torch.float8_e4m3fn: torch.int8}
@@ -264,25 +264,40 @@ def _nonfinite_placement(a: torch.Tensor, r_out: torch.Tensor,
     return (a_cls == 0) & (r_cls == 0), count, first
 
 
-def _bound_ratio(bound: Bound, err: torch.Tensor, ref_abs: torch.Tensor, ulps: torch.Tensor) -> torch.Tensor:
+def _bound_ratio(bound: Bound, err: torch.Tensor, ref_abs: torch.Tensor, ulps: torch.Tensor,
+                 terms: torch.Tensor | None) -> torch.Tensor:
     """Each element's error over what ``bound`` allows there: above 1 is a breach."""
     if isinstance(bound, Tolerance):
-        return _safe_ratio(err, ref_abs.mul(bound.rtol).add_(bound.atol))
+        allowed = ref_abs.mul(bound.rtol).add_(bound.atol)
+        if terms is not None and bound.term_roundings:
+            allowed.add_(terms, alpha=bound.term_roundings * FP32_ROUNDING)
+        return _safe_ratio(err, allowed)
     if isinstance(bound, UlpBound):
         return _safe_ratio(ulps.to(err.dtype), torch.tensor(float(bound.max_ulp), dtype=err.dtype))
     raise TypeError(f"unknown bound {bound!r}")
 
 
+def _check_terms(bound: Bound, terms: torch.Tensor | None, reference: torch.Tensor) -> None:
+    """Raise unless ``terms`` is given exactly where ``bound`` allows for them, in the reference's shape."""
+    if isinstance(bound, Tolerance) and bound.term_roundings and terms is None:
+        raise ValueError(f"the bound {bound.describe()!r} allows roundings of the terms, but no terms were given")
+    if terms is not None and tuple(terms.shape) != tuple(reference.shape):
+        raise ValueError(f"terms of shape {tuple(terms.shape)} for a reference of shape {tuple(reference.shape)}")
+
+
 def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
-                   *, correctly_rounded: torch.Tensor | None = None) -> ToleranceResult:
+                   *, correctly_rounded: torch.Tensor | None = None,
+                   terms: torch.Tensor | None = None) -> ToleranceResult:
     """Hold ``actual`` (in its own dtype) to ``bound`` against a float32 or float64 ``reference``.
 
-    ``Tolerance`` bounds compare values; ``UlpBound`` bounds compare ULPs in ``actual.dtype`` against
+    ``Tolerance`` bounds compare values, with ``terms`` (the size of the terms each element sums, the reference's
+    shape) where the bound allows roundings of them; ``UlpBound`` bounds compare ULPs in ``actual.dtype`` against
     ``correctly_rounded`` (the fp64 oracle) rounded to that dtype, falling back to ``reference``.
     Errors are taken in float32 (float64 for a float64 reference): the rounding of a difference is far
     below any bound the contract sets. The work stays on the tensors' device; only statistics come back.
     """
     total = reference.numel()
+    _check_terms(bound, terms, reference)
     if tuple(actual.shape) != tuple(reference.shape):
         return ToleranceResult(False, total, bound.describe(),
                                problem=f"shape {tuple(actual.shape)}, but expected {tuple(reference.shape)}")
@@ -307,7 +322,10 @@ def compare_within(actual: torch.Tensor, reference: torch.Tensor, bound: Bound,
         for t in (err, ref_abs, ulps):
             t.masked_fill_(~finite, 0)
     rel = _safe_ratio(err, ref_abs)
-    ratio = _bound_ratio(bound, err, ref_abs, ulps)
+    if terms is not None:
+        terms = terms.detach().to(device=a.device, dtype=work)
+        terms = terms if finite is None else terms.masked_fill(~finite, 0)
+    ratio = _bound_ratio(bound, err, ref_abs, ulps, terms)
     if finite is not None:
         ratio.masked_fill_(~finite, -1.0)
     flat = ratio.flatten()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from rmsnorm_conformance.contract.reference import reference_fp32
+from rmsnorm_conformance.contract import profile
+from rmsnorm_conformance.contract.reference import gradient_terms, reference_fp32
+from rmsnorm_conformance.harness.checking.comparison import compare_within
 from rmsnorm_conformance.harness.drawing.cases import Batch
 
 
@@ -65,6 +67,9 @@ def main() -> None:
     print(f"  off fp64 there: the reference {float((ref.view(-1)[i].double() - oracle.view(-1)[i]).abs()):.3e}, "
           f"the other order {float((other.view(-1)[i].double() - oracle.view(-1)[i]).abs()):.3e}; allowed "
           f"{1e-4 + 1e-4 * float(ref.view(-1)[i].abs()):.3e}")
+    bound = profile("seed").gradient_bound("float32")
+    result = compare_within(other, ref, bound, terms=gradient_terms(x, w, g, b.eps)[0])
+    print(f"the contract's bound now ({bound.describe()}): worst margin {result.margin:.3g}")
 
 if __name__ == "__main__":
     main()
