@@ -15,7 +15,11 @@ import torch.nn.functional as F
 
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
 from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS, check_inputs, check_residual
-from rmsnorm_conformance.contract.reference import reference_fp32, sum_of_squares_fixed_order
+from rmsnorm_conformance.contract.reference import (
+    reference_backward_fp32,
+    reference_fp32,
+    sum_of_squares_fixed_order,
+)
 
 # --- Reduction orders: alternatives to the native pairwise tree -----------------------------------------
 
@@ -511,6 +515,39 @@ class LowPrecisionGradientSum(NativeRMSNormOp):
         check_inputs(x, weight, eps)
         mean_square = sum_of_squares_fixed_order(x.float()) / x.shape[-1]
         return (x.float() / torch.sqrt(mean_square + eps)) * weight.float()
+
+
+class _SavedInBf16(torch.autograd.Function):
+    """The reference's forward, whose backward recomputes from x kept in bf16."""
+
+    @staticmethod
+    def forward(ctx, x32: torch.Tensor, weight32: torch.Tensor, eps: float) -> torch.Tensor:
+        ctx.save_for_backward(x32.bfloat16(), weight32)  # the defect: the activation kept in half the bytes
+        ctx.eps = eps
+        return reference_fp32(x32, weight32, eps)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x_saved, weight32 = ctx.saved_tensors
+        dx, dw = reference_backward_fp32(x_saved, weight32, grad, ctx.eps)
+        return dx, dw, None
+
+
+class ActivationSavedInBf16(NativeRMSNormOp):
+    """Breaks gradients.dx_tolerance: the backward recomputes from x kept in bf16, in an fp32 (or fp16) model.
+
+    Training kernels save activations in a lower precision to halve their memory; here x is saved as bf16 for
+    the backward, so dx and dw carry one bf16 rounding of x (2^16 fp32 roundings of their terms, where the
+    gradient bounds allow 256) while the forward is exact. With bf16 x the saved copy is exact; with fp16 x it
+    loses 3 bits, which fp16's gradient bound absorbs on the rows the suite draws: the fp32 sweep catches it.
+    """
+
+    name = "activation_saved_in_bf16"
+    breaks = "gradients.dx_tolerance"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _SavedInBf16.apply(x.float(), weight.float(), eps)
 
 
 class _RowCountBackward(torch.autograd.Function):
