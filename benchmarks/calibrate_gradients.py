@@ -49,12 +49,12 @@ def _divided(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (x.float() / rms) * w.float()
 
 
-def _sequential_sum(t: torch.Tensor, dim: int, block: int = 256) -> torch.Tensor:
-    """Left to right in fp32, one element at a time: the order furthest from a tree. Beyond 4096 elements (dw's
-    rows), left to right within blocks of ``block``, then the blocks' sums left to right, as a kernel whose
-    blocks each walk their rows would (and in a loop of 256 + n / 256 steps, not n)."""
+def _sequential_sum(t: torch.Tensor, dim: int, block: int = 0) -> torch.Tensor:
+    """Left to right in fp32, one element at a time: the order furthest from a tree. With ``block`` (dw's rows),
+    left to right within blocks of that many, then the blocks' sums left to right, as a kernel whose blocks each
+    walk their rows would (and in a loop of block + n / block steps, not n)."""
     t = t.movedim(dim, 0)
-    if t.shape[0] > 4096:
+    if block and t.shape[0] > block:
         pad = -t.shape[0] % block
         t = torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]).unflatten(0, (-1, block)).movedim(1, 0)
         return _sequential_sum(_sequential_sum(t, 0), 0)
@@ -73,7 +73,7 @@ def _sequential(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float) -
     gw = g32 * w32
     dot = _sequential_sum(gw * xhat, -1).unsqueeze(-1) / dim
     dx = inv * (gw - xhat * dot)
-    dw = _sequential_sum((g32 * xhat).reshape(-1, dim), 0)
+    dw = _sequential_sum((g32 * xhat).reshape(-1, dim), 0, block=256)
     return dx.to(x.dtype), dw.to(w.dtype)
 
 
@@ -81,7 +81,7 @@ IMPLEMENTATIONS: dict[str, Callable[..., Grads]] = {
     "x * rsqrt(mean(x^2) + eps) * w, autograd": _autograd(seed_formula_fp32),
     "F.rms_norm fp32, autograd": _autograd(lambda x, w, eps: F.rms_norm(x.float(), (x.shape[-1],), w.float(), eps)),
     "x / rms * w (canonical sum), autograd": _autograd(_divided),
-    "every sum left to right, by hand": _sequential,
+    "every sum left to right (dw: in blocks of 256 rows), by hand": _sequential,
 }
 
 
