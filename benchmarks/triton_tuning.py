@@ -103,14 +103,14 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # fit: 128 registers and 8 bytes of stack with 2 or 4 tiles an iteration (40 with 8), 16 warps resident a
 # multiprocessor instead of 8. 128 keeps 4 warps under each. (row_unroll=0: `unroll` at one-row tiles too, as when
 # run 23 measured them, before the default took two tiles there.)
-_WIDE = dict(warp_elems=256, row_unroll=0)  # 16 warps at 4096
+# Run 55's: a cap on registers a thread. At 4096 run 4 found a cap of 128 (two blocks a multiprocessor) spilling 132
+# bytes a thread, 0.18 of a copy; at 128 the kernel holds 96 registers (five blocks of four warps a multiprocessor,
+# issue-bound at 74 % of issue slots, run 18's profile), and a cap there fits six (80), seven (72) or eight (64).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("16 warps at 4096", _WIDE),
-    ("16 warps at 4096, 2 tiles an iteration", dict(_WIDE, unroll=2)),
-    ("16 warps at 4096, 2 stages", dict(_WIDE, stages=2)),
-    ("16 warps at 4096, 2 stages, 8 tiles an iteration", dict(_WIDE, stages=2, unroll=8)),
-    ("16 warps at 4096, 4 stages, 2 tiles an iteration", dict(_WIDE, stages=4, unroll=2)),
+    ("at most 80 registers", dict(maxnreg=80)),
+    ("at most 72 registers", dict(maxnreg=72)),
+    ("at most 64 registers", dict(maxnreg=64)),
 ]
 
 
