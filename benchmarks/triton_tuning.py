@@ -106,6 +106,8 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # Run 55's: a cap on registers a thread. At 4096 run 4 found a cap of 128 (two blocks a multiprocessor) spilling 132
 # bytes a thread, 0.18 of a copy; at 128 the kernel holds 96 registers (five blocks of four warps a multiprocessor,
 # issue-bound at 74 % of issue slots, run 18's profile), and a cap there fits six (80), seven (72) or eight (64).
+# Kept none: every cap spilled (8-26 bytes a thread at 128), 0.742 / 0.693 / 0.603 of a copy at 128 against 0.815,
+# 0.13-0.15 at 4096 against 0.681 (reports/h200/kernels/run55).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
     ("at most 80 registers", dict(maxnreg=80)),
