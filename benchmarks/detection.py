@@ -6,8 +6,8 @@ failing check, and the wall time of the run that tests/test_detection.py makes f
 
 Two measurements per defect, each on the suite test of the rule the defect breaks, in all three dtypes:
 
-- ``ci``: the derandomized ``ci`` profile, exactly as tests/test_detection.py runs it (``-x``): which dtype
-  sweep failed first, after how many examples, and the run's wall time (pytest start-up included).
+- ``ci``: the derandomized ``ci`` profile, exactly as tests/test_detection.py runs it (``-x``, ``--no-shrink``):
+  which dtype sweep failed first, after how many examples, and the run's wall time (pytest start-up included).
   ``--sweep smoke`` makes the same run under the pre-commit ``smoke`` profile instead (``--seeds 0``: that alone).
 - seeded: the ``ci`` settings with the derandomization off, ``--hypothesis-seed=0..N-1``, up to
   ``--max-examples`` examples a sweep and no shrinking, so that "examples needed" is measured rather than
@@ -151,7 +151,8 @@ def measure_ci(defect: type, tmp: Path, sweep: str = "ci") -> dict[str, Any]:
     strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
     code, out, wall, nodes = _pytest(
         ["--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
-         f"--backend=rmsnorm_conformance.zoo:{defect.__name__}", f"--sweep={sweep}", "-x", *strict], tmp,
+         f"--backend=rmsnorm_conformance.zoo:{defect.__name__}", f"--sweep={sweep}", "-x", "--no-shrink", *strict],
+        tmp,
         tmp / f"{sweep}-{defect.__name__}.json")
     ordered = list(nodes.values())  # in the order the tests ran
     at = next((i for i, n in enumerate(ordered) if n["first_failure"] is not None), None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -65,6 +66,26 @@ def test_one_plus_weight_fails_naming_the_rule_with_a_replay_that_reproduces(run
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr
     assert "contract rule semantics.plain_weight" in replayed.stdout
     assert "1 failed" in replayed.stdout
+
+
+def test_no_shrink_reports_the_failing_case_as_drawn_and_says_so(run, pytester):
+    """The same defect under --no-shrink: the same verdict and rule; the case printed is the one drawn (not said to be
+    minimal) and its replay reproduces it; the report's sweep says the cases were not shrunk."""
+    args = [str(SUITES / "test_axis_a.py"), "--backend=rmsnorm_conformance.zoo:SmallBatchReduction", "--device=cpu",
+            "-k", "test_batch_size and float32 and not thresholds", "--sweep=ci", "--report=r.json"]
+    shrunk, drawn = run(*args), run(*args, "--no-shrink")
+    assert shrunk.ret == drawn.ret == 1
+    printed = {}
+    for name, result in (("shrunk", shrunk), ("drawn", drawn)):
+        out = result.stdout.str()
+        assert "contract rule axis_a.batch_size (batch size) broken" in out
+        label = "minimal" if name == "shrunk" else "failing (not shrunk: --no-shrink)"
+        printed[name] = re.search(rf"  {re.escape(label)} configuration: (\S.*)$", out, re.M).group(1)
+        replay = re.search(r"replay: (pytest .*?)\s*$", out, re.M).group(1)
+        assert printed[name] in replay
+    data = json.loads((pytester.path / "r.json").read_text())  # the --no-shrink run's, written last
+    assert data["verdict"] == "FAIL" and "failing cases not shrunk (--no-shrink)" in data["environment"]["sweep"]
+    assert printed["drawn"] != printed["shrunk"]  # the drawn case is larger: shrinking had work to do
 
 
 def test_batch_dependent_reduction_is_caught_by_axis_a(run):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase
 
 from rmsnorm_conformance.contract import TARGET_DIMS
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
@@ -41,6 +42,14 @@ def test_the_smoke_profile_runs_the_simplest_example_the_same_every_run():
     made = sweep_settings("smoke")
     assert made.max_examples == SWEEPS["smoke"].max_examples == 1
     assert made.derandomize and made.database is None
+
+
+def test_no_shrink_drops_shrinking_alone_from_a_sweeps_phases():
+    for name in SWEEPS:
+        shrinking, drawn = sweep_settings(name), sweep_settings(name, shrink=False)
+        assert Phase.shrink in shrinking.phases and Phase.explain not in shrinking.phases
+        assert set(shrinking.phases) - set(drawn.phases) == {Phase.shrink}
+        assert (drawn.max_examples, drawn.derandomize) == (shrinking.max_examples, shrinking.derandomize)
 
 
 def test_smoke_holds_bitwise_rules_in_float32_and_the_others_in_bfloat16():

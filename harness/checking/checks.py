@@ -82,6 +82,7 @@ class Subject:
     # The last call's exception, when it was a clean refusal of its input (checking/refusals.py).
     refusal: Any = None
     mode_sample: bool = True  # run the execution-mode sample (axis_a.execution_mode); --modes=none turns it off
+    shrink: bool = True  # a failing drawn case is shrunk to the simplest one (--no-shrink: reported as drawn)
 
     def __post_init__(self) -> None:
         self.weight_dtype = self.weight_dtype or self.dtype
@@ -300,7 +301,8 @@ def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
     r = contract_rule(rule_id)
     message = (f"contract rule {rule_id} ({r.title}) broken by backend {subject.backend.name!r} on "
                f"{subject.device}, {subject.dtype_label}: {what}\n  {detail}\n  rule: {r.statement}\n"
-               f"  minimal configuration: {case!r}\n  replay: {replay}")
+               f"  {'minimal' if subject.shrink else 'failing (not shrunk: --no-shrink)'} configuration: {case!r}\n"
+               f"  replay: {replay}")
     if expected is not None:
         pytest.xfail(f"expected breach ({expected}): {message}")
     if not subject.gates(rule_id):

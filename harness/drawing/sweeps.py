@@ -132,8 +132,11 @@ def default_sweep() -> str:
     return "ci" if os.environ.get("CI") else "dev"
 
 
-def sweep_settings(sweep: str, *, max_examples: int | None = None, replay: bool = False) -> settings:
-    """The settings a conformance test runs under; ``replay`` runs exactly one example, the replayed case."""
+def sweep_settings(sweep: str, *, max_examples: int | None = None, replay: bool = False,
+                   shrink: bool = True) -> settings:
+    """The settings a conformance test runs under; ``replay`` runs exactly one example, the replayed case; without
+    ``shrink`` a failing case is reported as drawn (shrinking finds the simplest one, and only re-runs the check
+    on smaller cases: the verdict does not depend on it)."""
     from hypothesis import Phase, settings
 
     if sweep not in SWEEPS:
@@ -142,6 +145,9 @@ def sweep_settings(sweep: str, *, max_examples: int | None = None, replay: bool 
     overrides: dict = {}
     if max_examples is not None:
         overrides["max_examples"] = max_examples
+    profile = settings.get_profile(PREFIX + sweep)
+    if not shrink:
+        overrides["phases"] = tuple(p for p in profile.phases if p is not Phase.shrink)
     if replay:
         overrides.update(max_examples=1, phases=(Phase.generate,), database=None, derandomize=True)
-    return settings(settings.get_profile(PREFIX + sweep), **overrides)
+    return settings(profile, **overrides)

@@ -377,7 +377,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
                    manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
-                   case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample)
+                   case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample,
+                   shrink=run.shrink)
     config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
     return made
 
@@ -414,7 +415,7 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
         return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,
                        nodeid=request.node.nodeid, replay=replay, on_failure=on_failure, max_elements=max_elements,
                        replay_case=run.replay_case, manifest=run.manifest, case_timeout=run.case_timeout,
-                       run_ends_at=run.run_ends_at,
+                       run_ends_at=run.run_ends_at, shrink=run.shrink,
                        strict_interface=config.getoption("--strict-interface"))
 
     left, right = make(*sides[0]), make(*sides[1])

@@ -89,6 +89,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--max-examples", type=int, default=None, metavar="N",
         help="examples per conformance test, overriding the sweep's count.")
     group.addoption(
+        "--no-shrink", action="store_true",
+        help="report a failing case as it was drawn, without Hypothesis shrinking it to the simplest failing "
+             "configuration: a faster FAIL where the verdict is all that is wanted (its replay still reproduces "
+             "it). The verdict is the same either way.")
+    group.addoption(
         "--known-failures", default=None, metavar="PATH",
         help="a manifest (TOML or JSON) of expected breaches per backend, device and rule: they xfail "
              "instead of failing the run.")

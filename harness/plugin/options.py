@@ -75,13 +75,15 @@ class RunOptions:
     # (backend, device, reason) for default backends that cannot run on any selected device.
     not_run: tuple[tuple[str, str, str], ...] = ()
     mode_sample: bool = True  # the execution-mode sample (axis_a.execution_mode); off with --modes=none
+    shrink: bool = True  # Hypothesis shrinks a failing case to the simplest one; off with --no-shrink
 
     def environment(self, config: pytest.Config) -> dict[str, str]:
         """The run's settings as the report's environment table shows them."""
         return {
             "contract profile": self.contract_profile,
             "interface rules": "gate (--strict-interface)" if self.strict_interface else "warn",
-            "sweep": self.sweep + (f", {self.max_examples} examples a test" if self.max_examples else ""),
+            "sweep": self.sweep + (f", {self.max_examples} examples a test" if self.max_examples else "")
+                     + ("" if self.shrink else ", failing cases not shrunk (--no-shrink)"),
             "backends": ", ".join(b.name for b in self.backends) or "none",
             "command": "pytest " + shlex.join(config.invocation_params.args),
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
@@ -116,13 +118,15 @@ def resolve(config: pytest.Config) -> RunOptions:
         raise pytest.UsageError(f"--max-examples={max_examples}: must be at least 1")
     replay = config.getoption("--replay")
     replay_case = _parse_replay(replay)
+    shrink = not config.getoption("--no-shrink")
     manifest = _load_known_failures(config.getoption("--known-failures"))
     option = config.getoption("--backend")
     backends, not_run = _resolve_backends(config, option, devices)
     names = _unique_names(backends)
     return RunOptions(
         backends=tuple(backends), devices=devices, dtypes=dtypes, rules=rules, sweep=sweep,
-        settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(replay)), max_examples=max_examples,
+        settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(replay), shrink=shrink),
+        max_examples=max_examples, shrink=shrink,
         case_timeout=case_timeout, deadline=deadline, run_ends_at=run_ends_at,
         contract_profile=config.getoption("--contract-profile"),
         strict_interface=bool(config.getoption("--strict-interface")), reports=reports, replay_case=replay_case,
