@@ -154,8 +154,8 @@ TUNING_KINDS = ("forward", "fused_add", "backward")
 
 def set_tuning(kind: str, k: int = 0, threads: int = 0, stages: int = 0, extra: int = 0) -> None:
     """A sweep's launch configuration for ``kind``: groups a thread and threads a block (forward, fused add: the
-    row kernel, which stages no rows and ignores the last two values), or groups a thread, threads a block, rows
-    staged and dw's rows per block (backward); 0 keeps a default.
+    row kernel, which stages no rows and ignores the last two values), or groups a thread (1 or 2), threads a block,
+    rows staged and dw's rows per block (backward); 0 keeps a default.
     The library must be loaded. No value changes a bit: every configuration computes the canonical order."""
     if _fast is None:
         raise RuntimeError("the cuda rms_norm library is not loaded, or has no Python module")

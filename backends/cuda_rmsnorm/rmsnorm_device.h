@@ -1282,17 +1282,11 @@ const char* launch_backward(const BackwardPlan& c, BackwardArgs a, T* dw, cudaSt
     a.stages = stages;
     const size_t smem = size_t(stages) * stage_bytes + fixed;
     const char* err = nullptr;
-    switch (c.k) {
-      case 1:
-        err = launch_staged(backward_kernel<T, G, 1>, programs, false, c.threads, smem, a, stream);
-        break;
-      case 2:
-        err = launch_staged(backward_kernel<T, G, 2>, programs, false, c.threads, smem, a, stream);
-        break;
-      default:
-        err = launch_staged(backward_kernel<T, G, 4>, programs, false, c.threads, smem, a, stream);
-        break;
-    }
+    // One or two groups a thread (backward_plan_for never picks more: kMaxBackwardGroups).
+    if (c.k == 1)
+      err = launch_staged(backward_kernel<T, G, 1>, programs, false, c.threads, smem, a, stream);
+    else
+      err = launch_staged(backward_kernel<T, G, 2>, programs, false, c.threads, smem, a, stream);
     if (err) return err;
   }
   if (dw == nullptr) return nullptr;

@@ -190,7 +190,7 @@ BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
     c.workspace_rows = (int64_t(1) << c.q_shift) * (1 + c.run_shift + 3);
     return c;
   }
-  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, 4) : (element_size(d) == 4 ? 1 : 2);
+  int k = tune.v[0] ? power_of_two_in(tune.v[0], 1, kMaxBackwardGroups) : (element_size(d) == 4 ? 1 : 2);
   while (k > groups) k >>= 1;
   while (groups / k > kMaxBackwardThreads) k <<= 1;
   const int tpr = int(groups / k);

@@ -24,6 +24,10 @@ constexpr int kMaxThreads = 512;
 // took about a third of each forward unit's nvcc time (the CPU compile check, tests/test_cuda_backend.py).
 constexpr int kMaxGroupsPerThread = 4;
 constexpr int kMaxBackwardThreads = kMaxThreads;
+// Most groups a thread of the staged backward holds: two reach every staged width at kMaxBackwardThreads threads,
+// and four spilled 96-184 bytes a thread (reports/h200/kernels/run15) and were never a default. Not compiled: four
+// took half of each backward unit's nvcc time (11.0 -> 5.9 s for bf16 on the CPU's compile check).
+constexpr int kMaxBackwardGroups = 2;
 // Threads per row (and per block) of the streaming kernels for rows too long for the staged ones.
 constexpr int kLoopThreads = 512;
 // Widest padded row the staged kernels take; wider rows stream.
