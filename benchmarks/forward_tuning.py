@@ -4,10 +4,11 @@ the target shapes, each against a device copy of the same x timed in the same pr
     python benchmarks/forward_tuning.py --backend cuda --out cuda-tuning.json
     python benchmarks/forward_tuning.py --backend triton --out triton-tuning.json
 
-CUDA: each (groups a thread, row sets) pair runs in its own process under RMSNORM_CUDA_FORWARD_CONFIG and
-RMSNORM_CUDA_FUSED_ADD_CONFIG (the library reads them once per process); the pick is made for the forward
-and the fused add apart. Triton: each (tile, warp_elems, min_warps) of the forward tuning, which the forward and
-the fused add share, in this process; the JSON's "best" is what ``benchmarks/bench.py --triton-tuning`` takes.
+CUDA: each configuration "k,threads" (groups a thread, threads a block; 0 keeps the default) runs in its own process
+under RMSNORM_CUDA_FORWARD_CONFIG and RMSNORM_CUDA_FUSED_ADD_CONFIG (the library reads them once per process); the
+pick is made for the forward and the fused add apart. Triton: each (tile, warp_elems, min_warps) of the forward
+tuning, which the forward and the fused add share, in this process; the JSON's "best" is what ``benchmarks/bench.py
+--triton-tuning`` takes.
 No configuration changes a bit (the canonical order does not depend on the launch), so the pick is speed alone:
 the pair whose worst ratio to the copy over the measured shapes is highest.
 
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 
 SHAPES = ((65536, 4096), (2097152, 128))
-CUDA_TRIES = ("2,4", "1,4", "2,2", "2,8", "4,4", "1,8", "4,2")
+CUDA_TRIES = ("0,0", "2,128", "1,128", "4,256", "4,512", "2,256")
 # (tile, warp_elems, min_warps): the forward tuning's fields; fewer than 4 warps only for small tiles.
 TRITON_TRIES = ((2048, 1024, 4), (2048, 512, 4), (1024, 512, 4), (4096, 1024, 4), (8192, 1024, 4),
                 (2048, 1024, 2), (2048, 2048, 1), (1024, 1024, 2), (1024, 1024, 1), (512, 512, 1))
@@ -64,27 +65,33 @@ def measure(op: Any, dtype: torch.dtype = torch.bfloat16, shapes: tuple[tuple[in
     return out
 
 
-def _child_cuda() -> int:
+def _child_cuda(shapes: tuple[tuple[int, int], ...], dtypes: tuple[torch.dtype, ...]) -> int:
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp
 
-    print(json.dumps(measure(CudaRMSNormOp())), flush=True)
+    op = CudaRMSNormOp()
+    print(json.dumps([r for dtype in dtypes for r in measure(op, dtype, shapes)]), flush=True)
     return 0
 
 
-def sweep_cuda() -> list[dict[str, Any]]:
+def sweep_cuda(tries: tuple[str, ...] = CUDA_TRIES, shapes: tuple[tuple[int, int], ...] = SHAPES,
+               dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,)) -> list[dict[str, Any]]:
+    """Each "k,threads" of ``tries`` for the forward and the fused add, in a process of its own, at ``shapes`` in
+    each of ``dtypes``."""
     records = []
-    for config in CUDA_TRIES:
+    where = ["--shapes", ",".join(f"{r}x{d}" for r, d in shapes),
+             "--dtypes", ",".join(str(d).removeprefix("torch.") for d in dtypes)]
+    for config in tries:
         env = {**os.environ, "RMSNORM_CUDA_FORWARD_CONFIG": config, "RMSNORM_CUDA_FUSED_ADD_CONFIG": config}
-        proc = subprocess.run([sys.executable, __file__, "--child-cuda"], env=env, capture_output=True, text=True,
-                              check=False)
+        proc = subprocess.run([sys.executable, __file__, "--child-cuda", *where], env=env, capture_output=True,
+                              text=True, check=False)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
         if proc.returncode != 0 or not lines:
             print(f"config {config}: failed ({proc.returncode}): {proc.stderr[-800:]}", flush=True)
             continue
         for rec in json.loads(lines[-1]):
             records.append({"config": config, **rec})
-            print(f"cuda {config:>4} {rec['variant']:<9} {rec['rows']}x{rec['dim']}: {rec['of_copy']:.3f} of copy "
-                  f"({rec['gbps']:.0f} / {rec['copy_gbps']:.0f} GB/s)", flush=True)
+            print(f"cuda {config:>7} {rec['variant']:<9} {rec['dtype']:<8} {rec['rows']}x{rec['dim']}: "
+                  f"{rec['of_copy']:.3f} of copy ({rec['gbps']:.0f} / {rec['copy_gbps']:.0f} GB/s)", flush=True)
     return records
 
 
@@ -132,27 +139,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("cuda", "triton"))
     parser.add_argument("--out", help="JSON output: the records and the pick")
     parser.add_argument("--child-cuda", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--shapes", help="Triton: ROWSxDIM,... to measure (default: " +
+    parser.add_argument("--shapes", help="ROWSxDIM,... to measure (default: " +
                         ",".join(f"{r}x{d}" for r, d in SHAPES) + ")")
-    parser.add_argument("--tries", help="Triton: tile/warp_elems/min_warps[/max_warps[/flat]],... to try (default: "
-                        "the built-in list)")
-    parser.add_argument("--dtypes", default="bfloat16", help="Triton: dtypes to measure (default: bfloat16)")
+    parser.add_argument("--tries", help="Triton: tile/warp_elems/min_warps[/max_warps[/flat]],... CUDA: k,threads;... "
+                        "to try (default: the built-in list)")
+    parser.add_argument("--dtypes", default="bfloat16", help="dtypes to measure (default: bfloat16)")
     args = parser.parse_args(argv)
+    shapes = tuple(tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")) if args.shapes else SHAPES
+    dtypes = tuple(getattr(torch, d) for d in args.dtypes.split(","))
     if args.child_cuda:
-        return _child_cuda()
+        return _child_cuda(shapes, dtypes)  # type: ignore[arg-type]
     if args.backend is None or args.out is None:
         parser.error("--backend and --out are needed")
     if not torch.cuda.is_available():
         print("forward_tuning.py: no CUDA GPU is visible")
         return 0
     if args.backend == "cuda":
-        records = sweep_cuda()
+        records = sweep_cuda(tuple(args.tries.split(";")) if args.tries else CUDA_TRIES, shapes,  # type: ignore[arg-type]
+                             dtypes)
         picks: dict[str, Any] = {"forward": best(records, ("forward",)), "fused_add": best(records, ("fused_add",))}
     else:
-        shapes = tuple(tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")) if args.shapes else SHAPES
         tries = (tuple(tuple(int(v) for v in t.split("/")) for t in args.tries.split(",")) if args.tries
                  else TRITON_TRIES)
-        dtypes = tuple(getattr(torch, d) for d in args.dtypes.split(","))
         records = sweep_triton(tries, shapes, dtypes)  # type: ignore[arg-type]
         pick = best(records, ("forward", "fused_add"))
         picks = {}
