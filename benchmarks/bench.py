@@ -10,8 +10,10 @@ GB/s counts the bytes a kernel must move: forward x read + y written + weight re
 written, weight read, dw written; the in-place fused add (variant ``fused_add_``) the fused add's bytes. Every
 ``ratio_to_copy`` is against ``y.copy_(x)`` over the same x timed in the same run (``copy_gbps``).
 Forward and backward times are medians of device-event timings after warm-up (triton.testing.do_bench
-where Triton is installed); latency is the median per-call time of back-to-back calls, host overhead
-included, since at a few rows that overhead is what a caller waits for. ``batch_invariant`` is a probe:
+where Triton is installed); the forward and the fused add take ``--rounds`` of them (5 on a GPU) of the copy and
+every subject in turns and report the medians over rounds, each round's ratio beside them; latency is the median
+per-call time of back-to-back calls, host overhead included, since at a few rows that overhead is what a caller
+waits for. ``batch_invariant`` is a probe:
 rows [0:b] computed alone, b in 1, 2, 3, 8, 15, against the same rows of the measured batch, bitwise.
 Parity records (kind ``parity``) give the share of bitwise-equal elements between the native reference on
 the CPU, the native reference on the device and each of the project's backends, on the same random rows, for
@@ -228,28 +230,64 @@ def _attempt(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | N
         return None
 
 
-def bench_forward(subjects_: list[Subject], shapes, dtypes, device, quick) -> list[dict[str, Any]]:
+def _rounds(copy: Callable[[], Any], timed: dict[str, Callable[[], Any]], device: torch.device, quick: bool,
+            rounds: int) -> tuple[list[float], dict[str, list[float]]]:
+    """The copy and each of ``timed`` measured ``rounds`` times in turns (copy, then each subject, again and again):
+    a launch of 20 µs reads a few percent apart between measurements of one process, so one measurement a subject
+    leaves its ratio to the copy at the mercy of that spread (reports/h200/kernels/README.md, runs 56 and 57). A
+    subject that fails in a round is dropped from the later ones."""
+    copy_us: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(rounds):
+        copy_us.append(median_us(copy, device, quick))
+        for name, fn in timed.items():
+            if len(times[name]) < len(copy_us) - 1:
+                continue
+            try:
+                times[name].append(median_us(fn, device, quick))
+            except Exception as exc:
+                print(f"  {name}: failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+    return copy_us, times
+
+
+def _with_rounds(rec: dict[str, Any], copy_us: list[float], us: list[float]) -> dict[str, Any]:
+    """``rec`` with its rounds: each round's ratio to that round's copy, and how many rounds there were. Its
+    ``median_us`` and ``ratio_to_copy`` are the medians' (the subject's median over the copy's median)."""
+    if len(us) > 1:
+        rec["rounds"] = len(us)
+        rec["round_ratios"] = [round(c / u, 3) for c, u in zip(copy_us, us, strict=False)]
+    return rec
+
+
+def bench_forward(subjects_: list[Subject], shapes, dtypes, device, quick, rounds: int = 1) -> list[dict[str, Any]]:
     records = []
     for dtype in dtypes:
         for rows, dim in shapes:
             x, w, _ = _inputs(rows, dim, dtype, device)
             y = torch.empty_like(x)
             nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
-            copy_us = median_us(lambda x=x, y=y: y.copy_(x), device, quick)
-            records.append(_record("copy", "forward", rows, dim, dtype, nbytes, copy_us, copy_us))
+            invariant: dict[str, bool] = {}
             for s in subjects_:
-                def one(s=s, x=x, w=w, nbytes=nbytes, copy_us=copy_us, rows=rows, dim=dim, dtype=dtype):
+                def probe(s=s, x=x, w=w) -> dict[str, Any]:
                     full = s.forward(x, w)
-                    invariant = probe_batch_invariance(s, x, w, full)
-                    del full
-                    us = median_us(lambda: s.forward(x, w), device, quick)
-                    return _record(s.name, "forward", rows, dim, dtype, nbytes, us, copy_us,
-                                   batch_invariant=invariant)
-                rec = _attempt(f"forward {s.name} {rows}x{dim} {dtype}", one)
-                if rec:
-                    records.append(rec)
-                    print(f"  forward {s.name:>20} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
-                          f"({rec['ratio_to_copy']:.3f} of copy) invariant={rec['batch_invariant']}")
+                    return {"invariant": probe_batch_invariance(s, x, w, full)}
+                got = _attempt(f"forward {s.name} {rows}x{dim} {dtype}", probe)
+                if got is not None:
+                    invariant[s.name] = got["invariant"]
+            timed = {s.name: (lambda s=s, x=x, w=w: s.forward(x, w)) for s in subjects_ if s.name in invariant}
+            copy_rounds, times = _rounds(lambda x=x, y=y: y.copy_(x), timed, device, quick, rounds)
+            copy_us = statistics.median(copy_rounds)
+            records.append(_record("copy", "forward", rows, dim, dtype, nbytes, copy_us, copy_us))
+            for name, us in times.items():
+                if not us:
+                    continue
+                rec = _with_rounds(_record(name, "forward", rows, dim, dtype, nbytes, statistics.median(us),
+                                           copy_us, batch_invariant=invariant[name]), copy_rounds, us)
+                records.append(rec)
+                spread = (f", rounds {min(rec['round_ratios']):.3f}-{max(rec['round_ratios']):.3f}"
+                          if "round_ratios" in rec else "")
+                print(f"  forward {name:>20} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
+                      f"({rec['ratio_to_copy']:.3f} of copy{spread}) invariant={rec['batch_invariant']}")
             del x, w, y
             _free(device)
     return records
@@ -290,28 +328,33 @@ def bench_backward(subjects_: list[Subject], shapes, dtypes, device, quick) -> l
     return records
 
 
-def bench_fused_add(subjects_: list[Subject], shapes, dtype, device, quick) -> list[dict[str, Any]]:
-    """The fused residual add: x and residual read, y and residual_out written, weight read."""
+def bench_fused_add(subjects_: list[Subject], shapes, dtype, device, quick, rounds: int = 1) -> list[dict[str, Any]]:
+    """The fused residual add: x and residual read, y and residual_out written, weight read. Out of place in rounds
+    with the copy (``_rounds``); in place once a subject, after them."""
     records = []
     for rows, dim in shapes:
         x, w, r = _inputs(rows, dim, dtype, device, grad=True)
         y = torch.empty_like(x)
         nbytes = 4 * x.numel() * x.element_size() + w.numel() * w.element_size()
-        copy_us = median_us(lambda x=x, y=y: y.copy_(x), device, quick)
+        with_add = [s for s in subjects_ if s.fused_add is not None]
+        timed = {s.name: (lambda s=s, x=x, r=r, w=w: s.fused_add(x, r, w)) for s in with_add}
+        copy_rounds, times = _rounds(lambda x=x, y=y: y.copy_(x), timed, device, quick, rounds)
+        copy_us = statistics.median(copy_rounds)
         copy_gbps = 2 * x.numel() * x.element_size() / copy_us / 1e3  # the copy's own bytes: x read, y written
         del y
-        for s in (s for s in subjects_ if s.fused_add is not None):
-            def one(s=s, x=x, w=w, r=r, rows=rows, dim=dim, nbytes=nbytes, copy_gbps=copy_gbps):
-                us = median_us(lambda: s.fused_add(x, r, w), device, quick)
-                rec = _record(s.name, "forward", rows, dim, dtype, nbytes, us, 0, variant="fused_add")
+        for s in with_add:
+            if times[s.name]:
+                rec = _record(s.name, "forward", rows, dim, dtype, nbytes, statistics.median(times[s.name]), 0,
+                              variant="fused_add")
                 rec["copy_gbps"] = round(copy_gbps, 1)
                 rec["ratio_to_copy"] = round(rec["gbps"] / copy_gbps, 3)
-                return rec
-            rec = _attempt(f"fused_add {s.name} {rows}x{dim} {dtype}", one)
-            if rec:
+                # Per round: the same bytes' ratio, the fused add moving twice the copy's.
+                rec = _with_rounds(rec, [2 * c for c in copy_rounds], times[s.name])
                 records.append(rec)
+                spread = (f", rounds {min(rec['round_ratios']):.3f}-{max(rec['round_ratios']):.3f}"
+                          if "round_ratios" in rec else "")
                 print(f"  fused_add {s.name:>18} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
-                      f"({rec['ratio_to_copy']:.3f} of copy)")
+                      f"({rec['ratio_to_copy']:.3f} of copy{spread})")
             if s.fused_add_ is not None:
                 def in_place(s=s, x=x, w=w, r=r, rows=rows, dim=dim, nbytes=nbytes, copy_gbps=copy_gbps):
                     # x and residual change call to call, as through a model's layers; the bytes do not.
@@ -479,6 +522,10 @@ def write_markdown(path: Path, records: list[dict[str, Any]], env: dict[str, Any
             table = [(r["backend"], r["dtype"], f"{r['rows']}x{r['dim']}", r["median_us"], r["gbps"],
                       r["copy_gbps"], r["ratio_to_copy"]) for r in rows]
             headers = ["backend", "dtype", "shape", "median us", "GB/s", "copy GB/s", "of copy"]
+            if any("round_ratios" in r for r in rows):
+                table = [(*row, f"{min(r['round_ratios']):.3f}-{max(r['round_ratios']):.3f}"
+                          if "round_ratios" in r else "") for row, r in zip(table, rows, strict=True)]
+                headers.append("of copy, per round")
             if "batch_invariant" in rows[-1]:
                 table = [(*row, r.get("batch_invariant", "")) for row, r in zip(table, rows, strict=True)]
                 headers.append("batch-invariant (probe)")
@@ -631,6 +678,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{DEFAULT_OUT} on a GPU, reports/cpu/bench.json on the CPU)")
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer repetitions")
     parser.add_argument("--device", default=None, help="cuda (default where a GPU is visible) or cpu")
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help="forward and fused add: the copy and every subject measured N times in turns, medians "
+                             "reported (default: 5 on a GPU, 1 with --quick or on the CPU)")
     parser.add_argument("--dtypes", default="bfloat16,float16,float32",
                         help="comma list; latency uses the first (default: %(default)s)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile peer")
@@ -649,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the Triton backend defines its kernels
     dtypes = [getattr(torch, name.strip()) for name in args.dtypes.split(",") if name.strip()]
+    rounds = max(1, args.rounds if args.rounds is not None else 1 if args.quick or device.type == "cpu" else 5)
     shapes = CPU_SHAPES if device.type == "cpu" else QUICK_SHAPES if args.quick else FULL_SHAPES
     out = Path(args.out or (DEFAULT_OUT if device.type == "cuda" else "reports/cpu/bench.json"))
     if not out.is_absolute():
@@ -666,7 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python", "benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
         "quick": args.quick,
         "timing": ("triton.testing.do_bench medians (L2 flushed between calls)" if device.type == "cuda"
-                   else "perf_counter medians") + "; latency: back-to-back calls, host overhead included",
+                   else "perf_counter medians") + "; latency: back-to-back calls, host overhead included"
+                  + (f"; forward and fused add: {rounds} rounds of the copy and every subject in turns, the "
+                     "medians over rounds" if rounds > 1 else ""),
         "subjects": [s.name for s in found],
     })
     env.update(_tuning_and_device_environment(device, found))
@@ -675,11 +728,11 @@ def main(argv: list[str] | None = None) -> int:
     # Forward first: it is what the backends exist for. The files are rewritten after every phase, so a run
     # cut short still leaves what it measured.
     phases = (
-        (f"forward {dtypes[0]}", lambda: bench_forward(found, shapes, dtypes[:1], device, args.quick)),
-        (f"fused_add {dtypes[0]}", lambda: bench_fused_add(found, shapes, dtypes[0], device, args.quick)),
+        (f"forward {dtypes[0]}", lambda: bench_forward(found, shapes, dtypes[:1], device, args.quick, rounds)),
+        (f"fused_add {dtypes[0]}", lambda: bench_fused_add(found, shapes, dtypes[0], device, args.quick, rounds)),
         ("latency", lambda: bench_latency(found, dtypes[0], device, args.quick)),
         ("parity", lambda: bench_parity(found, device) if device.type == "cuda" and not args.no_parity else []),
-        ("forward", lambda: bench_forward(found, shapes, dtypes[1:], device, args.quick)),
+        ("forward", lambda: bench_forward(found, shapes, dtypes[1:], device, args.quick, rounds)),
         # torch.compile's backward costs a compile per dtype: it joins for the first dtype only.
         ("backward", lambda: bench_backward(found, shapes[:BACKWARD_SHAPE_COUNT], dtypes, device, args.quick)),
     )
