@@ -20,25 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench import EPS, _inputs, median_us, subjects
+from bench import EPS, _inputs, median_us, per_call_us, subjects
 
 SHAPES = ((65536, 4096), (16384, 8192), (4096, 4096))
 
 
 def back_to_back_us(fn: Callable[[], Any], calls: int = 20, repeats: int = 10) -> float:
-    """Median over ``repeats`` of one span of ``calls`` calls with nothing between them, per call."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
+    """Median over ``repeats`` of bench.py's per-call time of one span of ``calls`` calls with nothing between them."""
+    device = torch.device("cuda")
+    return statistics.median(per_call_us(fn, device, calls) for _ in range(repeats))
 
 
 def measure(names: tuple[str, ...], dtype: torch.dtype, rounds: int) -> list[dict[str, Any]]:
