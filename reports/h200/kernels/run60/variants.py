@@ -31,8 +31,8 @@ def main() -> None:
         text = text.replace(ANCHOR, ANCHOR + HELPER % OPS[variant])
         text = text.replace(LOAD, LOAD.replace("xs[(m * tpr) * kIn + i]", "load_x_hinted(xs + (m * tpr) * kIn + i)"))
     elif variant == "stcs":
-        text = text.replace(STORE, "        __stcs(ys + (m * tpr) * kOutVec + i, make_uint4(out.u[4 * i], out.u[4 * i + 1], "
-                                   "out.u[4 * i + 2], out.u[4 * i + 3]));\n")
+        text = text.replace(STORE, "        __stcs(ys + (m * tpr) * kOutVec + i, make_uint4(out.u[4 * i], "
+                                   "out.u[4 * i + 1], out.u[4 * i + 2], out.u[4 * i + 3]));\n")
     else:
         raise SystemExit(f"unknown variant {variant}")
     sys.stdout.write(text)
