@@ -200,6 +200,90 @@ def test_sources_compile_with_nvcc(tmp_path):
         assert f"{unit}: compiled" in result.report, result.report
 
 
+# The compile check's cache, on a copy of the sources and the two quickest kernel units.
+CACHED_UNITS = ("rmsnorm_kernels.cu", "fused_add_f32.cu")
+needs_nvcc_and_locks = pytest.mark.skipif(_build.find_nvcc() is None or _build.fcntl is None,
+                                          reason="nvcc not found (set CUDA_HOME or NVCC), or no POSIX file locks")
+
+
+@pytest.fixture
+def cached_sources(tmp_path, monkeypatch) -> Path:
+    """A copy of the backend's folder as the check's sources, two kernel units, no binding units, a cache."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for path in _build.SOURCE_DIR.iterdir():
+        if path.is_file():
+            (source / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(_build, "SOURCE_DIR", source)
+    monkeypatch.setattr(_build, "KERNEL_UNITS", CACHED_UNITS)
+    monkeypatch.setattr(_build, "BINDING_UNITS", ())
+    monkeypatch.setenv(_build.CHECK_CACHE_ENV, str(tmp_path / "cache"))
+    return source
+
+
+def _check(out: Path) -> dict[str, bool]:
+    """Run the check into ``out``; for each unit, whether it came from the cache."""
+    result = _build.compile_check(out_dir=str(out))
+    assert result.ok, result.report
+    lines = {line.split(":", 1)[0]: line for line in result.report.splitlines()}
+    for unit in CACHED_UNITS:
+        assert (out / unit.replace(".cu", ".cubin")).stat().st_size > 0, unit
+    return {unit: "from the cache" in lines[unit] for unit in CACHED_UNITS}
+
+
+@needs_nvcc_and_locks
+def test_the_compile_checks_cache_serves_a_unit_only_for_the_same_command_and_sources(cached_sources, tmp_path):
+    # The warm-up as CI runs it: the file alone, torch unimportable.
+    warm = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", warm, str(cached_sources / "_build.py"), "--warm-check-cache",
+                           str(tmp_path / "cache"), "--units", "fused_add_f32.cu"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "fused_add_f32.cu: exit 0" in done.stdout, done.stdout + done.stderr
+    assert _check(tmp_path / "a") == {"rmsnorm_kernels.cu": False, "fused_add_f32.cu": True}
+    assert _check(tmp_path / "b") == {"rmsnorm_kernels.cu": True, "fused_add_f32.cu": True}
+    for unit in CACHED_UNITS:  # the cached machine code is the compiled one
+        cubin = unit.replace(".cu", ".cubin")
+        assert (tmp_path / "a" / cubin).read_bytes() == (tmp_path / "b" / cubin).read_bytes()
+    # Any source changed, a header included or not: every unit is compiled again.
+    header = cached_sources / "rmsnorm_plan.h"
+    header.write_text(header.read_text() + "// changed\n")
+    assert _check(tmp_path / "c") == {"rmsnorm_kernels.cu": False, "fused_add_f32.cu": False}
+    # A unit that fails is reported, and never cached: fixed, it is compiled, not served.
+    unit = cached_sources / "fused_add_f32.cu"
+    good = unit.read_text()
+    unit.write_text(good + "\nthis is not C++;\n")
+    for _ in range(2):
+        result = _build.compile_check(out_dir=str(tmp_path / "d"))
+        assert not result.ok and "nvcc failed on fused_add_f32.cu" in result.report, result.report
+    unit.write_text(good)
+    assert _check(tmp_path / "e") == {"rmsnorm_kernels.cu": True, "fused_add_f32.cu": True}
+
+
+@needs_nvcc_and_locks
+def test_a_unit_another_process_is_compiling_is_waited_for_by_the_check_and_left_by_the_warm_up(
+        cached_sources, tmp_path):
+    import threading
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    std = _build.cxx_standard()
+    command = _build._kernel_commands(_build.find_nvcc(), tmp_path, std, False)["fused_add_f32.cu"]
+    with open(cache / f"{_build._unit_key('fused_add_f32.cu', command)}.lock", "a") as lock:
+        _build.fcntl.flock(lock, _build.fcntl.LOCK_EX)  # as a process compiling it holds it
+        lines = _build.warm_check_cache(cache, std=std, units=CACHED_UNITS)
+        assert lines[0].startswith("rmsnorm_kernels.cu: exit 0 in "), lines
+        assert lines[1] == "fused_add_f32.cu: compiled elsewhere meanwhile", lines
+        outcome: dict[str, dict[str, bool]] = {}
+        waiting = threading.Thread(target=lambda: outcome.update(check=_check(tmp_path / "out")))
+        waiting.start()
+        waiting.join(timeout=1.5)
+        assert waiting.is_alive(), "the check did not wait for the unit being compiled elsewhere"
+    waiting.join(timeout=120)
+    # No entry was left for it (the holder made none): compiled by the check itself once the lock was free.
+    assert outcome["check"] == {"rmsnorm_kernels.cu": True, "fused_add_f32.cu": False}
+
+
 # ------------------------------------------------------------------------------------------------------
 # On a GPU: helpers.
 

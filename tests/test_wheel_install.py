@@ -30,7 +30,8 @@ EXAMPLE = ROOT / "examples" / "gate-your-kernel"
 # mypy's SQLite journal files came and went while this test copied the tree (shutil.Error, a failed CI run).
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__",
                                      ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache", ".whl", "*.whl",
-                                     ".ci-typecheck.log", "report.md", "report.json")
+                                     ".ci-typecheck.log", ".ci-nvcc-cache", ".ci-nvcc-warm.log", "report.md",
+                                     "report.json")
 # The same torch as this run, so pip takes it from its cache or local wheels rather than fetching another build.
 TORCH_SPEC = "torch==" + torch.__version__.split("+", 1)[0]
 # The harness's words: no line of a user's own test run may carry them.

@@ -13,6 +13,7 @@ Python 3.10+ that runs the torch it was built against.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # no POSIX file locks (Windows): the check compiles every unit, without its cache
+    fcntl = None  # type: ignore[assignment]
 
 SOURCE_DIR = Path(__file__).resolve().parent
 KERNELS = "rmsnorm_kernels.cu"
@@ -41,6 +47,8 @@ SOURCE_SUFFIXES = (".cu", ".cpp", ".h")
 BUILD_DIR_ENV = "RMSNORM_CUDA_BUILD_DIR"
 # A library built ahead (same sources, same torch) to load instead of building on first use.
 LIBRARY_ENV = "RMSNORM_CUDA_LIBRARY"
+# A folder where the compile check keeps the kernel units it compiled (unset: no cache). See _run_cached.
+CHECK_CACHE_ENV = "RMSNORM_CUDA_CHECK_CACHE"
 
 # Hopper machine code plus its PTX, which the driver compiles for newer chips at load time.
 BASE_ARCH = "90"
@@ -210,6 +218,74 @@ def _run(command: list[str]) -> tuple[int, str, float]:
     return proc.returncode, (proc.stdout + proc.stderr).strip(), time.perf_counter() - start
 
 
+def _unit_key(unit: str, command: list[str]) -> str:
+    """The name of a kernel unit's entry in the check's cache: a digest of what decides its machine code and
+    its messages. The command (its output's folder aside), every source file of the backend (any header may be
+    included), nvcc's and the host compiler's own files (size and time: another toolkit is another key), and the
+    variables nvcc reads its flags and host compiler from."""
+    digest = hashlib.sha256()
+    out = command.index("-o") + 1
+    for i, arg in enumerate(command):
+        digest.update((Path(arg).name if i == out else arg).encode() + b"\0")
+    for tool in (command[0], shutil.which("g++"), shutil.which("c++"), shutil.which("gcc")):
+        if tool:
+            path = Path(tool).resolve()
+            stat = path.stat()
+            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    for var in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CPATH", "CPLUS_INCLUDE_PATH"):
+        digest.update(f"{var}={os.environ.get(var, '')}\0".encode())
+    for path in source_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{Path(unit).stem}-{digest.hexdigest()[:40]}"
+
+
+def _run_cached(unit: str, command: list[str], cache: Path | None, *, wait: bool = True
+                ) -> tuple[int, str, float, bool] | None:
+    """A unit's compile: (exit status, messages, seconds, whether from the cache).
+
+    With a cache folder, a kernel unit whose key (_unit_key) has an entry is not compiled again: its machine
+    code is copied to the command's output and its messages and time are the first compile's. A compile that
+    succeeds makes the entry (written whole, then renamed into place); a failure makes none, so it is compiled
+    and reported afresh every time. One file lock a key: a process that finds the unit being compiled by
+    another waits for it (``wait``) or leaves it to that one (returns None). CI compiles the kernel units
+    into the cache while it installs (warm_check_cache, on the core the install leaves idle), and the check's
+    test then finds them there."""
+    if cache is None or fcntl is None or unit not in KERNEL_UNITS:
+        return (*_run(command), False)
+    key = _unit_key(unit, command)
+    out = Path(command[command.index("-o") + 1])
+    cache.mkdir(parents=True, exist_ok=True)
+    entry, record = cache / f"{key}.cubin", cache / f"{key}.json"
+    with open(cache / f"{key}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
+        if entry.is_file() and record.is_file():
+            shutil.copyfile(entry, out)
+            first = json.loads(record.read_text(encoding="utf-8"))
+            return 0, first["output"], first["seconds"], True
+        code, output, seconds = _run(command)
+        if code == 0:
+            shutil.copyfile(out, entry.with_suffix(".part"))
+            os.replace(entry.with_suffix(".part"), entry)
+            record.with_suffix(".part").write_text(json.dumps({"output": output, "seconds": seconds}),
+                                                  encoding="utf-8")
+            os.replace(record.with_suffix(".part"), record)
+        return code, output, seconds, False
+
+
+def _kernel_commands(nvcc: str, target: Path, std: str, verbose: bool) -> dict[str, list[str]]:
+    """The compile check's nvcc command for each kernel unit (machine code in ``target``): no torch needed."""
+    machine_code = f"-gencode=arch=compute_{BASE_ARCH},code=sm_{BASE_ARCH}"
+    commands: dict[str, list[str]] = {}
+    for unit in KERNEL_UNITS:
+        command = [nvcc, "-cubin", str(SOURCE_DIR / unit), "-o", str(target / (Path(unit).stem + ".cubin")),
+                   f"-I{SOURCE_DIR}", f"-std={std}", *_TORCH_NVCC_DEFINES, *_NVCC_OPTIONS, machine_code]
+        commands[unit] = [*command, "-Xptxas=-v"] if verbose else command
+    return commands
+
+
 def _check_commands(nvcc: str, cxx: str | None, target: Path, verbose: bool) -> dict[str, list[str]]:
     """The compile check's command for each unit: nvcc -cubin for the kernel units (sm_90 machine code in
     `target`), a syntax-only pass of the host compiler for the binding units (none without a host compiler).
@@ -220,18 +296,13 @@ def _check_commands(nvcc: str, cxx: str | None, target: Path, verbose: bool) -> 
     (reports/cpu/ci-time.md). A host function's error still fails it: the front end checks every function."""
     from torch.utils import cpp_extension
 
-    std = f"-std={cxx_standard()}"
-    commands: dict[str, list[str]] = {}
-    machine_code = f"-gencode=arch=compute_{BASE_ARCH},code=sm_{BASE_ARCH}"
-    for unit in KERNEL_UNITS:
-        command = [nvcc, "-cubin", str(SOURCE_DIR / unit), "-o", str(target / (Path(unit).stem + ".cubin")),
-                   f"-I{SOURCE_DIR}", std, *_TORCH_NVCC_DEFINES, *_NVCC_OPTIONS, machine_code]
-        commands[unit] = [*command, "-Xptxas=-v"] if verbose else command
+    std = cxx_standard()
+    commands = _kernel_commands(nvcc, target, std, verbose)
     if cxx is not None:
         includes = [f"-I{path}" for path in cpp_extension.include_paths()]
         includes += [f"-I{sysconfig.get_paths()['include']}", f"-I{SOURCE_DIR}"]
         for unit in BINDING_UNITS:
-            commands[unit] = [cxx, "-fsyntax-only", std, "-DTORCH_EXTENSION_NAME=rmsnorm_compile_check",
+            commands[unit] = [cxx, "-fsyntax-only", f"-std={std}", "-DTORCH_EXTENSION_NAME=rmsnorm_compile_check",
                               "-DTORCH_API_INCLUDE_EXTENSION_H", *includes, str(SOURCE_DIR / unit)]
     return commands
 
@@ -241,6 +312,8 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None, jobs: in
     `jobs` at a time (default: the CPU count, as ninja would).
 
     Nothing is linked or loaded, so no GPU is needed. ``verbose`` adds ptxas's register and spill report.
+    With a folder in RMSNORM_CUDA_CHECK_CACHE, kernel units compiled before by the same command over the same
+    sources come from it (_run_cached), and the report says which.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -255,11 +328,13 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None, jobs: in
         target = Path(out_dir or tmp)
         target.mkdir(parents=True, exist_ok=True)
         commands = _check_commands(nvcc, cxx, target, verbose)
+        cache = Path(os.environ[CHECK_CACHE_ENV]) if os.environ.get(CHECK_CACHE_ENV) else None
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
-            results = dict(zip(commands, pool.map(_run, commands.values()), strict=True))
+            runs = pool.map(lambda item: _run_cached(item[0], item[1], cache), commands.items())
+            results = {unit: run for unit, run in zip(commands, runs, strict=True) if run is not None}
         wall = time.perf_counter() - start
-        for unit, (code, output, _) in results.items():
+        for unit, (code, output, _, _) in results.items():
             if code == 0:
                 continue
             if unit in BINDING_UNITS:
@@ -267,8 +342,9 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None, jobs: in
                                           f"({' '.join(commands[unit])}):\n{output}")
             return CheckResult(False, f"nvcc failed on {unit} ({' '.join(commands[unit])}):\n{output}")
         for unit in KERNEL_UNITS:
-            code, output, seconds = results[unit]
-            lines.append(f"{unit}: compiled by {nvcc} for sm_{BASE_ARCH} in {seconds:.1f} s")
+            code, output, seconds, cached = results[unit]
+            lines.append(f"{unit}: compiled by {nvcc} for sm_{BASE_ARCH} in {seconds:.1f} s"
+                         + (f" (the same command over the same sources, from the cache in {cache})" if cached else ""))
             if verbose and output:
                 lines.append(output)
         if cxx is None:
@@ -278,6 +354,25 @@ def compile_check(*, verbose: bool = False, out_dir: str | None = None, jobs: in
                          f"in {results[unit][2]:.1f} s")
         lines.append(f"{len(commands)} units, {max(1, jobs or os.cpu_count() or 1)} at a time: {wall:.1f} s")
     return CheckResult(True, "\n".join(lines))
+
+
+def warm_check_cache(cache: Path, *, std: str = "c++20", units: tuple[str, ...] = KERNEL_UNITS) -> list[str]:
+    """Compile ``units`` (kernel units) into the compile check's cache, one at a time, leaving any that another
+    process is compiling to it; a line for each. Needs nvcc and no torch: CI runs it while it installs torch
+    (``python3 backends/cuda_rmsnorm/_build.py --warm-check-cache DIR``), on the core the install leaves idle.
+    ``std`` is the C++ standard torch's extension builder uses (cxx_standard); another one is another key, so a
+    wrong guess costs the check its cache, never a wrong answer."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return ["nvcc not found: nothing compiled"]
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-cuda-warm-") as tmp:
+        commands = _kernel_commands(nvcc, Path(tmp), std, False)
+        for unit in units:
+            run = _run_cached(unit, commands[unit], cache, wait=False)
+            lines.append(f"{unit}: " + ("compiled elsewhere meanwhile" if run is None else
+                                        f"exit {run[0]} in {run[2]:.1f} s" + (" (cached)" if run[3] else "")))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,3 +418,15 @@ def main(argv: list[str] | None = None) -> int:
     result = compile_check(verbose=args.verbose, out_dir=args.out, jobs=args.jobs)
     print(result.report, file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1
+
+
+if __name__ == "__main__":  # run as a file, without the package (whose import needs torch): the cache warm-up
+    import argparse
+
+    _parser = argparse.ArgumentParser(description=warm_check_cache.__doc__)
+    _parser.add_argument("--warm-check-cache", metavar="DIR", required=True, type=Path)
+    _parser.add_argument("--std", default="c++20")
+    _parser.add_argument("--units", help="comma-separated kernel units (default: every one)")
+    _args = _parser.parse_args()
+    _units = tuple(_args.units.split(",")) if _args.units else KERNEL_UNITS
+    print("\n".join(warm_check_cache(_args.warm_check_cache, std=_args.std, units=_units)), flush=True)
