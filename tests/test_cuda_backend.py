@@ -232,7 +232,8 @@ def _check(out: Path) -> dict[str, bool]:
 
 
 @needs_nvcc_and_locks
-def test_the_compile_checks_cache_serves_a_unit_only_for_the_same_command_and_sources(cached_sources, tmp_path):
+def test_the_compile_checks_cache_serves_a_unit_only_for_the_same_command_and_sources(cached_sources, tmp_path,
+                                                                                      monkeypatch):
     # The warm-up as CI runs it: the file alone, torch unimportable.
     warm = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; "
             "runpy.run_path(sys.argv[0], run_name='__main__')")
@@ -256,8 +257,17 @@ def test_the_compile_checks_cache_serves_a_unit_only_for_the_same_command_and_so
     for _ in range(2):
         result = _build.compile_check(out_dir=str(tmp_path / "d"))
         assert not result.ok and "nvcc failed on fused_add_f32.cu" in result.report, result.report
-    unit.write_text(good)
+    unit.write_text(good)  # the sources of the third check again: both served
     assert _check(tmp_path / "e") == {"rmsnorm_kernels.cu": True, "fused_add_f32.cu": True}
+    # An entry whose record cannot be read is compiled again (and kept anew); a cache folder that cannot be made
+    # leaves the check as it is without one.
+    for record in (tmp_path / "cache").glob("rmsnorm_kernels-*.json"):
+        record.write_text("{")
+    assert _check(tmp_path / "f") == {"rmsnorm_kernels.cu": False, "fused_add_f32.cu": True}
+    assert _check(tmp_path / "g") == {"rmsnorm_kernels.cu": True, "fused_add_f32.cu": True}
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv(_build.CHECK_CACHE_ENV, str(tmp_path / "not-a-folder" / "cache"))
+    assert _check(tmp_path / "h") == {"rmsnorm_kernels.cu": False, "fused_add_f32.cu": False}
 
 
 @needs_nvcc_and_locks

@@ -254,25 +254,49 @@ def _run_cached(unit: str, command: list[str], cache: Path | None, *, wait: bool
         return (*_run(command), False)
     key = _unit_key(unit, command)
     out = Path(command[command.index("-o") + 1])
-    cache.mkdir(parents=True, exist_ok=True)
     entry, record = cache / f"{key}.cubin", cache / f"{key}.json"
-    with open(cache / f"{key}.lock", "a") as lock:
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        lock = open(cache / f"{key}.lock", "a")  # noqa: SIM115 - held across the compile below
+    except OSError:  # a folder this process cannot write: compiled as without a cache
+        return (*_run(command), False)
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             return None
-        if entry.is_file() and record.is_file():
-            shutil.copyfile(entry, out)
-            first = json.loads(record.read_text(encoding="utf-8"))
-            return 0, first["output"], first["seconds"], True
+        served = _served(entry, record, out)
+        if served is not None:
+            return 0, served[0], served[1], True
         code, output, seconds = _run(command)
         if code == 0:
-            shutil.copyfile(out, entry.with_suffix(".part"))
-            os.replace(entry.with_suffix(".part"), entry)
-            record.with_suffix(".part").write_text(json.dumps({"output": output, "seconds": seconds}),
-                                                  encoding="utf-8")
-            os.replace(record.with_suffix(".part"), record)
+            _keep(out, entry, record, output, seconds)
         return code, output, seconds, False
+
+
+def _served(entry: Path, record: Path, out: Path) -> tuple[str, float] | None:
+    """A cache entry's messages and seconds, its machine code copied to ``out``; None where there is none (or
+    one this process cannot read: the unit is then compiled again)."""
+    try:
+        if not (entry.is_file() and record.is_file()):
+            return None
+        first = json.loads(record.read_text(encoding="utf-8"))
+        shutil.copyfile(entry, out)
+        return str(first["output"]), float(first["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep(out: Path, entry: Path, record: Path, output: str, seconds: float) -> None:
+    """A compiled unit into the cache: each file written whole, then renamed into place (the record last, so an
+    entry with a record is complete). A cache that cannot be written keeps nothing."""
+    try:
+        shutil.copyfile(out, entry.with_suffix(".part"))
+        os.replace(entry.with_suffix(".part"), entry)
+        record.with_suffix(".part").write_text(json.dumps({"output": output, "seconds": seconds}), encoding="utf-8")
+        os.replace(record.with_suffix(".part"), record)
+    except OSError:
+        pass
 
 
 def _kernel_commands(nvcc: str, target: Path, std: str, verbose: bool) -> dict[str, list[str]]:
