@@ -259,6 +259,12 @@ def _with_rounds(rec: dict[str, Any], copy_us: list[float], us: list[float]) -> 
     return rec
 
 
+def _spread(rec: dict[str, Any]) -> str:
+    """", rounds LO-HI": the range of ``rec``'s per-round ratios, for a printed line (empty with one round)."""
+    ratios = rec.get("round_ratios")
+    return f", rounds {min(ratios):.3f}-{max(ratios):.3f}" if ratios else ""
+
+
 def bench_forward(subjects_: list[Subject], shapes, dtypes, device, quick, rounds: int = 1) -> list[dict[str, Any]]:
     records = []
     for dtype in dtypes:
@@ -284,10 +290,8 @@ def bench_forward(subjects_: list[Subject], shapes, dtypes, device, quick, round
                 rec = _with_rounds(_record(name, "forward", rows, dim, dtype, nbytes, statistics.median(us),
                                            copy_us, batch_invariant=invariant[name]), copy_rounds, us)
                 records.append(rec)
-                spread = (f", rounds {min(rec['round_ratios']):.3f}-{max(rec['round_ratios']):.3f}"
-                          if "round_ratios" in rec else "")
                 print(f"  forward {name:>20} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
-                      f"({rec['ratio_to_copy']:.3f} of copy{spread}) invariant={rec['batch_invariant']}")
+                      f"({rec['ratio_to_copy']:.3f} of copy{_spread(rec)}) invariant={rec['batch_invariant']}")
             del x, w, y
             _free(device)
     return records
@@ -351,10 +355,8 @@ def bench_fused_add(subjects_: list[Subject], shapes, dtype, device, quick, roun
                 # Per round: the same bytes' ratio, the fused add moving twice the copy's.
                 rec = _with_rounds(rec, [2 * c for c in copy_rounds], times[s.name])
                 records.append(rec)
-                spread = (f", rounds {min(rec['round_ratios']):.3f}-{max(rec['round_ratios']):.3f}"
-                          if "round_ratios" in rec else "")
                 print(f"  fused_add {s.name:>18} {rows}x{dim} {rec['dtype']:>8}: {rec['gbps']:8.0f} GB/s "
-                      f"({rec['ratio_to_copy']:.3f} of copy{spread})")
+                      f"({rec['ratio_to_copy']:.3f} of copy{_spread(rec)})")
             if s.fused_add_ is not None:
                 def in_place(s=s, x=x, w=w, r=r, rows=rows, dim=dim, nbytes=nbytes, copy_gbps=copy_gbps):
                     # x and residual change call to call, as through a model's layers; the bytes do not.
