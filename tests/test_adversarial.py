@@ -251,7 +251,7 @@ def test_tests_dealt_to_a_worker_already_dead_wait_for_its_death_to_be_handled()
     closed. That send's OSError used to end the run as an internal error (exit 3, every verdict INCOMPLETE); the
     tests stay on the dead worker's list, dealt again when its death is handled. A send that fails on a live
     channel still raises."""
-    from rmsnorm_conformance.harness.plugin.active import tests_to_the_dead_wait
+    from rmsnorm_conformance.harness.plugin.controller import tests_to_the_dead_wait
 
     class Channel:
         def __init__(self, closed: bool) -> None:

@@ -1,7 +1,7 @@
 """The pytest plugin: options, fixtures and hooks (``hooks``, loaded through ``pytest11``); the resolved options
-(``options``), the controller's reporter (``reporter``), how test reports become records (``outcomes``), replay
-commands (``replay_commands``), the parity gate's option parsing (``parity_gate``) and how an xdist worker ends
-(``worker_exit``).
+(``options``), pytest-xdist's controller (``controller``), the controller's reporter (``reporter``), how test
+reports become records (``outcomes``), replay commands (``replay_commands``), the parity gate's option parsing
+(``parity_gate``) and how an xdist worker ends (``worker_exit``).
 """
 
 from rmsnorm_conformance.harness.plugin import worker_exit

@@ -10,8 +10,6 @@ registered on the controller only.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,9 +23,10 @@ from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin import worker_exit
+from rmsnorm_conformance.harness.plugin.controller import HANGS, LEDGER_PATH, WORKER_HANGS
 from rmsnorm_conformance.harness.plugin.device_lost import ENDED_PROPERTY
 from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
-from rmsnorm_conformance.harness.plugin.options import WORKER_RUN_ENDS_AT, RunOptions, resolve
+from rmsnorm_conformance.harness.plugin.options import RunOptions, resolve
 from rmsnorm_conformance.harness.plugin.outcomes import (
     FAILURE_PROPERTY,
     RECORDS_PROPERTY,
@@ -46,11 +45,8 @@ from rmsnorm_conformance.harness.running.hangs import HangLedger
 from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
 
 OPTIONS = pytest.StashKey[RunOptions]()
-HANGS = pytest.StashKey[HangLedger]()
 # The report key ({"backend", "device"}) and subject of the test running now, for the watchdog.
 RUNNING = pytest.StashKey[tuple[dict, Subject]]()
-# The key under which a pytest-xdist controller hands its workers the hang ledger's file.
-WORKER_HANGS = "rmsnorm_conformance_hangs"
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
@@ -68,7 +64,10 @@ def run_options(config: pytest.Config) -> RunOptions:
             raise
         config.stash[OPTIONS] = options
         workerinput = getattr(config, "workerinput", None)
-        config.stash[HANGS] = HangLedger(workerinput.get(WORKER_HANGS) if workerinput else None)
+        # A worker's ledger is the controller's file; the controller's is named when its first worker starts
+        # (controller.py), before or after this.
+        config.stash[HANGS] = HangLedger(workerinput.get(WORKER_HANGS) if workerinput
+                                         else config.stash.get(LEDGER_PATH, None))
         if workerinput and workerinput.get(WORKER_HANGS):  # the run's shared folder: one first-call process
             fresh_process.SHARED_DIR = Path(workerinput[WORKER_HANGS]).parent
         if workerinput is None:
@@ -87,48 +86,10 @@ def run_options(config: pytest.Config) -> RunOptions:
     return config.stash[OPTIONS]
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
-    """pytest-xdist's controller, for each worker: the hang ledger's file and the run's end, shared by all; tests
-    dealt to it after it died wait for its death to be handled (``tests_to_the_dead_wait``)."""
-    config = node.config
-    if OPTIONS not in config.stash:
-        return
-    ledger = config.stash[HANGS]
-    if ledger.path is None:
-        ledger.path = Path(tempfile.mkdtemp(prefix="rmsnorm-conformance-")) / "hangs.jsonl"
-    node.workerinput[WORKER_HANGS] = str(ledger.path)
-    tests_to_the_dead_wait(node)
-    if config.stash[OPTIONS].run_ends_at:
-        node.workerinput[WORKER_RUN_ENDS_AT] = config.stash[OPTIONS].run_ends_at
-
-
-def tests_to_the_dead_wait(node: Any) -> None:
-    """Tests dealt to a worker that has died but whose death pytest-xdist has not yet handled stay with it, to be
-    dealt again when it is. Two workers that crash at once (a kernel that segfaults, running on both) met a race in
-    xdist 3.8's ``load`` scheduling: handling the first, it dealt that worker's tests to the second, whose channel
-    was closed, and the OSError ended the whole run as an internal error (exit 3), every other backend's verdict
-    INCOMPLETE. The tests it dealt are on the dead worker's list already; the first one is what it died in."""
-    send = node.send_runtest_some
-
-    def send_or_wait(indices: Any) -> None:
-        try:
-            send(indices)
-        except OSError:
-            if not node.channel.isclosed():
-                raise
-
-    node.send_runtest_some = send_or_wait
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     warm_ups = config.stash.get(WARM_UPS, None)
     if warm_ups:
         warm_up.stop(warm_ups)
-    ledger = config.stash.get(HANGS, None)
-    if ledger is not None and ledger.path is not None and not hasattr(config, "workerinput"):
-        with contextlib.suppress(OSError):
-            shutil.rmtree(ledger.path.parent)
 
 
 @pytest.hookimpl(tryfirst=True)

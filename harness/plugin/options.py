@@ -24,6 +24,7 @@ from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep, sweep_settings
+from rmsnorm_conformance.harness.plugin.controller import RUN_ENDS_AT, WORKER_RUN_ENDS_AT
 from rmsnorm_conformance.harness.plugin.parity_gate import (
     ParityPair,
     ParitySpec,
@@ -46,8 +47,6 @@ from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.
 BYTES_PER_ELEMENT = 64
-# The key under which a pytest-xdist controller hands its workers the time the run's --deadline passes.
-WORKER_RUN_ENDS_AT = "rmsnorm_conformance_run_ends_at"
 
 
 @dataclass(frozen=True)
@@ -169,13 +168,15 @@ def _resolve_case_timeout(option: float | None) -> float:
 
 
 def _resolve_deadline(config: pytest.Config) -> tuple[float, float]:
-    """(--deadline in seconds, the time.time() at which it passes); (0, 0) for no limit. The clock starts when
-    the first process resolves the options; workers take the controller's end."""
+    """(--deadline in seconds, the time.time() at which it passes); (0, 0) for no limit. The clock starts at
+    pytest-xdist's controller's configure (controller.py), else when the options are resolved; workers take the
+    controller's end."""
     deadline = config.getoption("--deadline", None) or 0.0
     if deadline < 0:
         raise pytest.UsageError(f"--deadline={deadline:g}: must be 0 (no limit) or more seconds")
-    run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) or (
-        time.time() + deadline if deadline else 0.0)
+    # A worker takes the controller's end; the controller its own, taken at configure (controller.py).
+    run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) \
+        or config.stash.get(RUN_ENDS_AT, 0.0) or (time.time() + deadline if deadline else 0.0)
     return deadline, run_ends_at
 
 

@@ -1,0 +1,143 @@
+"""pytest-xdist's controller of a conformance run: what it hands each worker at its start, and when it resolves
+the run's options.
+
+xdist starts its workers at the session's start, after every plugin's configure. Resolving the options imports
+torch and every backend named (a GPU's runtime, Triton, a third party's kernels) and asks each device: 1.5 s of the
+2 s before the workers started on two CPU cores, and 6.6 s on a slow GPU host's first run
+(``reports/h200/verdict/``, run 57), time that every worker then spends again on its own imports. So the controller
+registers this plugin at configure and resolves at the end of the session's start, once xdist has started the
+workers: the controller's imports overlap theirs, and the harness's lines of the header follow the terminal's own.
+Every option is still resolved, and the reporter has written its first report, before the workers have collected
+and a test is dealt; a usage error stops the workers and ends the run with pytest's usage error, as at
+configure.
+
+What a worker is handed at its start needs no torch: the hang ledger's file (``running/hangs.py``), shared by the
+run, and the time the run's ``--deadline`` passes, taken at configure so that the deadline counts from the run's
+start whenever the options are resolved. ``RMSNORM_CONFORMANCE_EARLY_WORKERS=0`` resolves at configure, as before.
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmsnorm_conformance.harness.running.hangs import HangLedger
+
+SWITCH = "RMSNORM_CONFORMANCE_EARLY_WORKERS"
+NAME = "rmsnorm-conformance-controller"
+# The keys under which the controller hands each worker the hang ledger's file and the run's end (workerinput).
+WORKER_HANGS = "rmsnorm_conformance_hangs"
+WORKER_RUN_ENDS_AT = "rmsnorm_conformance_run_ends_at"
+# The controller's: the ledger's file once the first worker is configured, and the time.time() the run ends at.
+LEDGER_PATH = pytest.StashKey[Path]()
+RUN_ENDS_AT = pytest.StashKey[float]()
+# The run's hang ledger, in every process once its options are resolved (active.run_options).
+HANGS = pytest.StashKey[HangLedger]()
+REPORTER = "rmsnorm-conformance-reporter"
+
+
+def is_controller(config: pytest.Config) -> bool:
+    """pytest-xdist's controller: a run with workers (``-n``), seen from the process that starts them."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+
+
+def register(config: pytest.Config) -> Controller:
+    """The controller's plugin, registered at configure; whether it defers the options is the switch's."""
+    plugin = Controller(config, defer=os.environ.get(SWITCH) != "0")
+    config.pluginmanager.register(plugin, NAME)
+    return plugin
+
+
+class Controller:
+    """The controller's hooks: each worker's start (``pytest_configure_node``), the deferred resolution (at the end
+    of the session's start), and the ledger's folder removed at the end."""
+
+    def __init__(self, config: pytest.Config, *, defer: bool) -> None:
+        self.config = config
+        self.defer = defer
+        self.resolved = False
+        deadline = config.getoption("--deadline", None) or 0.0
+        if deadline > 0:  # a negative one is the options' usage error
+            config.stash[RUN_ENDS_AT] = time.time() + deadline
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """For each worker: the hang ledger's file and the run's end, shared by all; tests dealt to it after it
+        died wait for its death to be handled (``tests_to_the_dead_wait``)."""
+        config = self.config
+        path = config.stash.get(LEDGER_PATH, None)
+        if path is None:
+            path = config.stash[LEDGER_PATH] = Path(tempfile.mkdtemp(prefix="rmsnorm-conformance-")) / "hangs.jsonl"
+        ledger = config.stash.get(HANGS, None)
+        if ledger is not None and ledger.path is None:  # resolved at configure (the switch off)
+            ledger.path = path
+        node.workerinput[WORKER_HANGS] = str(path)
+        tests_to_the_dead_wait(node)
+        ends_at = config.stash.get(RUN_ENDS_AT, 0.0)
+        if ends_at:
+            node.workerinput[WORKER_RUN_ENDS_AT] = ends_at
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> Generator[None, None, None]:
+        """Around every other plugin's session start: the terminal's prints the header, then xdist's starts the
+        workers. After them, the options resolved, the harness's lines of the header printed where the terminal
+        prints a header, and the reporter, registered during this hook, started (its first report written)."""
+        result = yield
+        if self.defer and not self.resolved:
+            self._resolve()
+            config = session.config
+            reporter = config.pluginmanager.get_plugin(REPORTER)
+            if reporter is not None:
+                terminal = config.pluginmanager.get_plugin("terminalreporter")
+                if terminal is not None and terminal.showheader and not terminal.no_header:
+                    for line in reporter.pytest_report_header(config):
+                        terminal.write_line(line)
+                reporter.pytest_sessionstart(session)
+        return result
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        path = config.stash.get(LEDGER_PATH, None)
+        if path is not None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(path.parent)
+
+    def _resolve(self) -> None:
+        """The run's options resolved (``hooks.activate``); a usage error first stops the workers xdist started."""
+        from rmsnorm_conformance.harness.plugin.hooks import activate
+
+        self.resolved = True
+        try:
+            activate(self.config)
+        except pytest.UsageError:
+            nodes = getattr(self.config.pluginmanager.get_plugin("dsession"), "nodemanager", None)
+            if nodes is not None:
+                with contextlib.suppress(Exception):
+                    nodes.teardown_nodes()
+            raise
+
+
+def tests_to_the_dead_wait(node: Any) -> None:
+    """Tests dealt to a worker that has died but whose death pytest-xdist has not yet handled stay with it, to be
+    dealt again when it is. Two workers that crash at once (a kernel that segfaults, running on both) met a race in
+    xdist 3.8's ``load`` scheduling: handling the first, it dealt that worker's tests to the second, whose channel
+    was closed, and the OSError ended the whole run as an internal error (exit 3), every other backend's verdict
+    INCOMPLETE. The tests it dealt are on the dead worker's list already; the first one is what it died in."""
+    send = node.send_runtest_some
+
+    def send_or_wait(indices: Any) -> None:
+        try:
+            send(indices)
+        except OSError:
+            if not node.channel.isclosed():
+                raise
+
+    node.send_runtest_some = send_or_wait
