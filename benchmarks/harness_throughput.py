@@ -152,7 +152,8 @@ def timeline(path: Path, began: float, wall: float) -> list[tuple[str, float]]:
     controller = by_worker.get("controller", [])
     rows = [
         ("the first process started (Python's own start)", at(controller or events, "process start")),
-        ("its plugins imported, its options resolved", at(controller or events, "configure")),
+        # (pytest-xdist's controller resolves its options once its workers have started: harness/plugin/controller.py)
+        ("its plugins imported (its options resolved, but under pytest-xdist)", at(controller or events, "configure")),
         ("the first worker started", min(at(es, "process start") for es in testers.values())),
         ("the last worker started", max(at(es, "process start") for es in testers.values())),
         ("the last worker collected", max(at(es, "collected") for es in testers.values())),
