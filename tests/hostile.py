@@ -110,6 +110,24 @@ class Sleeps(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class SwallowsInterrupt(NativeRMSNormOp):
+    """On its second call, sends this process a SIGINT (a Ctrl-C) and swallows the KeyboardInterrupt it raises, as
+    code that catches BaseException does (and as Python does with one raised in a garbage collector's callback)."""
+
+    name = "swallows_interrupt"
+    calls = 0
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        type(self).calls += 1
+        if type(self).calls == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs at the next instruction; the sleep is cut short by it
+            except BaseException:  # swallowed: the point of this backend
+                pass
+        return super().forward(x, weight, eps)
+
+
 class ExitsZero(NativeRMSNormOp):
     """Calls os._exit(0) mid-run: in a serial run that would end the process with status 0 and no report."""
 

@@ -7,6 +7,7 @@ These check imports, not wall time; reports/cpu/plugin-import.md measures the ti
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,16 @@ def test_importing_the_entry_module_imports_no_heavy_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"importing the plugin's entry module imported {out.stdout.strip()}"
+
+
+def test_the_report_writer_imports_no_torch():
+    """The report's writer runs in a process whose import of torch a Ctrl-C may have cut short, to say the run was
+    interrupted (harness/plugin/controller.py): importing torch again there fails, or crashes the process."""
+    code = ("import sys; from rmsnorm_conformance.harness.reporting.render import write_report; "
+            "from rmsnorm_conformance.harness.reporting.records import Collector; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", "importing the report's writer imported torch"
 
 
 def test_a_run_without_conformance_tests_or_options_imports_no_heavy_module(pytester):
@@ -102,3 +113,27 @@ def test_pytest_rewrites_the_suites_asserts_and_not_the_harness_modules(pytester
     *harness, suite = found.group(1).split(",")
     assert "AssertionRewritingHook" not in harness, harness
     assert suite == "AssertionRewritingHook", suite
+
+
+def test_a_sigint_that_an_import_swallows_still_interrupts(tmp_path, monkeypatch):
+    """The run's first import of torch goes through ``import_interruptibly``: torch's own import turns a
+    KeyboardInterrupt raised while it imports numpy into a warning, and the run went on to PASS."""
+    from rmsnorm_conformance.harness.plugin.hooks import import_interruptibly
+
+    (tmp_path / "swallows_sigint.py").write_text(
+        "import os, signal, time\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(1)\n"
+        "except BaseException:\n"
+        "    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # Python's own Ctrl-C handler, as in a run from a terminal (a job started in the background ignores SIGINT).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="swallows_sigint"):
+            import_interruptibly("swallows_sigint")
+        monkeypatch.delitem(sys.modules, "swallows_sigint")
+        __import__("swallows_sigint")  # a plain import loses it (else this test would have been interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)

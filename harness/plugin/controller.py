@@ -65,6 +65,7 @@ class Controller:
         self.config = config
         self.defer = defer
         self.resolved = False
+        self.reporting = False  # the reporter has started: it writes the run's reports from here on
         deadline = config.getoption("--deadline", None) or 0.0
         if deadline > 0:  # a negative one is the options' usage error
             config.stash[RUN_ENDS_AT] = time.time() + deadline
@@ -102,7 +103,25 @@ class Controller:
                     for line in reporter.pytest_report_header(config):
                         terminal.write_line(line)
                 reporter.pytest_sessionstart(session)
+        self.reporting = True
         return result
+
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        """Ctrl-C or SIGINT before the reporter started (the options resolving, the workers starting): each report
+        file still reads INCOMPLETE, with why, rather than a previous run's verdict or nothing."""
+        if self.reporting:
+            return
+        # The report's writer imports no torch (tests/test_plugin_import.py): a torch whose import the interrupt cut
+        # short fails, or crashes the process, when it is imported again.
+        from rmsnorm_conformance.harness.reporting.records import Collector
+        from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES, write_report
+
+        collector = Collector(incomplete="interrupted (Ctrl-C or a signal) before the run's options were resolved: "
+                                         "no test ran")
+        for raw in self.config.getoption("--report", None) or ():
+            if Path(raw).suffix in REPORT_SUFFIXES and not Path(raw).is_dir():
+                with contextlib.suppress(OSError):
+                    write_report(collector, raw)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         path = config.stash.get(LEDGER_PATH, None)

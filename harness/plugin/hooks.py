@@ -9,7 +9,12 @@ when a collected test asks for ``subject`` or ``parity`` (at collection); ``acti
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import signal
+import sys
+import threading
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -147,11 +152,41 @@ def _warm_up_early(config: pytest.Config) -> None:
 
 def activate(config: pytest.Config) -> RunOptions:
     """Make this run a conformance run: register the run's hooks (once) and resolve its options."""
-    from rmsnorm_conformance.harness.plugin import active
-
+    active = _import_active()
     if not config.pluginmanager.has_plugin(ACTIVE):
         config.pluginmanager.register(active, ACTIVE)
     return active.run_options(config)
+
+
+def _import_active() -> ModuleType:
+    """``active.py``, the run's first import of torch, such that a Ctrl-C meanwhile still interrupts the run.
+
+    torch's C extension imports numpy during torch's own import and turns any exception of that import into a
+    warning ("Failed to initialize NumPy"), a KeyboardInterrupt among them: a SIGINT that landed there, about half a
+    second into a run on two CPU cores, was lost, and the run went on to PASS with exit status 0."""
+    return import_interruptibly("rmsnorm_conformance.harness.plugin.active")
+
+
+def import_interruptibly(name: str) -> ModuleType:
+    """Module ``name``, imported with SIGINT noted: if one arrived and the import came back all the same (the
+    KeyboardInterrupt lost inside it), the interrupt is raised here."""
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler) or threading.current_thread() is not threading.main_thread() or name in sys.modules:
+        return importlib.import_module(name)
+    caught: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> Any:
+        caught.append(signum)
+        return handler(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        module = importlib.import_module(name)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    if caught:
+        raise KeyboardInterrupt(f"SIGINT while importing {name}, which the import did not pass on")
+    return module
 
 
 def _check_hypothesis_profile(config: pytest.Config) -> None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_conformance.harness.checking.comparison import ULP_BINS, ulp_bin_label
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
     BENCH_ALIASES,
     DTYPE_ORDER,
@@ -131,6 +130,10 @@ def _devices_of(c: Collector) -> dict[str, set[str]]:
 def _ulp_histogram(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     """One panel per dtype, one bar group per backend: the share of elements at each ULP distance. Log-scaled
     shares, since a kernel's rare 2-ULP elements are the point of the picture."""
+    # (here, not at the top: the report's writer needs no torch, so that a run interrupted while it imported torch
+    # can still say so in its report, controller.py)
+    from rmsnorm_conformance.harness.checking.comparison import ULP_BINS, ulp_bin_label
+
     hists: dict[str, dict[str, list[int]]] = {}
     devices_of = _devices_of(c)
     for s in c.summaries.values():
