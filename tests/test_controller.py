@@ -96,3 +96,28 @@ def test_a_usage_error_found_after_the_workers_started_ends_the_run_as_one(run, 
     assert result.ret == 4
     assert f"ERROR: {message}" in result.stderr.str() + result.stdout.str()
     assert report["verdict"] == "NOT RUN" and message in report["usage_error"]
+
+
+# A plugin that interrupts the run at the end of configure, before the session and the reporter start.
+INTERRUPT = """
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        raise KeyboardInterrupt
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_an_interrupt_before_the_reporter_starts_leaves_an_incomplete_report(pytester, monkeypatch, workers):
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{':' + str(pytester.path)}")
+    (pytester.path / "interrupt.py").write_text(INTERRUPT)
+    (pytester.path / "r.json").write_text(json.dumps({"verdict": "PASS"}))  # a previous run's
+    result = pytester.runpytest_subprocess("--pyargs", "rmsnorm_conformance.suites", "--backend=native",
+                                           "--device=cpu", "--sweep=smoke", "-p", "no:cacheprovider", "-p",
+                                           "interrupt", "--report=r.json", *workers)
+    assert result.ret == 2
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["verdict"] == "INCOMPLETE" and "before the run's options were resolved" in report["incomplete"]

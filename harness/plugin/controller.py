@@ -14,6 +14,8 @@ configure.
 What a worker is handed at its start needs no torch: the hang ledger's file (``running/hangs.py``), shared by the
 run, and the time the run's ``--deadline`` passes, taken at configure so that the deadline counts from the run's
 start whenever the options are resolved. ``RMSNORM_CONFORMANCE_EARLY_WORKERS=0`` resolves at configure, as before.
+A run without workers registers the plugin too, for what it does before the reporter starts: an interrupt then
+(while torch imports, 1-2 s) leaves each report file reading INCOMPLETE rather than the previous run's verdict.
 This module imports no torch.
 """
 
@@ -51,15 +53,17 @@ def is_controller(config: pytest.Config) -> bool:
 
 
 def register(config: pytest.Config) -> Controller:
-    """The controller's plugin, registered at configure; whether it defers the options is the switch's."""
-    plugin = Controller(config, defer=os.environ.get(SWITCH) != "0")
+    """This plugin, registered at configure in the process that writes the reports (pytest-xdist's controller, or
+    a run's only process): it defers the options in a controller, unless the switch says not to."""
+    plugin = Controller(config, defer=is_controller(config) and os.environ.get(SWITCH) != "0")
     config.pluginmanager.register(plugin, NAME)
     return plugin
 
 
 class Controller:
-    """The controller's hooks: each worker's start (``pytest_configure_node``), the deferred resolution (at the end
-    of the session's start), and the ledger's folder removed at the end."""
+    """The reporting process's hooks: each worker's start (``pytest_configure_node``), the deferred resolution (at
+    the end of the session's start), an interrupt before the reporter started, and the ledger's folder removed at
+    the end."""
 
     def __init__(self, config: pytest.Config, *, defer: bool) -> None:
         self.config = config
@@ -107,8 +111,8 @@ class Controller:
         return result
 
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
-        """Ctrl-C or SIGINT before the reporter started (the options resolving, the workers starting): each report
-        file still reads INCOMPLETE, with why, rather than a previous run's verdict or nothing."""
+        """Ctrl-C or SIGINT before the reporter started (the options resolving, torch importing, the workers
+        starting): each report file reads INCOMPLETE, with why, rather than a previous run's verdict or nothing."""
         if self.reporting:
             return
         # The report's writer imports no torch (tests/test_plugin_import.py): a torch whose import the interrupt cut

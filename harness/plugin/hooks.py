@@ -26,7 +26,6 @@ from rmsnorm_conformance.harness.drawing.budget import (
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin.activation import asks_for_conformance, explicit, targets_suites
-from rmsnorm_conformance.harness.plugin.controller import is_controller
 from rmsnorm_conformance.harness.plugin.controller import register as register_controller
 from rmsnorm_conformance.harness.plugin.device_lost import DeviceLossGuard
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
@@ -130,7 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(DeviceLossGuard(config), "rmsnorm-conformance-device-loss")
     if explicit(config) or targets_suites(config):
         _warm_up_early(config)
-        if is_controller(config) and register_controller(config).defer:
+        if not hasattr(config, "workerinput") and register_controller(config).defer:
             return  # resolved once xdist has started the workers (controller.py)
         activate(config)
 
