@@ -120,8 +120,7 @@ class Controller:
         from rmsnorm_conformance.harness.reporting.records import Collector
         from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES, write_report
 
-        collector = Collector(incomplete="interrupted (Ctrl-C or a signal) before the run's options were resolved: "
-                                         "no test ran")
+        collector = Collector(incomplete="interrupted (Ctrl-C or a signal) as the run started: no test ran")
         for raw in self.config.getoption("--report", None) or ():
             if Path(raw).suffix in REPORT_SUFFIXES and not Path(raw).is_dir():
                 with contextlib.suppress(OSError):

@@ -70,7 +70,8 @@ class Reporter:
         self.interrupted_by = ""
         self._previous_sigterm: Any = None
         self._previous_sigint: Any = None
-        self._raised_again = False  # a SIGINT's KeyboardInterrupt raised again at a test's start (_interrupt)
+        self._sigint = False  # a SIGINT came (_interrupt)
+        self._raised_again = False  # its KeyboardInterrupt raised again at a test's start
         self._last_write = float("-inf")  # time.monotonic() of the last progress write
         self._write_pending = False  # a start not yet written (a pytest-xdist controller throttles its writes)
 
@@ -108,6 +109,7 @@ class Reporter:
         PASS with exit status 0. Now the verdict is INCOMPLETE whatever became of the exception, and the next test
         to start raises it again (``pytest_runtest_logstart``)."""
         self.interrupted_by = self.interrupted_by or "interrupted by SIGINT (Ctrl-C)"
+        self._sigint = True
         previous = self._previous_sigint
         if callable(previous):
             return previous(signum, frame)
@@ -125,7 +127,7 @@ class Reporter:
         self._write_reports()
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        if self.interrupted_by and not self._raised_again:  # an interrupt lost where it was raised (_interrupt)
+        if self._sigint and not self._raised_again:  # an interrupt lost where it was raised (_interrupt)
             self._raised_again = True
             raise KeyboardInterrupt(self.interrupted_by)
         self.running.append(nodeid)
