@@ -118,13 +118,10 @@ class Controller:
         # The report's writer imports no torch (tests/test_plugin_import.py): a torch whose import the interrupt cut
         # short fails, or crashes the process, when it is imported again.
         from rmsnorm_conformance.harness.reporting.records import Collector
-        from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES, write_report
+        from rmsnorm_conformance.harness.reporting.render import replace_reports
 
-        collector = Collector(incomplete="interrupted (Ctrl-C or a signal) as the run started: no test ran")
-        for raw in self.config.getoption("--report", None) or ():
-            if Path(raw).suffix in REPORT_SUFFIXES and not Path(raw).is_dir():
-                with contextlib.suppress(OSError):
-                    write_report(collector, raw)
+        replace_reports(Collector(incomplete="interrupted (Ctrl-C or a signal) as the run started: no test ran"),
+                        self.config.getoption("--report", None) or ())
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         path = config.stash.get(LEDGER_PATH, None)

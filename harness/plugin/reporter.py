@@ -9,7 +9,6 @@ import contextlib
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
 from rmsnorm_conformance.harness.plugin.selection import selection
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
 from rmsnorm_conformance.harness.reporting.records import Collector
-from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES, render_terminal, write_report
+from rmsnorm_conformance.harness.reporting.render import render_terminal, replace_reports, write_report
 
 # Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
 CONTROLLER_WRITE_INTERVAL = 2.0
@@ -30,11 +29,7 @@ CONTROLLER_WRITE_INTERVAL = 2.0
 def write_usage_error(paths: list[str], message: str) -> None:
     """Replace each report file it can with a NOT RUN report naming the usage error: a stale PASS must never
     look current."""
-    collector = Collector(usage_error=message)
-    for raw in paths:
-        if Path(raw).suffix in REPORT_SUFFIXES and not Path(raw).is_dir():
-            with contextlib.suppress(OSError):
-                write_report(collector, raw)
+    replace_reports(Collector(usage_error=message), paths)
 
 
 def exit_status(verdict: str, status: int | pytest.ExitCode, checks: bool) -> int | pytest.ExitCode:

@@ -47,6 +47,16 @@ def render_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | Non
     return render_markdown(c, bench=bench, pictures=pictures)
 
 
+def replace_reports(c: Collector, paths: Iterable[str]) -> None:
+    """Write ``c`` to each of ``paths`` that names a report file (a report suffix, not a folder), leaving any that
+    cannot be written: the report of a run that ended before its reporter started (a usage error, an interrupt), so
+    that a previous run's verdict never reads as this one's."""
+    for raw in paths:
+        if Path(raw).suffix in REPORT_SUFFIXES and not Path(raw).is_dir():
+            with contextlib.suppress(OSError):
+                write_report(c, raw)
+
+
 def write_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None = None,
                  plots: bool = False, progress: bool = False) -> Path:
     """Write the report atomically (a temporary file beside it, then a rename), so that a reader, or a run killed
