@@ -21,6 +21,7 @@ from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
 from rmsnorm_conformance.contract.inputs import (
     CONTRACT_DTYPE_PAIRS,
     SUPPORTED_DTYPES,
+    check_in_place,
     check_inputs,
     check_residual,
     check_unweighted_inputs,
@@ -929,11 +930,18 @@ _NO_WEIGHT, _WEIGHT, _OFFSET_WEIGHT = 0, 1, 2
 
 
 def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype: torch.dtype,
-             residual: torch.Tensor | None = None, weight_mode: int = _WEIGHT
+             residual: torch.Tensor | None = None, weight_mode: int = _WEIGHT, in_place: bool = False
              ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Launch the forward kernel on validated inputs: (y, residual_out or None). Zero rows launch nothing."""
+    """Launch the forward kernel on validated inputs: (y, residual_out or None). Zero rows launch nothing.
+
+    in_place (the fused add, ``fused_add_``): y into x and residual_out into residual. The kernel writes its outputs
+    as dense rows, each program after it has read its own rows, so x and residual are its outputs where their rows
+    are used in place and dense; any other layout, and rows too wide for one tile (whose second pass reads x and
+    residual again), are computed aside and copied back."""
     residual_out = None
     if x.numel() == 0:
+        if in_place:
+            return x, residual
         if residual is not None:
             residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
         return torch.empty(x.shape, dtype=out_dtype, device=x.device), residual_out
@@ -944,11 +952,16 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype
         vec = min(vec, launch_config(dim, residual.dtype, fused_add=True).vec)
     x2, x_stride = _rows_2d(x, dim, vec)
     n_rows = x2.shape[0]
-    y = torch.empty((n_rows, dim), dtype=out_dtype, device=x.device)
-    r2, r_stride, ro = x2, x_stride, y  # unread stand-ins when there is no residual
+    r2, r_stride = _rows_2d(residual, dim, vec) if residual is not None else (x2, x_stride)
+    if in_place and not (cfg.tiles == 1 and _dense_view(x2, x_stride, x) and _dense_view(r2, r_stride, residual)):
+        y, residual_out = _forward(x, weight, eps, out_dtype, residual, weight_mode)
+        x.copy_(y.view(x.shape))
+        residual.copy_(residual_out.view(x.shape))
+        return x, residual
+    y = x2 if in_place else torch.empty((n_rows, dim), dtype=out_dtype, device=x.device)
+    ro = y  # an unwritten stand-in when there is no residual
     if residual is not None:
-        r2, r_stride = _rows_2d(residual, dim, vec)
-        ro = residual_out = torch.empty((n_rows, dim), dtype=residual.dtype, device=x.device)
+        ro = residual_out = r2 if in_place else torch.empty((n_rows, dim), dtype=residual.dtype, device=x.device)
     w = _aligned_weight(weight) if weight is not None else x2
     _launch_fwd(
         (-(-n_rows // cfg.rows),),
@@ -957,10 +970,17 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype
         cfg.num_warps,
         x.device,
     )
+    if in_place:
+        return x, residual
     if x.dim() != 2:
         y = y.view(x.shape)
         residual_out = residual_out.view(x.shape) if residual_out is not None else None
     return y, residual_out
+
+
+def _dense_view(rows: torch.Tensor, stride: int, t: torch.Tensor | None) -> bool:
+    """Whether ``rows`` (from _rows_2d) is t itself, not a copy, with rows one after another: the kernel's outputs."""
+    return t is not None and stride == rows.shape[1] and rows.data_ptr() == t.data_ptr()
 
 
 class _Plan(NamedTuple):
@@ -1163,6 +1183,18 @@ def _(x, residual, weight, eps):  # noqa: ANN001
     return x.new_empty(x.shape), residual.new_empty(x.shape)
 
 
+@torch.library.custom_op(f"{_NAMESPACE}::triton_fused_add_rms_norm_", mutates_args=("x", "residual"),
+                         schema="(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()")
+def _fused_add_in_place_op(x, residual, weight, eps):  # noqa: ANN001
+    check_in_place(x, residual)
+    _forward(x, weight, eps, x.dtype, residual=residual, in_place=True)
+
+
+@_fused_add_in_place_op.register_fake
+def _(x, residual, weight, eps):  # noqa: ANN001
+    return None
+
+
 # What the backend's prepare gets ready, each at every dim and dtype pair: the calls the suites make. Each call
 # compiles, on its first launch, the binaries a worker's call at that (dim, dtypes) would build. The offset and
 # unweighted forwards launch the forward's binary (the weight mode is a runtime argument): as jobs of their own they
@@ -1235,7 +1267,8 @@ class TritonRMSNormOp:
     """RMSNorm as Triton kernels in the canonical order: bitwise equal to the native reference.
 
     ``forward`` returns ``x.dtype`` and ``forward_fp32`` float32, both differentiable for x and weight;
-    ``fused_add``, ``forward_offset`` and ``forward_unweighted`` are the variants of the backend protocol.
+    ``fused_add``, ``forward_offset`` and ``forward_unweighted`` are the variants of the backend protocol, and
+    ``fused_add_`` is the fused add in place, as engines call it.
     Every dtype pair of the contract is taken (an fp32 weight multiplies the fp32 normalized row), and the fused
     add takes a residual in x's dtype or fp32. On the CPU the kernels run in Triton's interpreter
     (``interpreted`` is then True).
@@ -1282,6 +1315,19 @@ class TritonRMSNormOp:
         if torch.compiler.is_compiling():
             return torch.ops.rmsnorm_conformance.triton_fused_add_rms_norm(x, residual, weight, float(eps))
         return _forward(x, weight, float(eps), x.dtype, residual=residual)
+
+    def fused_add_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual; returns
+        (x, residual). The same bits as ``fused_add``."""
+        check_inputs(x, weight, eps)
+        check_residual(x, residual, fp32_residual=True)
+        self._check_device(x.device)
+        if torch.compiler.is_compiling():  # the operator checks the memory when it runs
+            torch.ops.rmsnorm_conformance.triton_fused_add_rms_norm_(x, residual, weight, float(eps))
+            return x, residual
+        check_in_place(x, residual)
+        return _forward(x, weight, float(eps), x.dtype, residual=residual, in_place=True)
 
     def _run(self, x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> torch.Tensor:
         if torch.compiler.is_compiling():

@@ -94,6 +94,38 @@ def check_residual(x: torch.Tensor, residual: torch.Tensor, *, fp32_residual: bo
         )
 
 
+def check_in_place(x: torch.Tensor, residual: torch.Tensor) -> None:
+    """A fused add in place writes y into x and residual_out into residual: neither may write one memory location
+    twice (an expanded tensor), and the two may not overlap, or which write lands last would decide the result."""
+    for name, t in (("x", x), ("residual", residual)):
+        if torch._debug_has_internal_overlap(t) == 1:
+            raise ValueError(
+                f"fused_add_rms_norm_ writes into {name}, whose elements share memory (strides "
+                f"{tuple(t.stride())} for shape {tuple(t.shape)}): pass a tensor with one location an element"
+            )
+    if x.numel() and residual.numel() and _byte_ranges_meet(x, residual):
+        raise ValueError(
+            "fused_add_rms_norm_ writes into x and residual, which overlap in memory "
+            f"(x.data_ptr()={x.data_ptr():#x}, residual.data_ptr()={residual.data_ptr():#x}): pass separate tensors"
+        )
+
+
+def _byte_ranges_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the spans of memory that a and b's elements lie in meet (a conservative test of overlap)."""
+    if a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        low = high = t.data_ptr()
+        for size, stride in zip(t.shape, t.stride(), strict=True):
+            reach = (size - 1) * stride * t.element_size()
+            low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+        return low, high + t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
 def check_eps(eps: float) -> None:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"rms_norm needs eps to be a finite number > 0, got eps={eps!r}")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rmsnorm_conformance.contract import ROUNDING_CLASSES
-from rmsnorm_conformance.contract.inputs import check_inputs, check_residual
+from rmsnorm_conformance.contract.inputs import check_in_place, check_inputs, check_residual
 from rmsnorm_conformance.contract.reference import (
     offset_scale,
     reference_fp32,
@@ -82,6 +82,23 @@ def test_residual_checks_name_what_is_wrong():
     with pytest.raises(TypeError, match="float32"):
         check_residual(x, x.float())  # fp32 only where the backend declares it
     check_residual(x, x.float(), fp32_residual=True)
+
+
+def test_in_place_checks_refuse_shared_memory_and_nothing_else():
+    """fused_add_ writes into x and residual: a location written twice (an expanded tensor, x and residual
+    overlapping) is refused with its name; separate tensors, interleaved views of one buffer included, are taken."""
+    buf = torch.randn(16, 256)
+    check_in_place(buf[:8], buf[8:])  # adjacent rows of one buffer: no element shared
+    check_in_place(buf[:8], buf[:8].clone())
+    check_in_place(buf[:0], buf[:0])  # nothing to write
+    with pytest.raises(ValueError, match="x and residual, which overlap in memory"):
+        check_in_place(buf[:8], buf[:8])
+    with pytest.raises(ValueError, match="overlap in memory"):
+        check_in_place(buf[:9], buf[8:])
+    with pytest.raises(ValueError, match="overlap in memory"):
+        check_in_place(buf[:8].t(), buf[7:15].t())  # transposed views meet in row 7
+    with pytest.raises(ValueError, match=r"writes into residual, whose elements share memory \(strides \(0, 1\)"):
+        check_in_place(buf[:8], buf[8].expand(8, 256))
 
 
 def test_offset_reference_forms_one_plus_weight_where_declared():

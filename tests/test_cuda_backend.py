@@ -729,3 +729,13 @@ def test_fused_add_in_place_and_batch_invariant(dtype):
         OP.fused_add_(xc, rc, w)
         _assert_bitwise(xc.contiguous(), y, f"in-place y, column-major, dim {dim}")
         _assert_bitwise(rc.contiguous(), r_out, f"in-place residual, column-major, dim {dim}")
+    # A location written twice is refused before any write, by the operator itself (the fast path) in the contract's
+    # words (contract/inputs.py check_in_place).
+    xo = x.clone()
+    with pytest.raises(ValueError, match="x and residual, which overlap in memory"):
+        OP.fused_add_(xo, xo, w)
+    with pytest.raises(ValueError, match="overlap in memory"):
+        OP.fused_add_(xo[:5], xo[4:9], w)
+    with pytest.raises(ValueError, match="writes into x, whose elements share memory"):
+        OP.fused_add_(x[0].expand(8, x.shape[1]), r[:8].clone(), w)
+    _assert_bitwise(xo, x, "x after the refused calls")

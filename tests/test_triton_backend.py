@@ -723,6 +723,67 @@ def test_fused_add_refuses_a_mismatched_residual(device):
         OP.fused_add(x, r.bfloat16(), w)  # a 16-bit residual with fp32 x
 
 
+def _launches_counted(monkeypatch) -> list:
+    """Record each forward launch's output pointers (y, residual_out)."""
+    seen = []
+    launch = tr._launch_fwd
+
+    def counted(grid, args, *rest, **kw):
+        seen.append((args[3].data_ptr(), args[4].data_ptr()))
+        return launch(grid, args, *rest, **kw)
+
+    monkeypatch.setattr(tr, "_launch_fwd", counted)
+    return seen
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", VARIANT_DIMS)
+def test_fused_add_in_place(device, dtype, dim, monkeypatch):
+    """fused_add_: y into x and residual_out into residual, fused_add's bits. Dense rows are the kernel's outputs
+    (one launch writing into x and residual); rows it cannot write as dense rows (a row stride past the dim,
+    column-major) are computed aside and copied back."""
+    x, w, r = _data(21, dim, dtype, device, seed=dim)
+    y, ro = OP.fused_add(x, r, w)
+    launches = _launches_counted(monkeypatch)
+    xi, ri = x.clone(), r.clone()
+    returned = OP.fused_add_(xi, ri, w)
+    assert returned[0] is xi and returned[1] is ri
+    assert_bitwise(xi, y, "in-place y")
+    assert_bitwise(ri, ro, "in-place residual_out")
+    assert launches == [(xi.data_ptr(), ri.data_ptr())], "dense rows are written by the kernel itself"
+    for what, lay in (("rows with a stride past the dim", lambda t: torch.cat([t, t], 1)[:, :dim]),
+                      ("column-major", lambda t: t.t().contiguous().t()),
+                      ("leading dims", lambda t: t.reshape(3, 7, dim))):
+        xl, rl = lay(x.clone()), lay(r.clone())
+        OP.fused_add_(xl, rl, w)
+        assert_bitwise(xl.reshape(21, dim), y, f"in-place y, {what}")
+        assert_bitwise(rl.reshape(21, dim), ro, f"in-place residual_out, {what}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_add_in_place_edges(device):
+    """An fp32 residual, an empty batch, and what cannot be written in place: named, before any write."""
+    x, w, r = _data(9, 200, torch.bfloat16, device)
+    y, ro = OP.fused_add(x, r.float(), w)
+    xi, ri = x.clone(), r.float()
+    OP.fused_add_(xi, ri, w)
+    assert_bitwise(xi, y, "in-place y of an fp32 residual")
+    assert_bitwise(ri, ro, "in-place fp32 residual_out")
+    empty = x[:0].clone()
+    assert OP.fused_add_(empty, empty.clone(), w)[0] is empty
+    xo = x.clone()
+    with pytest.raises(ValueError, match="overlap in memory"):
+        OP.fused_add_(xo, xo, w)
+    with pytest.raises(ValueError, match="overlap in memory"):
+        OP.fused_add_(xo[:5], xo[4:], w)
+    with pytest.raises(ValueError, match=r"writes into x, whose elements share memory"):
+        OP.fused_add_(x[0].expand(9, 200), r.clone(), w)
+    assert_bitwise(xo, x, "x after the refused calls")
+    with pytest.raises(ValueError, match=r"residual\.shape"):
+        OP.fused_add_(x.clone(), r[:, :8].clone(), w)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim", VARIANT_DIMS)
@@ -789,6 +850,7 @@ def test_opcheck(device):
     torch.library.opcheck(OPS.triton_rms_norm_backward.default, (x, w, g, 1e-6, True, True))
     torch.library.opcheck(OPS.triton_rms_norm_backward.default, (x, w, g, 1e-6, False, True))
     torch.library.opcheck(OPS.triton_fused_add_rms_norm.default, (x, g, w, 1e-6))
+    torch.library.opcheck(OPS.triton_fused_add_rms_norm_.default, (x.clone(), g.clone(), w, 1e-6))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -802,12 +864,22 @@ def test_compiled_op_is_bitwise_eager(device):
         fused = OPS.triton_fused_add_rms_norm(x.detach(), r, w.detach(), 1e-6)  # inference only
         return y, fused[0], fused[1]
 
+    def step_in_place(x, r, w):
+        OP.fused_add_(x, r, w)
+        return x * 1, r * 1  # the mutated inputs, read after the op inside the graph
+
     compiled = torch.compile(step, fullgraph=True)
     xc, wc = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
     out = compiled(xc, wc, r)
     xe, we = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
     eager = (OP.forward(xe, we), *OP.fused_add(x, r, w))
-    for a, b, what in zip(out, eager, ("y", "fused y", "residual_out"), strict=True):
+    xi, ri = x.clone(), r.clone()
+    in_place = torch.compile(step_in_place, fullgraph=True)(xi, ri, w)
+    out = (*out, *in_place, xi, ri)
+    eager = (*eager, *eager[1:], *eager[1:])
+    whats = ("y", "fused y", "residual_out", "in-place y read in the graph", "in-place residual_out read in the graph",
+             "in-place y", "in-place residual_out")
+    for a, b, what in zip(out, eager, whats, strict=True):
         assert_bitwise(a, b, f"compiled {what}")
     out[0].backward(g)
     eager[0].backward(g)
@@ -851,6 +923,11 @@ def test_wide_row_path(device, dtype, wide_rows_in_a_loop):
     y, ro = OP.fused_add(x, r, w)
     assert_bitwise(ro, (x.float() + r.float()).to(dtype), "looped fused add: residual_out")
     assert_bitwise(y, REFERENCE.forward(ro, w), "looped fused add: y")
+    # In place, its second pass would read the residual it had overwritten: computed aside and copied back.
+    xi, ri = x.clone(), r.clone()
+    OP.fused_add_(xi, ri, w)
+    assert_bitwise(xi, y, "looped fused add in place: y")
+    assert_bitwise(ri, ro, "looped fused add in place: residual_out")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -17,6 +17,7 @@ import torch
 from rmsnorm_conformance.contract.inputs import (
     SAME_DTYPE_PAIRS,
     SUPPORTED_DTYPES,
+    check_in_place,
     check_inputs,
     check_residual,
     check_unweighted_inputs,
@@ -124,6 +125,7 @@ class CudaRMSNormOp:
             return x, residual
         check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)  # the weight in x's dtype only
         check_residual(x, residual)
+        check_in_place(x, residual)  # the operator checks it too, in the same words (the fast path above)
         self._require(x.device)
         _ops.op("fused_add_rms_norm_")(x, residual, weight, float(eps))
         return x, residual

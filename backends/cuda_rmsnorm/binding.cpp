@@ -9,6 +9,7 @@
 // units (rmsnorm_kernels.cu and the rest). The fake (meta) implementations that torch.compile and opcheck need
 // are registered from Python (_ops.py).
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -18,6 +19,7 @@
 
 #include <cmath>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "rmsnorm.h"
@@ -86,6 +88,33 @@ void check_residual(const Tensor& x, const Tensor& r) {
                     " and residual.shape=", r.sizes());
   TORCH_CHECK_VALUE(r.device() == x.device(), "fused_add needs x and residual on one device, got x.device=",
                     x.device(), " and residual.device=", r.device());
+}
+
+// The span of bytes t's elements lie in.
+std::pair<intptr_t, intptr_t> byte_span(const Tensor& t) {
+  intptr_t low = reinterpret_cast<intptr_t>(t.data_ptr());
+  intptr_t high = low;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const intptr_t reach = intptr_t((t.size(d) - 1) * t.stride(d) * int64_t(t.element_size()));
+    (reach < 0 ? low : high) += reach;
+  }
+  return {low, high + intptr_t(t.element_size())};
+}
+
+// In place, y goes into x and residual_out into residual (contract/inputs.py check_in_place, the same words):
+// neither may hold one location twice, and they may not overlap.
+void check_in_place(const Tensor& x, const Tensor& residual) {
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"residual", &residual}}) {
+    TORCH_CHECK_VALUE(at::has_internal_overlap(*t) != at::MemOverlap::Yes, "fused_add_rms_norm_ writes into ", name,
+                      ", whose elements share memory (strides ", t->strides(), " for shape ", t->sizes(),
+                      "): pass a tensor with one location an element");
+  }
+  if (x.numel() == 0 || residual.numel() == 0 || !x.storage().is_alias_of(residual.storage())) return;
+  const auto [x0, x1] = byte_span(x);
+  const auto [r0, r1] = byte_span(residual);
+  TORCH_CHECK_VALUE(!(x0 < r1 && r0 < x1), "fused_add_rms_norm_ writes into x and residual, which overlap in memory ",
+                    "(x.data_ptr()=", x.data_ptr(), ", residual.data_ptr()=", residual.data_ptr(),
+                    "): pass separate tensors");
 }
 
 int64_t row_count(const Tensor& x) { return x.numel() / x.size(-1); }
@@ -196,6 +225,7 @@ void fused_add_rms_norm_(Tensor& x, Tensor& residual, const Tensor& weight, doub
   check_x(x, eps);
   check_weight(x, weight);
   check_residual(x, residual);
+  check_in_place(x, residual);
   if (row_count(x) == 0) return;
   const c10::DeviceGuard guard(x.device());
   const int64_t dim = x.size(-1);
