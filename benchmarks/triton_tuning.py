@@ -108,11 +108,17 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # issue-bound at 74 % of issue slots, run 18's profile), and a cap there fits six (80), seven (72) or eight (64).
 # Kept none: every cap spilled (8-26 bytes a thread at 128), 0.742 / 0.693 / 0.603 of a copy at 128 against 0.815,
 # 0.13-0.15 at 4096 against 0.681 (reports/h200/kernels/run55).
+# (Run 55 swept ("at most 80 registers", dict(maxnreg=80)), 72 and 64.)
+# Kernels run 62's: more stages of Triton's pipeline. At 4096 the backward holds one block of 8 warps a multiprocessor
+# (248 registers, 67.6 KB of shared memory at 3 stages), half of whose cycles issue nothing: more tiles in flight
+# fill the shared memory that one block leaves (compiled off the GPU by Triton 3.9, benchmarks/triton_sass.py: 4, 5
+# and 6 stages take 100, 133 and 166 KB and 238-248 registers, no spill; at 128, 126-130 registers against 102, one
+# block fewer a multiprocessor for each).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("at most 80 registers", dict(maxnreg=80)),
-    ("at most 72 registers", dict(maxnreg=72)),
-    ("at most 64 registers", dict(maxnreg=64)),
+    ("4 stages", dict(stages=4)),
+    ("5 stages", dict(stages=5)),
+    ("6 stages", dict(stages=6)),
 ]
 
 
