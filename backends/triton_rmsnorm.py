@@ -319,11 +319,20 @@ if triton is not None:
         return tl.reshape(t, [t.shape[0], 2])
 
     @_device_function
-    def _rms(sum_sq, eps, dim):  # noqa: ANN001
+    def _per_dim(v, dim, DIM: tl.constexpr):  # noqa: ANN001
+        """v / dim correctly rounded (dim exact in fp32). Where the dim is a power of two (DIM > 0: a binary of its
+        own), v times 1 / DIM, which is exact: the same real number as the quotient, so the same rounding, in one
+        multiply where a correctly rounded division takes a dozen instructions and a slow path."""
+        if DIM > 0:
+            return v * (1.0 / DIM)
+        else:
+            return tl.div_rn(v, tl.full(v.shape, dim, tl.float32))
+
+    @_device_function
+    def _rms(sum_sq, eps, dim, DIM: tl.constexpr):  # noqa: ANN001
         """sqrt(sum_sq / dim + eps), each step correctly rounded (dim a constexpr or a runtime scalar: exact in
-        fp32 either way)."""
-        mean = tl.div_rn(sum_sq, tl.full(sum_sq.shape, dim, tl.float32))
-        return tl.sqrt_rn(mean + eps)
+        fp32 either way; DIM as in _per_dim)."""
+        return tl.sqrt_rn(_per_dim(sum_sq, dim, DIM) + eps)
 
     @_device_function
     def _inv(rms):  # noqa: ANN001
@@ -373,7 +382,7 @@ if triton is not None:
     @_device_function
     def _fwd_whole_rows(
         x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps, dim,  # noqa: ANN001
-        weight_mode, RESIDUAL: tl.constexpr,  # noqa: ANN001
+        weight_mode, RESIDUAL: tl.constexpr, DIM: tl.constexpr,  # noqa: ANN001
     ):
         """The forward of rows that fit one tile: each row is read once and held in registers."""
         cols = (groups * 8)[:, None] + lanes[None, :]
@@ -383,14 +392,14 @@ if triton is not None:
         if RESIDUAL:
             z = _residual_sum(z, r_ptr + r_rows[:, None, None] + cols[None, :, :], ro_ptr, mask)
             _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
-        inv = _inv(_rms(_halve(_group_sums(z * z)), eps, dim))
+        inv = _inv(_rms(_halve(_group_sums(z * z)), eps, dim, DIM))
         y = _weighted(z * inv[:, None, None], w_ptr, cols, col_mask, weight_mode)
         _store_f32(y_ptr + y_rows[:, None, None] + cols[None, :, :], y, mask)
 
     @_device_function
     def _fwd_flat_rows(
         x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, eps, dim,  # noqa: ANN001
-        weight_mode, RESIDUAL: tl.constexpr,  # noqa: ANN001
+        weight_mode, RESIDUAL: tl.constexpr, DIM: tl.constexpr,  # noqa: ANN001
     ):
         """_fwd_whole_rows with the tile loaded and stored as [rows, columns] and reshaped to [rows, groups, 8] for
         the row's tree only. The elementwise steps are the same operations on the same elements (z * inv, then the
@@ -403,7 +412,7 @@ if triton is not None:
             z = _residual_sum(z, r_ptr + r_rows[:, None] + cols[None, :], ro_ptr, mask)
             _store_f32(ro_ptr + y_rows[:, None] + cols[None, :], z, mask)
         z3 = tl.reshape(z, [z.shape[0], groups.shape[0], 8])
-        inv = _inv(_rms(_halve(_group_sums(z3 * z3)), eps, dim))
+        inv = _inv(_rms(_halve(_group_sums(z3 * z3)), eps, dim, DIM))
         y = z * inv[:, None]
         if weight_mode == 1:
             y = y * _load_f32(w_ptr + cols, col_mask)[None, :]
@@ -414,7 +423,7 @@ if triton is not None:
     @_device_function
     def _fwd_tiled_rows(
         x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps, dim,  # noqa: ANN001
-        weight_mode, ROWS: tl.constexpr, TILES: tl.constexpr, RESIDUAL: tl.constexpr,  # noqa: ANN001
+        weight_mode, ROWS: tl.constexpr, TILES: tl.constexpr, RESIDUAL: tl.constexpr, DIM: tl.constexpr,  # noqa: ANN001
     ):
         """The forward of rows too wide for registers: tile k holds groups k, k + TILES, k + 2*TILES, ..., so
         that its own tree is the first levels of the row's; the TILES results are then halved in turn. A
@@ -429,7 +438,7 @@ if triton is not None:
                 z = _residual_sum(z, r_ptr + r_rows[:, None, None] + cols[None, :, :], ro_ptr, mask)
                 _store_f32(ro_ptr + y_rows[:, None, None] + cols[None, :, :], z, mask)
             partial = tl.where(tiles[None, :] == k, _halve(_group_sums(z * z))[:, None], partial)
-        inv = _inv(_rms(_halve(partial), eps, dim))
+        inv = _inv(_rms(_halve(partial), eps, dim, DIM))
         for k in range(TILES):
             cols = ((groups * TILES + k) * 8)[:, None] + lanes[None, :]
             col_mask = cols < dim
@@ -466,13 +475,13 @@ if triton is not None:
         lanes = tl.arange(0, 8)
         if FLAT:
             _fwd_flat_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, eps, dim,
-                           weight_mode, RESIDUAL)
+                           weight_mode, RESIDUAL, DIM)
         elif TILES == 1:
             _fwd_whole_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,
-                            dim, weight_mode, RESIDUAL)
+                            dim, weight_mode, RESIDUAL, DIM)
         else:
             _fwd_tiled_rows(x_ptr, r_ptr, w_ptr, y_ptr, ro_ptr, x_rows, r_rows, y_rows, row_mask, groups, lanes, eps,
-                            dim, weight_mode, ROWS, TILES, RESIDUAL)
+                            dim, weight_mode, ROWS, TILES, RESIDUAL, DIM)
 
     @triton.jit(do_not_specialize=["n_rows", "x_row_stride", "g_row_stride", "eps", "n_cols"])
     def _rms_norm_stats_kernel(
@@ -501,8 +510,8 @@ if triton is not None:
             gw = (_load_f32(g_ptr + g_row + cols, col_mask) * _load_f32(w_ptr + cols, col_mask))[None, :, :]
             sq = tl.where(tiles[None, :] == k, _halve(_group_sums(x * x))[:, None], sq)
             dot = tl.where(tiles[None, :] == k, _halve(_group_sums(gw * x))[:, None], dot)
-        rms = _rms(_halve(sq), eps, dim)
-        c = tl.div_rn(tl.div_rn(_halve(dot), tl.full([1], dim, tl.float32)), rms * rms)
+        rms = _rms(_halve(sq), eps, dim, DIM)
+        c = tl.div_rn(_per_dim(_halve(dot), dim, DIM), rms * rms)
         one = tl.arange(0, 1)
         tl.store(stats_ptr + 2 * row + one, _inv(rms))
         tl.store(stats_ptr + 2 * row + 1 + one, c)
@@ -530,7 +539,7 @@ if triton is not None:
     def _bwd_leaf(
         x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps, dim,  # noqa: ANN001
         STORE_DX: tl.constexpr, STATS: tl.constexpr, ZERO_PAST: tl.constexpr,
-        JOINT: tl.constexpr, FLAT: tl.constexpr,
+        JOINT: tl.constexpr, FLAT: tl.constexpr, DIM: tl.constexpr,
     ):
         """dx of one tile's rows (stored), and their dw products g * (x * inv), [LEAVES, GROUPS, 8] in fp32.
         ZERO_PAST: rows past the batch give +0.0 products (rather than ones computed from zero rows). JOINT: the
@@ -546,11 +555,11 @@ if triton is not None:
             else:
                 sum_sq = _halve(_group_sums(x * x))
                 dot = _halve(_group_sums(gw * x))
-            rms = _rms(sum_sq, eps, dim)
+            rms = _rms(sum_sq, eps, dim, DIM)
             inv = _inv(rms)
             if not ZERO_PAST:  # a row past the batch must give +0.0 products: not 0 * (1 / 0) where eps is 0 in fp32
                 inv = tl.where(row_mask, inv, 0.0)
-            coef = tl.div_rn(tl.div_rn(dot, tl.full(dot.shape, dim, tl.float32)), rms * rms)
+            coef = tl.div_rn(_per_dim(dot, dim, DIM), rms * rms)
         inv3 = inv[:, None, None]
         if STORE_DX:
             dx = (gw - x * coef[:, None, None]) * inv3
@@ -568,6 +577,7 @@ if triton is not None:
         cols, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
         STRIDED: tl.constexpr, JOINT: tl.constexpr, STAGES: tl.constexpr, UNROLL_BITS: tl.constexpr,
+        DIM: tl.constexpr,
     ):
         """The backward kernel's loop over its 2**LEVELS tiles with Triton's software pipeline: the loads of the
         next STAGES - 1 iterations are issued as asynchronous copies to shared memory (cp.async) before this one's
@@ -587,7 +597,7 @@ if triton is not None:
         for u in tl.range(0, 1 << (LEVELS - UNROLL_BITS), num_stages=STAGES):
             c = _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                            eps, dim, p, u << UNROLL_BITS, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC,
-                           STORE_DX, STATS, STRIDED, JOINT, UNROLL_BITS)
+                           STORE_DX, STATS, STRIDED, JOINT, UNROLL_BITS, DIM)
             c, s0, s1, s2, s3, s4, s5 = _push(c, u, s0, s1, s2, s3, s4, s5, LEVELS - UNROLL_BITS)
         return c
 
@@ -596,28 +606,28 @@ if triton is not None:
         x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p, t,  # noqa: ANN001
         cols, col_mask, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
-        STRIDED: tl.constexpr, JOINT: tl.constexpr, BITS: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, BITS: tl.constexpr, DIM: tl.constexpr,
     ):
         """The sum of tiles t .. t + 2**BITS - 1 (t a multiple of 2**BITS) as the stack would form it: the first
         half's sum plus the second's, each formed so in turn, down to single tiles (_bwd_tile)."""
         if BITS == 0:
             return _bwd_tile(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                              eps, dim, p, t, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
-                             STRIDED, JOINT)
+                             STRIDED, JOINT, DIM)
         else:
             first = _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                                eps, dim, p, t, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
-                               STRIDED, JOINT, BITS - 1)
+                               STRIDED, JOINT, BITS - 1, DIM)
             return first + _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride,
                                       n_programs, eps, dim, p, t + (1 << (BITS - 1)), cols, col_mask, GROUPS,
-                                      LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, BITS - 1)
+                                      LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, BITS - 1, DIM)
 
     @_device_function
     def _bwd_tile(
         x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p, t,  # noqa: ANN001
         cols, col_mask, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
-        STRIDED: tl.constexpr, JOINT: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, DIM: tl.constexpr,
     ):
         """Tile t of _bwd_staged's loop, loaded flat: dx stored, its dw products returned (not STRIDED: its leaves
         already added in pairs)."""
@@ -629,7 +639,7 @@ if triton is not None:
         g = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols, True), mask=mask, other=0.0)
         c = _bwd_leaf(tl.reshape(x, [LEAVES, GROUPS, 8]).to(tl.float32),
                       tl.reshape(g, [LEAVES, GROUPS, 8]).to(tl.float32), w, rows, row_mask, mask, cols, dx_ptr,
-                      stats_ptr, eps, dim, STORE_DX, STATS, True, JOINT, True)
+                      stats_ptr, eps, dim, STORE_DX, STATS, True, JOINT, True, DIM)
         if not STRIDED:
             c = _adjacent(c)
         return c
@@ -639,7 +649,7 @@ if triton is not None:
         x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p,  # noqa: ANN001
         chunk, cols, col_mask, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
-        STRIDED: tl.constexpr, JOINT: tl.constexpr, FLAT: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, FLAT: tl.constexpr, DIM: tl.constexpr,
     ):
         """The backward kernel's loop over its 2**LEVELS tiles with tile t + 1 loaded into registers before tile t
         is reduced (FLAT: loaded as [LEAVES, GROUPS * 8] and reshaped, which lets Triton lay rows out across warps
@@ -672,7 +682,7 @@ if triton is not None:
             g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
                              mask=mask, other=0.0)
             c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps, dim,
-                          STORE_DX, STATS, True, JOINT, FLAT)
+                          STORE_DX, STATS, True, JOINT, FLAT, DIM)
             if not STRIDED:
                 c = _adjacent(c)
             c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
@@ -718,11 +728,11 @@ if triton is not None:
         if STAGES > 0:
             c = _bwd_staged(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                             eps, dim, p, chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8), zero, GROUPS, LEAVES, LEVELS,
-                            MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES, UNROLL_BITS)
+                            MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES, UNROLL_BITS, DIM)
         elif PREFETCH:
             c = _bwd_prefetched(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                                 eps, dim, p, chunk, cols, col_mask, zero, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX,
-                                STATS, STRIDED, JOINT, FLAT)
+                                STATS, STRIDED, JOINT, FLAT, DIM)
         else:
             for t in range(1 << LEVELS):  # LEAVES << LEVELS == 8 << MBITS, the subtree's rows
                 rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
@@ -738,7 +748,7 @@ if triton is not None:
                     x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
                     g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
                     c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols[None, :, :], dx_ptr, stats_ptr, eps, dim,
-                                  STORE_DX, STATS, STRIDED, JOINT, False)
+                                  STORE_DX, STATS, STRIDED, JOINT, False, DIM)
                     if not STRIDED:
                         c = _adjacent(c)
                 c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
