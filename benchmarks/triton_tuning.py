@@ -119,6 +119,11 @@ BWD_VARIANTS: list[tuple[str, dict]] = [
     ("4 stages", dict(stages=4)),
     ("5 stages", dict(stages=5)),
     ("6 stages", dict(stages=6)),
+    # 16 warps a row at 4096 (run 23's, which spilled at 32 rows a program, 0.38-0.49) with 16 rows a program: 128
+    # registers and no spill off the GPU, two blocks' worth of warps a multiprocessor, for partial rows of dw twice
+    # as many (64 MB more traffic at 65536x4096, about 4 %). The 128 backward is unchanged by both fields.
+    ("16 warps, 16 rows a program at 4096", dict(warp_elems=256, subtree_rows=16)),
+    ("16 warps, 16 rows a program at 4096, 4 stages", dict(warp_elems=256, subtree_rows=16, stages=4)),
 ]
 
 
