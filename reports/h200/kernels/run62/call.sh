@@ -40,7 +40,7 @@ run_tests() {  # variant log filter files...: the variant tree's tests with its 
 run_tests base base-triton "test_" tests/test_triton_backend.py
 run_tests base base-cuda "in_place or opcheck or compiled" tests/test_cuda_backend.py
 # The Triton backward under 4, 5 and 6 stages (benchmarks/triton_tuning.py's BWD_VARIANTS), the tree's package.
-( cd /tmp && PYTHONPATH=/tmp/variants/base/site timeout 120 python3 "$OLDPWD/benchmarks/triton_tuning.py" \
+( cd /tmp && PYTHONPATH=/tmp/variants/base/site timeout 180 python3 "$OLDPWD/benchmarks/triton_tuning.py" \
     --backward-variants --out "$R/triton-stages.json" ) > "$R/triton-stages.log" 2>&1
 echo "triton stages: exit $?" >> "$R/tests.log"
 # pow2 changes the forward's rms too: all of the CUDA backend's tests.
