@@ -538,13 +538,12 @@ if triton is not None:
     @_device_function
     def _bwd_leaf(
         x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps, dim,  # noqa: ANN001
-        STORE_DX: tl.constexpr, STATS: tl.constexpr, ZERO_PAST: tl.constexpr,
-        JOINT: tl.constexpr, FLAT: tl.constexpr, DIM: tl.constexpr,
+        STORE_DX: tl.constexpr, STATS: tl.constexpr, JOINT: tl.constexpr, FLAT: tl.constexpr, DIM: tl.constexpr,
     ):
-        """dx of one tile's rows (stored), and their dw products g * (x * inv), [LEAVES, GROUPS, 8] in fp32.
-        ZERO_PAST: rows past the batch give +0.0 products (rather than ones computed from zero rows). JOINT: the
-        two row sums go through their trees together. FLAT: cols and mask are [GROUPS * 8] and [LEAVES, GROUPS *
-        8] (else [1, GROUPS, 8] and [LEAVES, GROUPS, 8])."""
+        """dx of one tile's rows (stored), and their dw products g * (x * inv), [LEAVES, GROUPS, 8] in fp32: +0.0
+        for a row past the batch (its x and dy loaded as +0.0 and its inv taken as +0.0: one select a row, where a
+        select of each product took one an element). JOINT: the two row sums go through their trees together. FLAT:
+        cols and mask are [GROUPS * 8] and [LEAVES, GROUPS * 8] (else [1, GROUPS, 8] and [LEAVES, GROUPS, 8])."""
         gw = g * w
         if STATS:
             inv = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
@@ -557,8 +556,6 @@ if triton is not None:
                 dot = _halve(_group_sums(gw * x))
             rms = _rms(sum_sq, eps, dim, DIM)
             inv = _inv(rms)
-            if not ZERO_PAST:  # a row past the batch must give +0.0 products: not 0 * (1 / 0) where eps is 0 in fp32
-                inv = tl.where(row_mask, inv, 0.0)
             coef = tl.div_rn(_per_dim(dot, dim, DIM), rms * rms)
         inv3 = inv[:, None, None]
         if STORE_DX:
@@ -566,10 +563,8 @@ if triton is not None:
             if FLAT:
                 dx = tl.reshape(dx, [dx.shape[0], dx.shape[1] * dx.shape[2]])
             _store_f32(_rows_by_cols(dx_ptr + rows * dim, cols, FLAT), dx, mask)
-        prod = g * (x * inv3)
-        if ZERO_PAST:
-            prod = tl.where(row_mask[:, None, None], prod, 0.0)
-        return prod
+        # Not 0 * (1 / 0) for a row past the batch where eps is 0 in fp32: its products are +0.0 * (+0.0 * +0.0).
+        return g * (x * tl.where(row_mask, inv, 0.0)[:, None, None])
 
     @_device_function
     def _bwd_staged(
@@ -639,7 +634,7 @@ if triton is not None:
         g = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols, True), mask=mask, other=0.0)
         c = _bwd_leaf(tl.reshape(x, [LEAVES, GROUPS, 8]).to(tl.float32),
                       tl.reshape(g, [LEAVES, GROUPS, 8]).to(tl.float32), w, rows, row_mask, mask, cols, dx_ptr,
-                      stats_ptr, eps, dim, STORE_DX, STATS, True, JOINT, True, DIM)
+                      stats_ptr, eps, dim, STORE_DX, STATS, JOINT, True, DIM)
         if not STRIDED:
             c = _adjacent(c)
         return c
@@ -682,7 +677,7 @@ if triton is not None:
             g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
                              mask=mask, other=0.0)
             c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps, dim,
-                          STORE_DX, STATS, True, JOINT, FLAT, DIM)
+                          STORE_DX, STATS, JOINT, FLAT, DIM)
             if not STRIDED:
                 c = _adjacent(c)
             c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
@@ -748,7 +743,7 @@ if triton is not None:
                     x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
                     g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
                     c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols[None, :, :], dx_ptr, stats_ptr, eps, dim,
-                                  STORE_DX, STATS, STRIDED, JOINT, False, DIM)
+                                  STORE_DX, STATS, JOINT, False, DIM)
                     if not STRIDED:
                         c = _adjacent(c)
                 c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)

@@ -651,6 +651,22 @@ def test_backward_loops_are_bitwise_native(device, dtype, backward_loop):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_rows_past_the_batch_add_zeros_where_eps_is_zero_in_fp32(device, backward_loop):
+    """eps = 1e-50 is +0.0 in fp32: a zero row's rms is 0 and its inv +Inf. The rows that pad the batch to its
+    subtrees (zeros) must add +0.0 to dw, not 0 * Inf = NaN: dx and dw bit for bit native's, under each GPU loop."""
+    for dim, rows in ((128, 70), (4096, 3)):
+        x, w, g = _data(rows, dim, torch.bfloat16, device, seed=rows)
+        grads = []
+        for fn in (OP.forward, REFERENCE.forward):
+            xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+            fn(xr, wr, 1e-50).backward(g)
+            grads.append((xr.grad, wr.grad))
+        (dx, dw), (ndx, ndw) = grads
+        assert_bitwise(dx, ndx, f"dx, eps 1e-50, {rows} rows at dim {dim}")
+        assert_bitwise(dw, ndw, f"dw, eps 1e-50, {rows} rows at dim {dim}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_gradients_of_forward_fp32_bitwise(device):
     x, w, g = _data(20, 256, torch.bfloat16, device)
     g32 = g.float() * 3
