@@ -2,7 +2,7 @@
 # Kernels run 62 (prepared without a GPU; NOTES.md): the CUDA backward with dw's stack in global memory, where it
 # stays in L2 (bwd-stack-in-l2.patch), that with two rows reduced under one barrier (bwd-paired-rows.patch, which
 # contains the first), and that with a power-of-two dim's divisions as exact multiplies (bwd-paired-rows-pow2-dim.patch,
-# which contains both), each against the tree (base), built side by side and measured one after another in one call
+# which contains both), each against the tree (base), and the first without its discard of read lines (l2keep), built side by side and measured one after another in one call
 # (benchmarks/h200_variants.sh): the backward at 65536x4096 and 2097152x128, bf16, under rows a block 64 / 128 / 256
 # and 3-6 stages, against a device copy in the same process (benchmarks/kernel_sweep.py spot-checks every
 # configuration bitwise against native). Then each patched tree's CUDA tests that hold the backward bitwise to
@@ -16,7 +16,7 @@ R=${OUT:?OUT=folder}/run62
 P=reports/h200/kernels/run62
 mkdir -p "$R"
 begin=$(date +%s)
-ALL="l2stack:$P/bwd-stack-in-l2.patch paired:$P/bwd-paired-rows.patch pow2:$P/bwd-paired-rows-pow2-dim.patch"
+ALL="l2stack:$P/bwd-stack-in-l2.patch l2keep:$P/bwd-stack-in-l2-no-discard.patch paired:$P/bwd-paired-rows.patch pow2:$P/bwd-paired-rows-pow2-dim.patch"
 [[ -n ${ONLY:-} ]] && ALL=$(tr ' ' '\n' <<< "$ALL" | grep "^$ONLY:")
 # k, threads, stages, rows a block (0: the default). The tree keeps 3 stages where its stack leaves no room for more.
 TRIES="0,0,0,0;0,0,3,0;0,0,4,0;0,0,5,0;0,0,0,128;0,0,4,128;0,0,5,128;0,0,0,256;0,0,5,256;0,0,6,256"
