@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Kernels run 62 (prepared without a GPU; NOTES.md): the CUDA backward with dw's stack in global memory, where it
-# stays in L2 (bwd-stack-in-l2.patch), that with two rows reduced under one barrier (bwd-paired-rows.patch, which
-# contains the first), and that with a power-of-two dim's divisions as exact multiplies (bwd-paired-rows-pow2-dim.patch,
-# which contains both), each against the tree (base), and the first without its discard of read lines (l2keep), built side by side and measured one after another in one call
-# (benchmarks/h200_variants.sh): the backward at 65536x4096 and 2097152x128, bf16, under rows a block 64 / 128 / 256
-# and 3-6 stages, against a device copy in the same process (benchmarks/kernel_sweep.py spot-checks every
-# configuration bitwise against native). Then each patched tree's CUDA tests that hold the backward bitwise to
-# native, and the tree's own tests of this change's in-place fused adds (CUDA's refusals, Triton's fused_add_). And
-# the Triton backward under more stages of its pipeline (benchmarks/triton_tuning.py --backward-variants).
-# From the tree's root:
+# Kernels run 62 (prepared without a GPU; NOTES.md). The CUDA backward, built side by side and measured one after
+# another in one call (benchmarks/h200_variants.sh), as the tree (base) and four patches: dw's stack in global memory,
+# where it stays in L2 (l2stack: bwd-stack-in-l2.patch), the same without its discard of read lines (l2keep), two rows
+# reduced under one barrier on top of l2stack (paired: bwd-paired-rows.patch), and a power-of-two dim's divisions as
+# exact multiplies on top of that (pow2: bwd-paired-rows-pow2-dim.patch). Each at 65536x4096 and 2097152x128, bf16,
+# under 64 / 128 / 256 rows a block and 3-6 stages, against a device copy in the same process
+# (benchmarks/kernel_sweep.py spot-checks every configuration bitwise against native). Then the tree's Triton GPU
+# tests and CUDA's in-place tests, the Triton backward's variants (benchmarks/triton_tuning.py --backward-variants),
+# all of the CUDA tests on pow2, and the backward's bitwise tests on paired and l2stack. From the tree's root:
 #   OUT=<folder> bash reports/h200/kernels/run62/call.sh
 # With little device time: ONLY=paired (the tree against one variant, then its tests until UNTIL seconds in).
 set -u
