@@ -1332,7 +1332,13 @@ class TritonRMSNormOp:
             torch.ops.rmsnorm_conformance.triton_fused_add_rms_norm_(x, residual, weight, float(eps))
             return x, residual
         check_in_place(x, residual)
-        return _forward(x, weight, float(eps), x.dtype, residual=residual, in_place=True)
+        if torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad):
+            raise RuntimeError("fused_add_rms_norm_ writes into x and residual, and one of them requires grad: the "
+                               "in-place fused add has no gradient (call it under torch.no_grad())")
+        _forward(x, weight, float(eps), x.dtype, residual=residual, in_place=True)
+        # The kernel wrote through pointers: tell autograd, so that a graph that saved x or residual refuses to use it.
+        torch.autograd.graph.increment_version((x, residual))
+        return x, residual
 
     def _run(self, x: torch.Tensor, weight: torch.Tensor, eps: float, fp32_out: bool) -> torch.Tensor:
         if torch.compiler.is_compiling():

@@ -739,3 +739,13 @@ def test_fused_add_in_place_and_batch_invariant(dtype):
     with pytest.raises(ValueError, match="writes into x, whose elements share memory"):
         OP.fused_add_(x[0].expand(8, x.shape[1]), r[:8].clone(), w)
     _assert_bitwise(xo, x, "x after the refused calls")
+    # No gradient in place: refused where one would be recorded; a graph that saved x before the write refuses it.
+    with pytest.raises(RuntimeError, match="requires grad"):
+        OP.fused_add_(x.clone().requires_grad_(True), r.clone(), w)
+    leaf = x.clone().requires_grad_(True)
+    saved = leaf * 2
+    out = saved.sin()
+    with torch.no_grad():
+        OP.fused_add_(saved, r.clone(), w)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()

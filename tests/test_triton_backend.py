@@ -798,6 +798,18 @@ def test_fused_add_in_place_edges(device):
     assert_bitwise(xo, x, "x after the refused calls")
     with pytest.raises(ValueError, match=r"residual\.shape"):
         OP.fused_add_(x.clone(), r[:, :8].clone(), w)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        OP.fused_add_(x.clone().requires_grad_(True), r.clone(), w)
+    with torch.no_grad():
+        OP.fused_add_(x.clone().requires_grad_(True), r.clone(), w)
+    # A graph that saved x before it was written in place refuses to use it, as after any in-place op.
+    leaf = x.float().clone().requires_grad_(True)
+    saved = leaf * 2
+    out = saved.sin()
+    with torch.no_grad():
+        OP.fused_add_(saved, r.float().clone(), w.float())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
 
 
 @pytest.mark.parametrize("device", DEVICES)
