@@ -112,8 +112,8 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # Kernels run 62's: more stages of Triton's pipeline. At 4096 the backward holds one block of 8 warps a multiprocessor
 # (248 registers, 67.6 KB of shared memory at 3 stages), half of whose cycles issue nothing: more tiles in flight
 # fill the shared memory that one block leaves (compiled off the GPU by Triton 3.9, benchmarks/triton_sass.py: 4, 5
-# and 6 stages take 100, 133 and 166 KB and 238-248 registers, no spill; at 128, 126-130 registers against 102, one
-# block fewer a multiprocessor for each).
+# and 6 stages take 100, 133 and 166 KB and 238-248 registers, no spill; at 128, 126, 126 and 130 registers against
+# 102: four blocks of 4 warps a multiprocessor at 4 and 5 stages, three at 6, against five).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
     ("4 stages", dict(stages=4)),
