@@ -81,6 +81,8 @@ class LaunchConfig(NamedTuple):
     maxnreg: int = 0  # backward: registers a thread at most (0: the compiler's choice)
     stages: int = 0  # backward: tiles in flight through Triton's software pipeline (0: prefetch or none)
     unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two
+    row_select: bool = False  # backward, GPU: a padding row's dw products zeroed through its inv (see _bwd_leaf)
+    split_rows: bool = False  # backward, strided: a tile's rows as a loop-invariant part plus one scalar (_bwd_rows)
 
 
 class _Tuning(NamedTuple):
@@ -103,6 +105,8 @@ class _Tuning(NamedTuple):
     unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two (GPU only)
     row_unroll: int = 0  # backward, pipelined: tiles an iteration where a tile is one row (0: unroll)
     unroll_aligned_only: bool = False  # backward: one tile an iteration where accesses are one element (vec 1)
+    row_select: bool = False  # backward (GPU): a padding row's dw products zeroed through its inv (see _bwd_leaf)
+    split_rows: bool = False  # backward (GPU, strided): a tile's rows as a loop-invariant part plus one scalar
 
 
 # GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
@@ -148,9 +152,16 @@ _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # in a third of the time where a tile holds several rows (0.45-0.59 against 1.14-1.42 CPU-s at 100 and 129) and in
 # 0.55-0.65 of it where it is one row (0.35-0.57 against 0.60-1.00 at 1001 and 4095; bf16 and fp32,
 # `benchmarks/triton_sass.py --dims 100,129,1001,4095 --fields '{}' --fields '{"unroll_aligned_only": false}'`).
+#
+# A padding row's dw products are zeroed through its inv (row_select: one select a row) rather than product by product
+# (one an element), and a power-of-two dim divides as a multiply (_per_dim): with Triton 3.6 for sm_90 off the GPU
+# (benchmarks/triton_sass.py), the main loop went from 654 to 594 SASS instructions a tile at 4096 (254 -> 250
+# registers) and from 300 to 254 at 128 (96 registers either way: five blocks a multiprocessor kept). The rows of a
+# strided tile as a loop-invariant part plus one scalar (split_rows) take 254 -> 225 at 128 but 119 registers, a
+# block fewer: not the default until a GPU says which is faster (reports/h200/kernels/run62).
 _GPU_BWD = _Tuning(tile=1024, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
                    max_warps=16, subtree_elems=1 << 13, strided=True, joint=True, flat=True,
-                   stages=3, staged_rows=1, unroll=4, row_unroll=2, unroll_aligned_only=True)
+                   stages=3, staged_rows=1, unroll=4, row_unroll=2, unroll_aligned_only=True, row_select=True)
 # The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
 # whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call
 # 7 ms instead of 28 with 2^18 and a 2^18-element call 45 ms instead of 29; the suites' calls are mostly small
@@ -195,7 +206,8 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
                         subtree=subtree, strided=gpu_backward and tuning.strided,
                         prefetch=gpu_backward and tuning.prefetch and not stages, joint=gpu_backward and tuning.joint,
                         flat=flat, maxnreg=tuning.maxnreg if gpu_backward else 0,
-                        stages=stages, unroll=unroll)
+                        stages=stages, unroll=unroll, row_select=gpu_backward and tuning.row_select,
+                        split_rows=gpu_backward and tuning.strided and tuning.split_rows)
 
 
 def dim_constexpr(dim: int) -> int:
@@ -517,13 +529,24 @@ if triton is not None:
         tl.store(stats_ptr + 2 * row + 1 + one, c)
 
     @_device_function
+    def _leaf_offset(leaf, n_programs, MBITS: tl.constexpr):  # noqa: ANN001
+        """Leaf k's row less 8 p: 8 * n_programs * bitrev(k >> 3) + bitrev(k & 7). Each bit of k moves to a bit of its
+        own, so the offset of k | k' (no bit in common) is the offset of k plus that of k'."""
+        return 8 * n_programs * _bitrev(leaf >> 3, MBITS) + _bitrev(leaf & 7, 3)
+
+    @_device_function
     def _bwd_rows(p, t, n_programs, J: tl.constexpr, LEAVES: tl.constexpr, TILES: tl.constexpr,  # noqa: ANN001
-                  MBITS: tl.constexpr, STRIDED: tl.constexpr):
+                  MBITS: tl.constexpr, STRIDED: tl.constexpr, SPLIT_ROWS: tl.constexpr = False):
         """The rows of tile t of program p's subtree: leaf k is row 8 * (p + n_programs * bitrev(k >> 3)) +
-        bitrev(k & 7). STRIDED: tile t holds leaves t, t + TILES, t + 2 * TILES, ...; else t * LEAVES on."""
-        leaf = t + TILES * J if STRIDED else t * LEAVES + J
-        m = _bitrev(leaf >> 3, MBITS)
-        return 8 * (p + n_programs * m) + _bitrev(leaf & 7, 3)
+        bitrev(k & 7). STRIDED: tile t holds leaves t, t + TILES, t + 2 * TILES, ...; else t * LEAVES on.
+        SPLIT_ROWS (strided; the launch config's split_rows): leaf t + TILES * J is t | TILES * J (t < TILES, a power
+        of two), so its row is the part of J, the same in every tile (out of the loop), plus the part of t, one
+        scalar a tile: the same rows. (A t of TILES, the prefetching loop's look past its last tile, gives other
+        rows, all masked off there.)"""
+        if STRIDED and SPLIT_ROWS:
+            return (8 * p + _leaf_offset(TILES * J, n_programs, MBITS)) + _leaf_offset(t, n_programs, MBITS)
+        else:
+            return 8 * p + _leaf_offset(t + TILES * J if STRIDED else t * LEAVES + J, n_programs, MBITS)
 
     @_device_function
     def _rows_by_cols(r, c, FLAT: tl.constexpr):  # noqa: ANN001
@@ -538,12 +561,15 @@ if triton is not None:
     @_device_function
     def _bwd_leaf(
         x, g, w, rows, row_mask, mask, cols, dx_ptr, stats_ptr, eps, dim,  # noqa: ANN001
-        STORE_DX: tl.constexpr, STATS: tl.constexpr, JOINT: tl.constexpr, FLAT: tl.constexpr, DIM: tl.constexpr,
+        STORE_DX: tl.constexpr, STATS: tl.constexpr, ZERO_PAST: tl.constexpr,
+        JOINT: tl.constexpr, FLAT: tl.constexpr, DIM: tl.constexpr,
     ):
         """dx of one tile's rows (stored), and their dw products g * (x * inv), [LEAVES, GROUPS, 8] in fp32: +0.0
-        for a row past the batch (its x and dy loaded as +0.0 and its inv taken as +0.0: one select a row, where a
-        select of each product took one an element). JOINT: the two row sums go through their trees together. FLAT:
-        cols and mask are [GROUPS * 8] and [LEAVES, GROUPS * 8] (else [1, GROUPS, 8] and [LEAVES, GROUPS, 8])."""
+        for a row past the batch (its x and dy loaded as +0.0), not 0 * (1 / 0) where eps is 0 in fp32. ZERO_PAST:
+        each product of such a row selected as +0.0 (one select an element); else its inv taken as +0.0 (one select
+        a row, and the same bits: the launch config's row_select). JOINT: the two row sums go through their trees
+        together. FLAT: cols and mask are [GROUPS * 8] and [LEAVES, GROUPS * 8] (else [1, GROUPS, 8] and [LEAVES,
+        GROUPS, 8])."""
         gw = g * w
         if STATS:
             inv = tl.load(stats_ptr + 2 * rows, mask=row_mask, other=1.0)
@@ -557,14 +583,18 @@ if triton is not None:
             rms = _rms(sum_sq, eps, dim, DIM)
             inv = _inv(rms)
             coef = tl.div_rn(_per_dim(dot, dim, DIM), rms * rms)
+        if not ZERO_PAST:
+            inv = tl.where(row_mask, inv, 0.0)
         inv3 = inv[:, None, None]
         if STORE_DX:
             dx = (gw - x * coef[:, None, None]) * inv3
             if FLAT:
                 dx = tl.reshape(dx, [dx.shape[0], dx.shape[1] * dx.shape[2]])
             _store_f32(_rows_by_cols(dx_ptr + rows * dim, cols, FLAT), dx, mask)
-        # Not 0 * (1 / 0) for a row past the batch where eps is 0 in fp32: its products are +0.0 * (+0.0 * +0.0).
-        return g * (x * tl.where(row_mask, inv, 0.0)[:, None, None])
+        prod = g * (x * inv3)
+        if ZERO_PAST:
+            prod = tl.where(row_mask[:, None, None], prod, 0.0)
+        return prod
 
     @_device_function
     def _bwd_staged(
@@ -572,7 +602,7 @@ if triton is not None:
         cols, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
         STRIDED: tl.constexpr, JOINT: tl.constexpr, STAGES: tl.constexpr, UNROLL_BITS: tl.constexpr,
-        DIM: tl.constexpr,
+        DIM: tl.constexpr, ROW_SELECT: tl.constexpr, SPLIT_ROWS: tl.constexpr,
     ):
         """The backward kernel's loop over its 2**LEVELS tiles with Triton's software pipeline: the loads of the
         next STAGES - 1 iterations are issued as asynchronous copies to shared memory (cp.async) before this one's
@@ -592,7 +622,7 @@ if triton is not None:
         for u in tl.range(0, 1 << (LEVELS - UNROLL_BITS), num_stages=STAGES):
             c = _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                            eps, dim, p, u << UNROLL_BITS, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC,
-                           STORE_DX, STATS, STRIDED, JOINT, UNROLL_BITS, DIM)
+                           STORE_DX, STATS, STRIDED, JOINT, UNROLL_BITS, DIM, ROW_SELECT, SPLIT_ROWS)
             c, s0, s1, s2, s3, s4, s5 = _push(c, u, s0, s1, s2, s3, s4, s5, LEVELS - UNROLL_BITS)
         return c
 
@@ -602,39 +632,42 @@ if triton is not None:
         cols, col_mask, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
         STRIDED: tl.constexpr, JOINT: tl.constexpr, BITS: tl.constexpr, DIM: tl.constexpr,
+        ROW_SELECT: tl.constexpr, SPLIT_ROWS: tl.constexpr,
     ):
         """The sum of tiles t .. t + 2**BITS - 1 (t a multiple of 2**BITS) as the stack would form it: the first
         half's sum plus the second's, each formed so in turn, down to single tiles (_bwd_tile)."""
         if BITS == 0:
             return _bwd_tile(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                              eps, dim, p, t, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
-                             STRIDED, JOINT, DIM)
+                             STRIDED, JOINT, DIM, ROW_SELECT, SPLIT_ROWS)
         else:
             first = _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                                eps, dim, p, t, cols, col_mask, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS,
-                               STRIDED, JOINT, BITS - 1, DIM)
+                               STRIDED, JOINT, BITS - 1, DIM, ROW_SELECT, SPLIT_ROWS)
             return first + _bwd_tiles(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride,
                                       n_programs, eps, dim, p, t + (1 << (BITS - 1)), cols, col_mask, GROUPS,
-                                      LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, BITS - 1, DIM)
+                                      LEAVES, LEVELS, MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, BITS - 1, DIM,
+                                      ROW_SELECT, SPLIT_ROWS)
 
     @_device_function
     def _bwd_tile(
         x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs, eps, dim, p, t,  # noqa: ANN001
         cols, col_mask, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
-        STRIDED: tl.constexpr, JOINT: tl.constexpr, DIM: tl.constexpr,
+        STRIDED: tl.constexpr, JOINT: tl.constexpr, DIM: tl.constexpr, ROW_SELECT: tl.constexpr,
+        SPLIT_ROWS: tl.constexpr,
     ):
         """Tile t of _bwd_staged's loop, loaded flat: dx stored, its dw products returned (not STRIDED: its leaves
         already added in pairs)."""
         j = tl.arange(0, LEAVES)
-        rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+        rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED, SPLIT_ROWS)
         row_mask = rows < n_rows
         mask = _mask_by_cols(row_mask, col_mask, True)
         x = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols, True), mask=mask, other=0.0)
         g = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols, True), mask=mask, other=0.0)
         c = _bwd_leaf(tl.reshape(x, [LEAVES, GROUPS, 8]).to(tl.float32),
                       tl.reshape(g, [LEAVES, GROUPS, 8]).to(tl.float32), w, rows, row_mask, mask, cols, dx_ptr,
-                      stats_ptr, eps, dim, STORE_DX, STATS, JOINT, True, DIM)
+                      stats_ptr, eps, dim, STORE_DX, STATS, not ROW_SELECT, JOINT, True, DIM)
         if not STRIDED:
             c = _adjacent(c)
         return c
@@ -645,6 +678,7 @@ if triton is not None:
         chunk, cols, col_mask, zero, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr,  # noqa: ANN001
         MBITS: tl.constexpr, VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr,
         STRIDED: tl.constexpr, JOINT: tl.constexpr, FLAT: tl.constexpr, DIM: tl.constexpr,
+        ROW_SELECT: tl.constexpr, SPLIT_ROWS: tl.constexpr,
     ):
         """The backward kernel's loop over its 2**LEVELS tiles with tile t + 1 loaded into registers before tile t
         is reduced (FLAT: loaded as [LEAVES, GROUPS * 8] and reshaped, which lets Triton lay rows out across warps
@@ -658,7 +692,7 @@ if triton is not None:
         else:
             cols_l = cols[None, :, :]
             col_mask_l = col_mask[None, :, :]
-        rows = _bwd_rows(p, 0, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+        rows = _bwd_rows(p, 0, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED, SPLIT_ROWS)
         row_mask = rows < n_rows
         mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
         x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
@@ -669,7 +703,7 @@ if triton is not None:
             x = tl.reshape(x_next, [LEAVES, GROUPS, 8]).to(tl.float32)
             g = tl.reshape(g_next, [LEAVES, GROUPS, 8]).to(tl.float32)
             rows_t, row_mask_t, mask_t = rows, row_mask, mask
-            rows = _bwd_rows(p, t + 1, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+            rows = _bwd_rows(p, t + 1, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED, SPLIT_ROWS)
             row_mask = (rows < n_rows) & (t + 1 < (1 << LEVELS))
             mask = _mask_by_cols(row_mask, col_mask_l, FLAT)
             x_next = tl.load(_rows_by_cols(x_ptr + tl.multiple_of(rows * x_row_stride, VEC), cols_l, FLAT),
@@ -677,7 +711,7 @@ if triton is not None:
             g_next = tl.load(_rows_by_cols(g_ptr + tl.multiple_of(rows * g_row_stride, VEC), cols_l, FLAT),
                              mask=mask, other=0.0)
             c = _bwd_leaf(x, g, w, rows_t, row_mask_t, mask_t, cols_l, dx_ptr, stats_ptr, eps, dim,
-                          STORE_DX, STATS, JOINT, FLAT, DIM)
+                          STORE_DX, STATS, not ROW_SELECT, JOINT, FLAT, DIM)
             if not STRIDED:
                 c = _adjacent(c)
             c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
@@ -690,7 +724,8 @@ if triton is not None:
         DIM: tl.constexpr, GROUPS: tl.constexpr, LEAVES: tl.constexpr, LEVELS: tl.constexpr, MBITS: tl.constexpr,
         VEC: tl.constexpr, STORE_DX: tl.constexpr, STATS: tl.constexpr, STRIDED: tl.constexpr = False,
         PREFETCH: tl.constexpr = False, JOINT: tl.constexpr = False, FLAT: tl.constexpr = False,
-        STAGES: tl.constexpr = 0, UNROLL_BITS: tl.constexpr = 0,
+        STAGES: tl.constexpr = 0, UNROLL_BITS: tl.constexpr = 0, ROW_SELECT: tl.constexpr = False,
+        SPLIT_ROWS: tl.constexpr = False,
     ):
         """dx of the rows of program p's subtree, and its fp32 partial of dw, for columns chunk * GROUPS * 8 on.
 
@@ -723,14 +758,15 @@ if triton is not None:
         if STAGES > 0:
             c = _bwd_staged(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                             eps, dim, p, chunk * GROUPS * 8 + tl.arange(0, GROUPS * 8), zero, GROUPS, LEAVES, LEVELS,
-                            MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES, UNROLL_BITS, DIM)
+                            MBITS, VEC, STORE_DX, STATS, STRIDED, JOINT, STAGES, UNROLL_BITS, DIM, ROW_SELECT,
+                            SPLIT_ROWS)
         elif PREFETCH:
             c = _bwd_prefetched(x_ptr, g_ptr, w, dx_ptr, stats_ptr, n_rows, x_row_stride, g_row_stride, n_programs,
                                 eps, dim, p, chunk, cols, col_mask, zero, GROUPS, LEAVES, LEVELS, MBITS, VEC, STORE_DX,
-                                STATS, STRIDED, JOINT, FLAT, DIM)
+                                STATS, STRIDED, JOINT, FLAT, DIM, ROW_SELECT, SPLIT_ROWS)
         else:
             for t in range(1 << LEVELS):  # LEAVES << LEVELS == 8 << MBITS, the subtree's rows
-                rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED)
+                rows = _bwd_rows(p, t, n_programs, j, LEAVES, 1 << LEVELS, MBITS, STRIDED, SPLIT_ROWS)
                 c = zero
                 if tl.min(rows, 0) < n_rows:  # subtrees past the batch are zero rows: their sum is +0.0
                     row_mask = rows < n_rows
@@ -743,7 +779,7 @@ if triton is not None:
                     x = _load_f32(x_ptr + x_rows[:, None, None] + cols[None, :, :], mask)
                     g = _load_f32(g_ptr + g_rows[:, None, None] + cols[None, :, :], mask)
                     c = _bwd_leaf(x, g, w, rows, row_mask, mask, cols[None, :, :], dx_ptr, stats_ptr, eps, dim,
-                                  STORE_DX, STATS, JOINT, False, DIM)
+                                  STORE_DX, STATS, STRIDED and not ROW_SELECT, JOINT, False, DIM)
                     if not STRIDED:
                         c = _adjacent(c)
                 c, s0, s1, s2, s3, s4, s5 = _push(c, t, s0, s1, s2, s3, s4, s5, LEVELS)
@@ -1085,7 +1121,8 @@ def backward_constexprs(dim: int, cfg: LaunchConfig, store_dx: bool = True) -> d
     return dict(DIM=dim_constexpr(dim), GROUPS=cfg.groups, LEAVES=cfg.rows,
                 LEVELS=(cfg.subtree // cfg.rows).bit_length() - 1, MBITS=cfg.subtree.bit_length() - 1 - 3,
                 VEC=cfg.vec, STORE_DX=store_dx, STATS=cfg.tiles > 1, STRIDED=cfg.strided, PREFETCH=cfg.prefetch,
-                JOINT=cfg.joint, FLAT=cfg.flat, STAGES=cfg.stages, UNROLL_BITS=cfg.unroll.bit_length() - 1)
+                JOINT=cfg.joint, FLAT=cfg.flat, STAGES=cfg.stages, UNROLL_BITS=cfg.unroll.bit_length() - 1,
+                ROW_SELECT=cfg.row_select, SPLIT_ROWS=cfg.split_rows)
 
 
 def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

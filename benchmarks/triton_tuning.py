@@ -124,6 +124,12 @@ BWD_VARIANTS: list[tuple[str, dict]] = [
     # as many (64 MB more traffic at 65536x4096, about 4 %). The 128 backward is unchanged by both fields.
     ("16 warps, 16 rows a program at 4096", dict(warp_elems=256, subtree_rows=16)),
     ("16 warps, 16 rows a program at 4096, 4 stages", dict(warp_elems=256, subtree_rows=16, stages=4)),
+    # The bookkeeping's forms (the triton backend's _GPU_BWD comment): a padding row's products zeroed one by one,
+    # the form before run 62 (624 / 262 SASS instructions a tile against 594 / 254, Triton 3.6 off the GPU); a strided
+    # tile's rows as a loop-invariant part plus one scalar (225 a tile at 128, but 119 registers: four blocks of
+    # 4 warps a multiprocessor, not five).
+    ("products zeroed one by one", dict(row_select=False)),
+    ("rows split", dict(split_rows=True)),
 ]
 
 

@@ -650,10 +650,43 @@ def test_backward_loops_are_bitwise_native(device, dtype, backward_loop):
         _assert_parity(x, w, g, f"{rows} rows at dim {dim}")
 
 
+@pytest.fixture(params=[(True, False), (False, False), (True, True)], ids=["row-select", "product-select",
+                                                                            "split-rows"])
+def backward_form(request, monkeypatch):
+    """The GPU backward (pipelined, its default loop) under each form of its bookkeeping: a padding row's dw products
+    zeroed through its inv or product by product (row_select), and a strided tile's rows computed whole or as a
+    loop-invariant part plus one scalar (split_rows); on the CPU through Triton's interpreter, as backward_loop."""
+    row_select, split_rows = request.param
+    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(row_select=row_select, split_rows=split_rows))
+    real = tr.launch_config
+
+    def gpu_backward(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
+                     interpreted: bool = tr._INTERPRETED) -> tr.LaunchConfig:
+        return real(dim, dtype, backward=backward, fused_add=fused_add, interpreted=interpreted and not backward)
+
+    monkeypatch.setattr(tr, "launch_config", gpu_backward)
+    real.cache_clear()
+    yield request.param
+    real.cache_clear()
+
+
 @pytest.mark.parametrize("device", DEVICES)
-def test_rows_past_the_batch_add_zeros_where_eps_is_zero_in_fp32(device, backward_loop):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_forms_are_bitwise_native(device, dtype, backward_form):
+    """Each form at tiles of several rows (128, 129) and of one (1000, 4096), batches ending inside a tile and a
+    program's subtree: forward, dx and dw bit for bit native's."""
+    row_select, split_rows = backward_form
+    for dim, rows in ((128, 70), (129, 33), (1000, 5), (4096, 3)):
+        cfg = tr.launch_config(dim, dtype, backward=True)
+        assert (cfg.row_select, cfg.split_rows, cfg.strided) == (row_select, split_rows, True), cfg
+        x, w, g = _data(rows, dim, dtype, device, seed=rows + dim)
+        _assert_parity(x, w, g, f"{rows} rows at dim {dim}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_past_the_batch_add_zeros_where_eps_is_zero_in_fp32(device, backward_form):
     """eps = 1e-50 is +0.0 in fp32: a zero row's rms is 0 and its inv +Inf. The rows that pad the batch to its
-    subtrees (zeros) must add +0.0 to dw, not 0 * Inf = NaN: dx and dw bit for bit native's, under each GPU loop."""
+    subtrees (zeros) must add +0.0 to dw, not 0 * Inf = NaN: dx and dw bit for bit native's, under each form."""
     for dim, rows in ((128, 70), (4096, 3)):
         x, w, g = _data(rows, dim, torch.bfloat16, device, seed=rows)
         grads = []
