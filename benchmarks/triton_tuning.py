@@ -111,16 +111,18 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # (Run 55 swept ("at most 80 registers", dict(maxnreg=80)), 72 and 64.)
 # Kernels run 62's: more stages of Triton's pipeline. At 4096 the backward holds one block of 8 warps a multiprocessor
 # (248 registers, 67.6 KB of shared memory at 3 stages), half of whose cycles issue nothing: more tiles in flight
-# fill the shared memory that one block leaves (compiled off the GPU by Triton 3.9, benchmarks/triton_sass.py: 4, 5
-# and 6 stages take 100, 133 and 166 KB and 238-248 registers, no spill; at 128, 126, 126 and 130 registers against
-# 102: four blocks of 4 warps a multiprocessor at 4 and 5 stages, three at 6, against five).
+# fill the shared memory that one block leaves (compiled off the GPU by Triton 3.6, the GPU machine's,
+# benchmarks/triton_sass.py: 4, 5 and 6 stages take 100, 133 and 166 KB and 251-253 registers, no spill; at 128,
+# 128, 128 and 139 registers against 96, 8 bytes spilled at 4 stages: four blocks of 4 warps a multiprocessor at 4
+# and 5 stages, three at 6, against five).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
     ("4 stages", dict(stages=4)),
     ("5 stages", dict(stages=5)),
     ("6 stages", dict(stages=6)),
     # 16 warps a row at 4096 (run 23's, which spilled at 32 rows a program, 0.38-0.49) with 16 rows a program: 128
-    # registers and no spill off the GPU, two blocks' worth of warps a multiprocessor, for partial rows of dw twice
+    # registers and no spill off the GPU (Triton 3.6; 8 bytes spilled at 32 rows a program), two blocks' worth of
+    # warps a multiprocessor, for partial rows of dw twice
     # as many (64 MB more traffic at 65536x4096, about 4 %). The 128 backward is unchanged by both fields.
     ("16 warps, 16 rows a program at 4096", dict(warp_elems=256, subtree_rows=16)),
     ("16 warps, 16 rows a program at 4096, 4 stages", dict(warp_elems=256, subtree_rows=16, stages=4)),
