@@ -610,17 +610,10 @@ def test_dw_passes_are_the_halving_tree_over_the_partial_rows(device, full_pass,
             assert_bitwise(actual.cpu(), expected, f"{n} partial rows of {dim}")
 
 
-@pytest.fixture(params=[(0, 1), (3, 1), (3, 2), (2, 4)], ids=["prefetch", "pipelined", "pipelined-2", "pipelined-4"])
-def backward_loop(request, monkeypatch):
-    """The GPU backward's loop over tiles with the next tile prefetched into registers, or as Triton's software
-    pipeline (loads staged in shared memory), one, two or four tiles an iteration, at every dim: the GPU tuning
-    picks the loop by the rows a tile holds. On the CPU the backward takes the GPU tuning too (strided tiles, joint
-    sums, flat loads and the loop asked for), run by Triton's interpreter: the GPU's code paths held to native's
-    bits where CI runs, not only on a GPU."""
-    stages, unroll = request.param
-    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=stages, staged_rows=1, prefetch=not stages,
-                                                             unroll=unroll, row_unroll=unroll,
-                                                             unroll_aligned_only=False))
+def _gpu_backward_tuning(monkeypatch: pytest.MonkeyPatch, param: tuple, **fields: object):
+    """A fixture's body: the GPU backward's tuning with ``fields`` replaced, taken by the backward even in Triton's
+    interpreter; yields ``param``."""
+    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(**fields))
     real = tr.launch_config
 
     def gpu_backward(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
@@ -629,8 +622,20 @@ def backward_loop(request, monkeypatch):
 
     monkeypatch.setattr(tr, "launch_config", gpu_backward)
     real.cache_clear()
-    yield request.param
+    yield param
     real.cache_clear()
+
+
+@pytest.fixture(params=[(0, 1), (3, 1), (3, 2), (2, 4)], ids=["prefetch", "pipelined", "pipelined-2", "pipelined-4"])
+def backward_loop(request, monkeypatch):
+    """The GPU backward's loop over tiles with the next tile prefetched into registers, or as Triton's software
+    pipeline (loads staged in shared memory), one, two or four tiles an iteration, at every dim: the GPU tuning
+    picks the loop by the rows a tile holds. On the CPU the backward takes the GPU tuning too (strided tiles, joint
+    sums, flat loads and the loop asked for), run by Triton's interpreter: the GPU's code paths held to native's
+    bits where CI runs, not only on a GPU."""
+    stages, unroll = request.param
+    yield from _gpu_backward_tuning(monkeypatch, request.param, stages=stages, staged_rows=1, prefetch=not stages,
+                                    unroll=unroll, row_unroll=unroll, unroll_aligned_only=False)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -657,17 +662,7 @@ def backward_form(request, monkeypatch):
     zeroed through its inv or product by product (row_select), and a strided tile's rows computed whole or as a
     loop-invariant part plus one scalar (split_rows); on the CPU through Triton's interpreter, as backward_loop."""
     row_select, split_rows = request.param
-    monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(row_select=row_select, split_rows=split_rows))
-    real = tr.launch_config
-
-    def gpu_backward(dim: int, dtype: torch.dtype, *, backward: bool = False, fused_add: bool = False,
-                     interpreted: bool = tr._INTERPRETED) -> tr.LaunchConfig:
-        return real(dim, dtype, backward=backward, fused_add=fused_add, interpreted=interpreted and not backward)
-
-    monkeypatch.setattr(tr, "launch_config", gpu_backward)
-    real.cache_clear()
-    yield request.param
-    real.cache_clear()
+    yield from _gpu_backward_tuning(monkeypatch, request.param, row_select=row_select, split_rows=split_rows)
 
 
 @pytest.mark.parametrize("device", DEVICES)
