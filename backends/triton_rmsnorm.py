@@ -23,6 +23,7 @@ from rmsnorm_conformance.contract.inputs import (
     SUPPORTED_DTYPES,
     check_in_place,
     check_inputs,
+    check_no_gradient_in_place,
     check_residual,
     check_unweighted_inputs,
 )
@@ -1369,9 +1370,7 @@ class TritonRMSNormOp:
             torch.ops.rmsnorm_conformance.triton_fused_add_rms_norm_(x, residual, weight, float(eps))
             return x, residual
         check_in_place(x, residual)
-        if torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad):
-            raise RuntimeError("fused_add_rms_norm_ writes into x and residual, and one of them requires grad: the "
-                               "in-place fused add has no gradient (call it under torch.no_grad())")
+        check_no_gradient_in_place(x, residual)
         _forward(x, weight, float(eps), x.dtype, residual=residual, in_place=True)
         # The kernel wrote through pointers: tell autograd, so that a graph that saved x or residual refuses to use it.
         torch.autograd.graph.increment_version((x, residual))

@@ -110,6 +110,14 @@ def check_in_place(x: torch.Tensor, residual: torch.Tensor) -> None:
         )
 
 
+def check_no_gradient_in_place(x: object, residual: object) -> None:
+    """A fused add in place records no gradient: where grad mode would record one (x or residual requires grad), it
+    is refused rather than done behind autograd's back. Cheap enough to run before a backend's fast path (any x)."""
+    if (getattr(x, "requires_grad", False) or getattr(residual, "requires_grad", False)) and torch.is_grad_enabled():
+        raise RuntimeError("fused_add_rms_norm_ writes into x and residual, and one of them requires grad: the "
+                           "in-place fused add has no gradient (call it under torch.no_grad())")
+
+
 def _byte_ranges_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the spans of memory that a and b's elements lie in meet (a conservative test of overlap)."""
     if a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():

@@ -19,6 +19,7 @@ from rmsnorm_conformance.contract.inputs import (
     SUPPORTED_DTYPES,
     check_in_place,
     check_inputs,
+    check_no_gradient_in_place,
     check_residual,
     check_unweighted_inputs,
 )
@@ -121,10 +122,7 @@ class CudaRMSNormOp:
     def fused_add_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                    eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
         """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual."""
-        if (getattr(x, "requires_grad", False) or getattr(residual, "requires_grad", False)) and (
-                torch.is_grad_enabled()):
-            raise RuntimeError("fused_add_rms_norm_ writes into x and residual, and one of them requires grad: the "
-                               "in-place fused add has no gradient (call it under torch.no_grad())")
+        check_no_gradient_in_place(x, residual)
         if _fast(_ops.fused_add_rms_norm_, eps, x, residual, weight, eps) is not _SLOW:
             return x, residual
         check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)  # the weight in x's dtype only
