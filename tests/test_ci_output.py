@@ -97,6 +97,19 @@ def test_the_terminal_fits_120_columns_and_never_wraps_a_replay():
     assert "[1]" in text  # the interface warning's replay is a reference below its table
 
 
+def test_narrow_terminals_wrap_tables_between_words_never_inside_one():
+    """A rule id, a test id or an option split across lines can be neither read whole nor searched for: at any
+    width every word of the tables is printed whole (a table that cannot fit is wider than the terminal)."""
+    c = _collector()
+    c.add_not_run("rms_norm_eps_outside_sqrt", "cpu", "a reason naming --max-elements and gradients.dw_tolerance")
+    for width in (60, 80, 120):
+        words = "\n".join(render_terminal(c, verbose=True, width=width)).split()
+        for word in ("axis_a.batch_size", "interface.shape_error", "gradients.dw_tolerance", "--max-elements",
+                     "bad0-cpu-float32", "cinlib.rms_norm_badfake", "rms_norm_eps_outside_sqrt"):
+            assert any(word in w for w in words), (width, word)
+        assert not any(w.endswith("-") and not w.startswith("-") for w in words), width
+
+
 def test_failed_tests_are_ids_that_can_be_pasted_back():
     nodeid = "test_axis_a.py::test_batch_size[bad0-cpu-float32]"
     assert pyargs_id(nodeid) == "rmsnorm_conformance.suites.test_axis_a::test_batch_size[bad0-cpu-float32]"

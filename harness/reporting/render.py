@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import tempfile
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -469,8 +470,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     """The terminal summary: on a quiet run, the verdict per backend, what did not run and the failures;
     with ``verbose``, every table. Wide cells wrap so that tables fit ``width`` columns."""
     yield headline(c)
-    yield from incomplete_lines(c)
-    yield from partial_lines(c)
+    yield from _prose([*incomplete_lines(c), *partial_lines(c)], width)
     env = c.environment
     yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
         env.get("contract version"), env.get("contract profile"), env.get("sweep"),
@@ -494,32 +494,66 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
         yield from lines
 
 
-# Columns are never narrowed below this: a narrower one wraps into a column of single words.
+def _prose(lines: Iterable[str], width: int) -> Iterable[str]:
+    """Lines of text wrapped between words to ``width``, a list item's continuation indented under its text."""
+    for line in lines:
+        if len(line) <= width:
+            yield line
+            continue
+        yield from textwrap.wrap(line, width, subsequent_indent="  " if line.startswith("- ") else "",
+                                 break_long_words=False, break_on_hyphens=False)
+
+
+# Free text and the first column are never narrowed below this: a narrower one wraps into a column of single
+# words. Other columns (numbers, ids) narrow to their longest word.
 MIN_COLUMN = 10
-# Words up to this long (rule ids, test ids) keep a column from narrowing below them.
-MAX_WORD = 32
-# The terminal's "Did not run" names at most this many characters of the tests a reason applies to.
+# Columns of free text (details, reasons): the only ones where a word (a case's repr, a long path) may be split,
+# where the table cannot fit otherwise. Rule ids, test ids, backends, devices and options in the other columns
+# are never split: a split one can be neither read whole nor searched for.
+FREE_TEXT = frozenset({"smallest case's detail", "minimal failing configuration",
+                       "last failure", "reason"})
+# The terminal's "Did not run" names the tests a reason applies to up to this many characters, else the first and a
+# count.
 WHAT_CHARS = 40
 
 
 def fitted_table(rows: list[list[Any]], headers: list[str], width: int) -> str:
-    """A plain table no wider than ``width``: the widest columns wrap until it fits."""
+    """A plain table no wider than ``width`` where its words allow: the widest columns wrap between words until it
+    fits, then free text's longest words split. A table whose other words cannot fit is wider than ``width``, and
+    the terminal wraps its lines."""
     # tabulate pads every header by 2 (its MIN_PADDING): a column is never narrower than that.
     natural = [max(len(str(h)) + 2, *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     room = max(width - 2 * (len(headers) - 1), MIN_COLUMN * len(headers))
     widths = list(natural)
     # Free text wraps first; the first column (what a row is about) and short columns only if they must.
     order = sorted(range(len(headers)), key=lambda i: (i == 0, -natural[i]))
-    for keep_words in (True, False):  # words (rule ids, devices) are split only where nothing else fits
+    for split_free_text in (False, True):
         for i in order:
             excess = sum(widths) - room
             if excess <= 0:
                 break
-            longest = min(MAX_WORD, max((len(w) for r in rows for w in str(r[i]).split()), default=0))
-            floor = max(MIN_COLUMN if i else 2 * MIN_COLUMN, len(str(headers[i])) + 2, longest if keep_words else 0)
+            longest = max((len(w) for r in rows for w in str(r[i]).split()), default=0)
+            if split_free_text and headers[i] in FREE_TEXT:
+                longest = 0
+            header_word = max(len(w) for w in str(headers[i]).split() or [""])
+            least = (2 * MIN_COLUMN if i == 0 else MIN_COLUMN) if headers[i] in FREE_TEXT or i == 0 else 0
+            floor = max(least, header_word + 2, longest)
             widths[i] = max(min(floor, widths[i]), widths[i] - excess)
-    limits = [w if w < n else None for w, n in zip(widths, natural, strict=True)]
-    return tabulate(rows, headers, tablefmt="simple", maxcolwidths=limits, disable_numparse=True)
+    # Wrapped here rather than by tabulate's maxcolwidths, which splits at hyphens ("--max-" / "elements").
+    wrapped = [[_wrap(cell, w, split_words=h in FREE_TEXT) if w < n else cell
+                for cell, w, n, h in zip(r, widths, natural, headers, strict=True)] for r in rows]
+    # A header wraps between its words ("max abs err" over two lines) where its column was narrowed.
+    heads = [_wrap(h, w - 2, split_words=False) if w < n else h
+             for h, w, n in zip(headers, widths, natural, strict=True)]
+    return tabulate(wrapped, heads, tablefmt="simple", disable_numparse=True)
+
+
+def _wrap(cell: Any, width: int, split_words: bool) -> str:
+    """``cell`` in lines of at most ``width`` characters (its own lines kept), broken between words, and inside a
+    word longer than ``width`` only where ``split_words``."""
+    return "\n".join(line for part in str(cell).split("\n")
+                     for line in textwrap.wrap(part, width, break_long_words=split_words, break_on_hyphens=False)
+                     or [""])
 
 
 def _replays_out(headers: list[str], rows: list[list[Any]]) -> tuple[list[str], list[list[Any]], list[str]]:
@@ -550,8 +584,8 @@ def not_run_terminal_rows(c: Collector) -> list[list[Any]]:
     rows = []
     for whats, reason, count in folded.values():
         text = ", ".join(dict.fromkeys(whats))
-        if len(text) > WHAT_CHARS:
-            text = whats[0][: WHAT_CHARS - 12] + f" and {len(set(whats)) - 1} more"
+        if len(text) > WHAT_CHARS:  # the first whole (a test id cut short names no test), then a count
+            text = f"{whats[0]} and {len(set(whats)) - 1} more"
         rows.append([text, reason, count])
     return rows
 
