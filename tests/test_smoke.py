@@ -4,6 +4,7 @@ reads as the gate (``PASS (smoke)``, with what a full run adds)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,29 @@ def test_a_smoke_pass_never_reads_as_pass_and_says_what_a_full_run_adds():
     assert c.to_json()["partial"] is True
 
 
+def test_a_smoke_pass_reads_as_smoke_in_the_json_the_pick_table_and_a_merged_matrix(tmp_path):
+    """A reader of the JSON, of "Pick a kernel" or of a matrix merged from smoke runs is told it was smoke: each
+    had read plain PASS, where only the headline and the selection's fields said otherwise."""
+    from rmsnorm_conformance.harness.reporting.merge import main as merge_main
+    from rmsnorm_conformance.harness.reporting.pick_a_kernel import pick_json
+    from rmsnorm_conformance.harness.reporting.records import Check
+
+    c = Collector(selection=dict(SMOKE_SELECTION))
+    c.add(Check("mine", "cpu", "bfloat16", 4096, "axis_b.output", True))
+    data = c.to_json()
+    assert (data["verdict"], data["verdict_label"]) == ("PASS", "PASS (smoke)")
+    assert [(r["verdict"], r["scope"]) for r in pick_json(c)["rows"]] == [("PASS", "smoke")]
+    assert re.search(r"\| mine +\| cpu +\| PASS \(smoke\) +\|", render_markdown(c))
+    (tmp_path / "smoke.json").write_text(json.dumps(data))
+    merge_main([str(tmp_path / "smoke.json"), "--out", str(tmp_path / "matrix.md")])
+    matrix = (tmp_path / "matrix.md").read_text()
+    assert "PASS (smoke)" in matrix.split("## Rules per backend")[0]  # the pick table's row
+    assert "smoke.json: PASS (smoke)," in matrix  # its source line
+    gate = Collector(selection={"sweep": "ci", "sweep_is_gate": True, "full_gate_adds": []})
+    gate.add(Check("mine", "cpu", "bfloat16", 4096, "axis_b.output", True))
+    assert gate.to_json()["verdict_label"] == "PASS" and pick_json(gate)["rows"][0]["scope"] == ""
+
+
 def test_a_smoke_failure_reads_fail():
     c = Collector(selection=dict(SMOKE_SELECTION))
     c.outcomes["suites/test_axis_a.py::test_batch_size[x-cpu-bfloat16]"] = {"outcome": "failed", "reason": "r"}
@@ -128,3 +152,19 @@ def test_a_defect_smoke_catches_fails_the_run(run):
     assert result.ret == 1, result.stdout.str()
     result.stdout.fnmatch_lines(["RMSNorm conformance: FAIL (*"])
     assert "contract rule semantics.plain_weight (plain weight) broken" in result.stdout.str()
+
+
+def test_what_smoke_leaves_to_a_full_run_says_to_run_one_not_to_raise_the_budget():
+    """Smoke keeps its explicit cases within 2^18 elements whatever --max-elements says: its notes point to a full
+    sweep; a device's own budget still points to --max-elements."""
+    import torch
+
+    from rmsnorm_conformance.harness.drawing.thresholds import batch_size_plan, int32_batch_plan
+
+    cpu = torch.device("cpu")
+    for plan in (batch_size_plan("float32", cpu, 1 << 18, "--sweep=smoke", ("forward",)),
+                 int32_batch_plan("float32", cpu, 1 << 18, "--sweep=smoke", ("forward",))):
+        assert "--sweep=smoke keeps to this budget whatever --max-elements says; --sweep=ci checks them" in plan.skipped
+        assert "Raise --max-elements" not in plan.skipped and "or --max-elements" not in plan.skipped
+    own = batch_size_plan("float32", cpu, 1 << 18, "the CPU's fixed budget", ("forward",))
+    assert own.skipped.endswith("Raise --max-elements where memory and time allow")

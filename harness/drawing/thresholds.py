@@ -90,8 +90,14 @@ def _skipped_note(what: str, budget: int, source: str, beyond: dict[str, list[in
     if not any(beyond.values()):
         return None
     listed = "; ".join(f"{where}: {', '.join(map(str, counts))}" for where, counts in beyond.items() if counts)
-    return (f"{what} beyond the element budget of {budget} ({source}), not checked: {listed}. Raise "
-            "--max-elements where memory and time allow")
+    return f"{what} beyond the element budget of {budget} ({source}), not checked: {listed}. {_more_room(source)}"
+
+
+def _more_room(source: str) -> str:
+    """How to check what a budget left out: a sweep that caps the budget (smoke) ignores --max-elements."""
+    if source.startswith("--sweep="):
+        return f"{source} keeps to this budget whatever --max-elements says; --sweep=ci checks them"
+    return "Raise --max-elements where memory and time allow"
 
 
 def batch_size_plan(dtype: str, device: torch.device, budget: int, source: str,
@@ -180,8 +186,10 @@ def qk_fused_heads_plan(dtype: str, device: torch.device, budget: int, source: s
 
 def _offset_note(what: str, elements: int, budget: int, source: str) -> str:
     return (f"32-bit offset case ({what}, {elements} elements, rows past {INT32_OFFSET_LIMIT} elements) beyond the "
-            f"room of {budget} elements ({source}), not checked. Run it where memory allows: a GPU with room for it "
-            "in one or two processes, or --max-elements")
+            f"room of {budget} elements ({source}), not checked. "
+            + (f"{_more_room(source)}, where memory allows: a GPU with room for it in one or two processes"
+               if source.startswith("--sweep=") else
+               "Run it where memory allows: a GPU with room for it in one or two processes, or --max-elements"))
 
 
 def int32_batch_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:

@@ -185,6 +185,12 @@ class PickRow:
     speed_elsewhere: bool = False  # the benchmark ran on another device type than this row's
     declared_limits: str = ""  # the limits it declares, where cases outside them were not run
     refused: list[str] = field(default_factory=list)  # kinds of input it raised on undeclared: "strided weight (…)"
+    scope: str = ""  # what its run's pass is short of the gate ("smoke", "partial"): a PASS reads "PASS (smoke)"
+
+    @property
+    def numerics(self) -> str:
+        """The verdict as the table shows it: a pass of a run short of the gate says so."""
+        return f"{self.verdict} ({self.scope})" if self.verdict == "PASS" and self.scope else self.verdict
 
     @property
     def limits(self) -> str:
@@ -354,7 +360,7 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         rows.append(PickRow(backend, device, verdict, checks, sorted(failed | expected), sorted(interface),
                             _rounding_label(c, backend, device), partners, required, unequal,
                             {d: margins[d] for d in DTYPE_ORDER if d in margins}, speed,
-                            bool(speed and where and row_type != where), declared, refused))
+                            bool(speed and where and row_type != where), declared, refused, c.pass_scope()))
     return sorted(rows, key=PickRow.sort_key)
 
 
@@ -453,7 +459,7 @@ def pick_table(rows: list[PickRow], bench: dict[str, Any] | None) -> tuple[list[
                     f"latency 1–{LATENCY_MAX_ROWS} rows ÷ F.rms_norm"]
     cells = []
     for i, r in enumerate(rows, 1):
-        numerics = r.verdict + (f" ({', '.join(r.numerics_breached)})" if r.numerics_breached else "")
+        numerics = r.numerics + (f" ({', '.join(r.numerics_breached)})" if r.numerics_breached else "")
         interface = str(len(r.interface_breached)) + (f" ({', '.join(r.interface_breached)})"
                                                       if r.interface_breached else "")
         partners = ", ".join(p + (" (required)" if p in r.required_partners else "") for p in r.partners)

@@ -246,13 +246,18 @@ class Collector:
         """Did the run leave out rules, dtypes, devices, tests or thresholds the full gate checks?"""
         return bool(self.selection.get("full_gate_adds"))
 
+    def pass_scope(self) -> str:
+        """What a pass of this run is short of the gate: the sweep's name where the sweep is not the gate
+        (``smoke``), ``partial`` where the run left out what the gate checks, else empty."""
+        if self.selection.get("sweep_is_gate") is False:
+            return str(self.selection.get("sweep"))
+        return "partial" if self.partial else ""
+
     def verdict_label(self) -> str:
         """The verdict as a report's headline shows it: a pass of a selection reads ``PASS (partial)``, and a pass
         under a sweep that is not the gate reads ``PASS (smoke)``, never ``PASS``."""
-        verdict = self.verdict()
-        if verdict == "PASS" and self.selection.get("sweep_is_gate") is False:
-            return f"{verdict} ({self.selection.get('sweep')})"
-        return f"{verdict} (partial)" if verdict == "PASS" and self.partial else verdict
+        verdict, scope = self.verdict(), self.pass_scope()
+        return f"{verdict} ({scope})" if verdict == "PASS" and scope else verdict
 
     def verdict(self) -> str:
         """PASS only when the run finished, nothing failed, and every named backend ran checks.
@@ -280,6 +285,7 @@ class Collector:
         return {
             "format": FORMAT,
             "verdict": self.verdict(),
+            "verdict_label": self.verdict_label(),
             "environment": self.environment,
             "complete": not self.incomplete and not self.usage_error,
             "partial": self.partial,
