@@ -53,9 +53,9 @@ def test_no_shrink_drops_shrinking_alone_from_a_sweeps_phases():
         assert (drawn.max_examples, drawn.derandomize) == (shrinking.max_examples, shrinking.derandomize)
 
 
-def test_smoke_holds_bitwise_rules_in_float32_and_the_others_in_bfloat16():
-    assert SMOKE.dtypes_for(("axis_a.batch_size",)) == ("float32",)
-    assert SMOKE.dtypes_for(("gradients.dx_batch_invariance",)) == ("float32",)
+def test_smoke_holds_bitwise_rules_in_float32_and_bfloat16_and_the_others_in_bfloat16():
+    assert SMOKE.dtypes_for(("axis_a.batch_size",)) == ("float32", "bfloat16")
+    assert SMOKE.dtypes_for(("gradients.dx_batch_invariance",)) == ("float32", "bfloat16")
     assert SMOKE.dtypes_for(("axis_b.output",)) == ("bfloat16",)
     assert SMOKE.dtypes_for(("axis_a.repeat", "semantics.purity")) == ("bfloat16",)  # not every rule is bitwise
 
@@ -168,3 +168,35 @@ def test_what_smoke_leaves_to_a_full_run_says_to_run_one_not_to_raise_the_budget
         assert "Raise --max-elements" not in plan.skipped and "or --max-elements" not in plan.skipped
     own = batch_size_plan("float32", cpu, 1 << 18, "the CPU's fixed budget", ("forward",))
     assert own.skipped.endswith("Raise --max-elements where memory and time allow")
+
+
+SIXTEEN_BIT_SWITCH = """
+import torch
+
+
+class SixteenBitSwitch:
+    \"\"\"Exact in float32; in 16-bit dtypes, batches above 16 rows round the mean of squares to x's dtype.\"\"\"
+    name = "sixteen_bit_switch"
+    devices = ("cpu",)
+
+    def forward(self, x, weight, eps=1e-6):
+        from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS, check_inputs
+        check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)
+        xf = x.float()
+        ms = xf.pow(2).mean(-1, keepdim=True)
+        if x.dtype != torch.float32 and x.reshape(-1, x.shape[-1]).shape[0] > 16:
+            ms = ms.to(x.dtype).float()
+        return (xf * torch.rsqrt(ms + eps) * weight.float()).to(x.dtype)
+"""
+
+
+def test_smoke_catches_a_batch_switch_of_the_bfloat16_path_alone(run, pytester):
+    """A kernel whose 16-bit path alone switches with the batch: invariant in float32, so a smoke that held the
+    bitwise rules in float32 alone passed it."""
+    pytester.makepyfile(switch_kernel=SIXTEEN_BIT_SWITCH)
+    result = run(str(SUITES / "test_axis_a.py"), "--backend=switch_kernel:SixteenBitSwitch", "-k", "batch_size")
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "contract rule axis_a.batch_size (batch size) broken by backend 'sixteen_bit_switch' on cpu, bfloat16" \
+        in out
+    assert "float32: rows" not in out and "on cpu, float32" not in out  # its float32 path is invariant
