@@ -15,7 +15,7 @@ import pytest
 
 from rmsnorm_conformance.harness.reporting.ci_output import source_location, step_summary, workflow_annotations
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
-from rmsnorm_conformance.harness.reporting.render import pyargs_id, render_terminal, rerun_command
+from rmsnorm_conformance.harness.reporting.render import pyargs_id, render_markdown, render_terminal, rerun_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -23,9 +23,9 @@ REPLAY = ("pytest --pyargs rmsnorm_conformance.suites --backend=kern:Bad --devic
           "--rule=axis_a.batch_size --contract-profile=seed --replay=\"BatchSizeCase(batch=Batch(dim=4096, "
           "rows=512, dtype='float32', values='normal', weight='normal', eps=1e-06, seed=0), length=7, start=0, "
           "entry='forward')\"")
-LONG_REASON = ("Axis-A thresholds (rows) beyond the element budget of 8388608 (the CPU's fixed budget for compiled "
-               "backends), not checked: dim 4096: 2048, 2049, 4096, 8192, 16384, 32767, 32768, 65536, 131072; "
-               "dim 8192: 1024, 1025, 2047, 2048, 2049, 4096, 8192, 16384. Raise --max-elements where memory allows")
+LONG_REASON = ("Axis-A thresholds (rows) beyond the element budget of 8388608 (the CPU's fixed budget), not checked: "
+               "dim 4096: 2048, 2049, 4096, 8192, 16384, 32767, 32768, 65536, 131072; dim 8192: 1024, 1025, 2047, "
+               "2048, 2049, 4096, 8192, 16384. Raise --max-elements where memory allows")
 
 
 def _collector(breaches: int = 1) -> Collector:
@@ -108,6 +108,17 @@ def test_narrow_terminals_wrap_tables_between_words_never_inside_one():
                      "bad0-cpu-float32", "cinlib.rms_norm_badfake", "rms_norm_eps_outside_sqrt"):
             assert any(word in w for w in words), (width, word)
         assert not any(w.endswith("-") and not w.startswith("-") for w in words), width
+
+
+def test_the_terminal_lists_what_a_budget_left_out_once():
+    """The thresholds a budget left out are a long list: "Did not run" holds it, the headline's notes name it."""
+    c = _collector()
+    c.selection = {"sweep": "ci", "sweep_is_gate": True, "full_gate_adds": [f"bad0 on cpu: {LONG_REASON}"]}
+    text = " ".join("\n".join(render_terminal(c, width=120)).split())
+    assert text.count("65536, 131072; dim 8192") == 1
+    assert "- bad0 on cpu: Axis-A thresholds (rows) beyond the element budget of 8388608 (the CPU's fixed budget), " \
+           "not checked: listed under 'Did not run' below" in text
+    assert f"- bad0 on cpu: {LONG_REASON}" in render_markdown(c)  # the report file keeps the list whole in both
 
 
 def test_failed_tests_are_ids_that_can_be_pasted_back():

@@ -93,7 +93,9 @@ def describe(device: torch.device, *, interpreted: bool, option: int | None) -> 
         return "--max-elements"
     if device.type == "cuda":
         return f"{BYTES_PER_ELEMENT} bytes an element of the memory free on {device}"
-    return "the CPU's fixed budget for " + ("interpreted backends" if interpreted else "compiled backends")
+    # "interpreted": a backend run by an interpreter on the CPU (Triton's), about 30 ms a call; every other backend
+    # (native PyTorch included) takes the larger budget.
+    return "the CPU's fixed budget" + (" for backends run by an interpreter (Triton's)" if interpreted else "")
 
 
 # --- the 32-bit offset cases ------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ class Matrix:
         if data.get("format") != FORMAT:
             raise ValueError(f"{source} is not a conformance report (format {data.get('format')!r})")
         env = data.get("environment", {})
-        self.sources.append(f"{source}: {data.get('verdict_label') or data.get('verdict')}, exit status {env.get('exit status', '?')}, "
+        verdict = data.get("verdict_label") or data.get("verdict")  # a report from before verdict_label: verdict
+        self.sources.append(f"{source}: {verdict}, exit status {env.get('exit status', '?')}, "
                             f"{env.get('date', '?')}, torch {env.get('torch', '?')}")
         for s in map(_from_finite_json, data.get("summaries", [])):
             row = (s["backend"], _device_label(s["device"], env))
