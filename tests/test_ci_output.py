@@ -127,6 +127,10 @@ def test_failed_tests_are_ids_that_can_be_pasted_back():
     assert pyargs_id("../venv/lib/site-packages/rmsnorm_conformance/suites/test_semantics.py::test_x[a]") == \
         "rmsnorm_conformance.suites.test_semantics::test_x[a]"
     assert pyargs_id("tests/test_mine.py::test_y") == "tests/test_mine.py::test_y"  # not a suite: as it is
+    # A node id without its file (pytest's, for --pyargs 'module::test' run from outside the package): the
+    # suite's module the plugin noted names it.
+    assert pyargs_id("::test_x[a]", "test_semantics") == "rmsnorm_conformance.suites.test_semantics::test_x[a]"
+    assert pyargs_id("::test_x[a]") == "::test_x[a]"
     command = rerun_command(nodeid, REPLAY, "")
     assert shlex.split(command) == ["pytest", "--pyargs", pyargs_id(nodeid), "--backend=kern:Bad", "--device=cpu",
                                     "--dtype=float32", "--contract-profile=seed"]
@@ -198,3 +202,17 @@ def test_no_summary_or_annotations_outside_ci(pytester, monkeypatch):
         "-p", "no:cacheprovider", "-k", "plain_weight and float32")
     assert result.ret == 1
     assert not [ln for ln in result.stdout.str().splitlines() if ln.startswith("::")]
+
+
+def test_a_test_run_by_its_pyargs_id_from_elsewhere_is_named_whole(pytester, monkeypatch):
+    """Run as the report's re-run line says, from a folder outside the package, pytest gives the test a node id
+    with no file (``::test_eps_inside_sqrt[...]``); the harness's failure line and re-run command still name it."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    test = "rmsnorm_conformance.suites.test_semantics::test_eps_inside_sqrt[eps_outside_sqrt-cpu-bfloat16]"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", test,
+                                           "--backend=rmsnorm_conformance.zoo:EpsOutsideSqrt", "--device=cpu",
+                                           "--dtype=bfloat16")
+    assert result.ret == 1, result.stdout.str()
+    lines = result.stdout.str().splitlines()
+    assert f"FAILED {test}" in lines
+    assert any(ln.startswith(f"  re-run the test: pytest --pyargs '{test}' ") for ln in lines)

@@ -483,11 +483,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
     subject = item.stash.get(SUBJECT, None)
-    if subject is not None and report.when == "teardown":
-        # The teardown report's properties are what JUnit XML writes: flat strings, not the records' dicts.
-        report.user_properties += _junit_properties(item, subject)
-    elif subject is not None:
-        report.user_properties.append((SUBJECT_PROPERTY, subject))
+    if subject is not None:
+        _attach_subject(item, report, subject)
     if call.excinfo is not None and isinstance(call.excinfo.value, (CaseTimedOut, EndedByTimer)):
         report.longrepr = f"{item.name}: {call.excinfo.value}"
     if call.excinfo is not None and isinstance(call.excinfo.value, CaseTimedOut) and report.when == "call":
@@ -510,6 +507,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     failure = item.stash.get(FAILURE, None)
     if failure is not None and report.failed:
         report.user_properties.append((FAILURE_PROPERTY, failure))
+
+
+def _attach_subject(item: pytest.Item, report: pytest.TestReport, subject: dict) -> None:
+    """The test's backend, device and rule on its report, for the controller's records; on the teardown report, as
+    the flat strings JUnit XML writes instead. Where pytest left the file out of the node id (``--pyargs
+    'module::test'`` run from outside the package gives ``::test_x[...]``), the suite's module goes with them, so
+    that the report still names the test as ``--pyargs`` takes it."""
+    if report.when == "teardown":
+        report.user_properties += _junit_properties(item, subject)
+        return
+    if report.nodeid.startswith("::"):
+        subject = {**subject, "suite": item.path.stem}
+    report.user_properties.append((SUBJECT_PROPERTY, subject))
 
 
 def _junit_properties(item: pytest.Item, subject: dict) -> list[tuple[str, str]]:

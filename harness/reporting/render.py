@@ -295,12 +295,16 @@ def failures(c: Collector) -> list[tuple[str, dict[str, str]]]:
     return [(nodeid, o) for nodeid, o in sorted(c.outcomes.items()) if o["outcome"] in ("failed", "error")]
 
 
-def pyargs_id(nodeid: str) -> str:
+def pyargs_id(nodeid: str, suite: str = "") -> str:
     """A conformance test's id as ``pytest --pyargs`` takes it from any directory
     (``rmsnorm_conformance.suites.test_axis_a::test_batch_size[...]``): the file part of a node id is relative to
     wherever pytest chose its rootdir, an installed package's site-packages included, so it cannot be pasted back.
-    Other ids are returned as they are."""
+    A run started with ``--pyargs 'module::test'`` from outside the package gets node ids with no file part at
+    all (``::test_x[...]``): ``suite``, the test's module as the plugin noted it, names it then. Other ids are
+    returned as they are."""
     path, sep, rest = nodeid.partition("::")
+    if sep and not path and suite:
+        path = f"{suite}.py"
     stem = PurePosixPath(path).stem
     if not sep or not path.endswith(".py") or not stem.startswith("test_"):
         return nodeid
@@ -314,10 +318,10 @@ _RERUN_DROPPED = ("--report", "--junitxml", "--junit-xml", "--rule", "-n", "--nu
                   "--replay", "--lf", "--last-failed", "-x", "--exitfirst")
 
 
-def rerun_command(nodeid: str, replay: str, command: str) -> str:
+def rerun_command(nodeid: str, replay: str, command: str, suite: str = "") -> str:
     """One command that re-runs just this test (its whole sweep) from the directory the run started in: the
     replay's options where there is one, else the run's own, without its targets, reports and workers."""
-    target = pyargs_id(nodeid)
+    target = pyargs_id(nodeid, suite)
     if target == nodeid:
         return ""
     words = shlex.split(replay.split(" --replay=", 1)[0]) if replay else shlex.split(command or "pytest")
@@ -342,8 +346,8 @@ def failure_lines(c: Collector, *, markdown: bool) -> list[str]:
     given as ``pytest --pyargs`` takes it, with the command that re-runs it."""
     lines = []
     for nodeid, o in failures(c):
-        shown = pyargs_id(nodeid) if o.get("backend") else nodeid
-        rerun = rerun_command(nodeid, o.get("replay", ""), c.environment.get("command", "")) \
+        shown = pyargs_id(nodeid, o.get("suite", "")) if o.get("backend") else nodeid
+        rerun = rerun_command(nodeid, o.get("replay", ""), c.environment.get("command", ""), o.get("suite", "")) \
             if o.get("backend") else ""
         if markdown:
             lines.append(f"- {md_code(shown)} ({o['outcome']}): {md_cell(o.get('reason', ''))}")
