@@ -64,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "'axis_a.*' (default: every rule).")
     group.addoption(
         "--report", action="append", default=[], metavar="PATH",
-        help="write the tolerance report to PATH: .json as JSON, anything else as markdown (repeatable).")
+        help="write the tolerance report to PATH: .json as JSON, .md or .markdown as markdown (repeatable).")
     group.addoption(
         "--bench-json", default=None, metavar="PATH",
         help="a benchmark JSON (benchmarks/bench.py) whose bandwidth and latency go into the report's 'Pick a "
