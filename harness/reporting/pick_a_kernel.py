@@ -452,7 +452,7 @@ def pick_table(rows: list[PickRow], bench: dict[str, Any] | None) -> tuple[list[
     """Headers and cells of the section's table (plain strings; the caller escapes them)."""
     dtypes = [d for d in DTYPE_ORDER if any(d in r.margins for r in rows)]
     headers = ["#", "backend", "device", "numerics", "interface warnings", "limits", "rounding class",
-               "bitwise equal to", *(f"worst margin {SHORT_DTYPE[d]}" for d in dtypes)]
+               "bitwise equal to", *(f"worst Axis-B margin {SHORT_DTYPE[d]}" for d in dtypes)]
     if bench is not None:
         where = _machine(bench_device(bench)) or "the benchmark's device"
         headers += [f"fwd bandwidth ÷ copy, dim {' / '.join(map(str, TARGET_BENCH_DIMS))}, {where}",
@@ -484,8 +484,8 @@ def legend(rows: list[PickRow], bench: dict[str, Any] | None) -> list[str]:
              "it raised a clear exception on without declaring it (refused: see 'Refused inputs'; they fail only "
              "under --strict-interface, and a refused case counts as neither passed nor failed). bitwise "
              "equal to: backends whose outputs had identical bits on the same inputs (cross-backend parity; "
-             "(required): under every Axis-A variant by --require-parity). worst margin: Axis-B's worst error "
-             "over its allowance (≤ 1 passes)."]
+             "(required): under every Axis-A variant by --require-parity). worst Axis-B margin: the output's worst "
+             "error over its allowance (≤ 1 passes); a semantics or gradient rule's margin is in its breach below."]
     if bench is not None:
         where = _machine(bench_device(bench)) or "an unnamed device"
         speeds = [r.speed for r in rows if r.speed]
