@@ -308,9 +308,14 @@ def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
     if not subject.gates(rule_id):
         # An interface breach: in the report as a warning, with the same detail and replay; the test goes on.
         # Shown, never raised: -W error or filterwarnings=error must not turn it into a failure of the check.
+        # pytest's warnings summary gets the breach and its replay alone: the report's "Interface warnings" table
+        # has the rest, and a dozen warnings each with the rule's statement buried that table.
+        shown = (f"contract rule {rule_id} ({r.title}) broken by backend {subject.backend.name!r} on "
+                 f"{subject.device}, {subject.dtype_label}: {what}" + (f"\n  {detail}" if detail != what else "")
+                 + f"\n  replay: {replay}")
         with warnings.catch_warnings():
             warnings.simplefilter("always", InterfaceWarning)
-            warnings.warn(InterfaceWarning(message), stacklevel=3)
+            warnings.warn(InterfaceWarning(shown), stacklevel=3)
         return
     subject.on_failure(rule_id, f"contract rule {rule_id} ({r.title}): {what}", replay)
     pytest.fail(message, pytrace=False)
