@@ -54,6 +54,8 @@ def _collector(breaches: int = 1) -> Collector:
 
 
 def test_step_summary_has_the_verdict_the_pick_table_and_the_first_breaches_with_replays():
+    assert step_summary(_collector(), reports=("out/r.md", "out/r.json")).endswith(
+        "The full report: `out/r.md`, `out/r.json`.\n")
     text = step_summary(_collector(breaches=8), limit=3)
     assert text.startswith("### RMSNorm conformance: FAIL")
     assert "#### Pick a kernel" in text and "| good | cpu | PASS |" in text
@@ -164,6 +166,7 @@ def test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_pro
     text = summary.read_text()
     assert text.startswith("earlier output of the step\n### RMSNorm conformance: FAIL"), text
     assert "semantics.plain_weight" in text and "```bash" in text
+    assert "The full report: add `--report=conformance.md`" in text  # the run wrote none: how to get one
     errors = [ln for ln in out.splitlines() if ln.startswith("::error ")]
     assert errors and errors[0].startswith("::error file=zoo/defects.py,line=")
     assert "title=semantics.plain_weight broken by one_plus_weight on cpu%2C float32" in errors[0]

@@ -71,9 +71,11 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def step_summary(c: Collector, bench: dict[str, Any] | None = None, *, limit: int = SUMMARY_BREACHES) -> str:
+def step_summary(c: Collector, bench: dict[str, Any] | None = None, *, limit: int = SUMMARY_BREACHES,
+                 reports: tuple[str, ...] = ()) -> str:
     """The markdown for $GITHUB_STEP_SUMMARY: verdict, "Pick a kernel" and the first ``limit`` breaches, each
-    with a replay command in a code block (so the web page copies it whole)."""
+    with a replay command in a code block (so the web page copies it whole), and where the full report is
+    (``reports``, the run's --report paths; none: how to get one)."""
     lines = [f"### RMSNorm conformance: {c.verdict_label()}", "",
              f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings; "
              f"{c.passed_tests} tests passed, {len(c.failed_tests())} failed."]
@@ -98,7 +100,10 @@ def step_summary(c: Collector, bench: dict[str, Any] | None = None, *, limit: in
                          f"{_cell(f.backend)} on {_cell(f.device)}, {', '.join(f.dtypes) or '–'}: {_cell(f.detail)}")
             if f.replay:
                 lines += ["", "  ```bash", f"  {f.replay}", "  ```"]
-    lines += ["", "The full report: the job's `--report` files.", ""]
+    if reports:
+        lines += ["", "The full report: " + ", ".join(f"`{_cell(r)}`" for r in reports) + ".", ""]
+    else:
+        lines += ["", "The full report: add `--report=conformance.md` (and `.json`) to the run and keep the files.", ""]
     return "\n".join(lines)
 
 
@@ -110,14 +115,15 @@ def _known(rule_id: str) -> bool:
     return True
 
 
-def write_step_summary(c: Collector, bench: dict[str, Any] | None = None, path: str | None = None) -> Path | None:
+def write_step_summary(c: Collector, bench: dict[str, Any] | None = None, path: str | None = None,
+                       reports: tuple[str, ...] = ()) -> Path | None:
     """Append the summary to ``path`` (default $GITHUB_STEP_SUMMARY; GitHub gives each step its own file, and
     appending keeps what earlier commands of the step wrote). None when there is no such file to write."""
     path = path or os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return None
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write(step_summary(c, bench))
+        handle.write(step_summary(c, bench, reports=reports))
     return Path(path)
 
 
@@ -232,7 +238,8 @@ class CiOutput:
         if not self._ran():
             return
         with contextlib.suppress(OSError):  # a CI file that cannot be written must not change the run's result
-            write_step_summary(self.reporter.collector, self.reporter.options.bench)
+            write_step_summary(self.reporter.collector, self.reporter.options.bench,
+                               reports=self.reporter.options.reports)
 
     @pytest.hookimpl(trylast=True)  # after the report's own summary
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
