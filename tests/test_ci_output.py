@@ -219,3 +219,14 @@ def test_a_test_run_by_its_pyargs_id_from_elsewhere_is_named_whole(pytester, mon
     lines = result.stdout.str().splitlines()
     assert f"FAILED {test}" in lines
     assert any(ln.startswith(f"  re-run the test: pytest --pyargs '{test}' ") for ln in lines)
+
+
+def test_the_verbose_tolerance_table_says_why_a_large_ulp_count_can_pass():
+    """A max ULP of 30,266 beside a passing margin reads as a bug in the harness unless the table says that the
+    worst relative error sits where the reference is near zero and atol allows it."""
+    c = _collector()
+    c.add(Check("good", "cpu", "bfloat16", 4096, "gradients.dw_tolerance", True, max_abs=0.0585, max_rel=12.0,
+                max_ulp=30266, margin=0.314))
+    verbose = "\n".join(render_terminal(c, verbose=True, width=120))
+    assert "30266" in verbose and "they can be large while the margin passes" in " ".join(verbose.split())
+    assert "they can be large" not in "\n".join(render_terminal(c, verbose=False, width=120))

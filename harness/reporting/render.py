@@ -465,8 +465,7 @@ def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictur
         lines += [_md_table(rows, headers) if rows else "(none)", ""]
     lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
     lines += pictures_lines(pictures)
-    lines += ["margin = worst error / allowed error (<= 1 passes); ULPs are counted in the output dtype "
-              "against the reference rounded to it.", ""]
+    lines += [TOLERANCE_LEGEND, ""]
     return "\n".join(lines)
 
 
@@ -494,6 +493,8 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
             headers, rows, replays = _replays_out(headers, rows)
             yield fitted_table(rows, headers, width)
             yield from replays
+            if rows_of is tolerance_rows:
+                yield from _prose([TOLERANCE_LEGEND], width)
     lines = failure_lines(c, markdown=False)
     if lines:
         yield ""
@@ -513,6 +514,14 @@ def _prose(lines: Iterable[str], width: int) -> Iterable[str]:
             continue
         yield from textwrap.wrap(line, width, subsequent_indent="  " if line.startswith("- ") else "",
                                  break_long_words=False, break_on_hyphens=False)
+
+
+# Under the tolerance tables (the report's end; the terminal's verbose tables).
+TOLERANCE_LEGEND = ("margin = worst error / allowed error (<= 1 passes), the allowed error atol + rtol |reference| "
+                    "(plus the rounding terms the rule names). ULPs are counted in the output dtype against the "
+                    "reference rounded to it. max rel err and max ULP are each the worst over all elements, where "
+                    "the reference is near zero too and atol allows most: they can be large while the margin "
+                    "passes.")
 
 
 # Free text and the first column are never narrowed below this: a narrower one wraps into a column of single
