@@ -121,3 +121,28 @@ def test_an_interrupt_before_the_reporter_starts_leaves_an_incomplete_report(pyt
     assert result.ret == 2
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["verdict"] == "INCOMPLETE" and report["incomplete"].startswith("interrupted (Ctrl-C or a signal)")
+
+
+def _check_reports_repeatedly(path: str, times: int) -> int:
+    """How many of ``times`` checks of ``path`` as a --report failed (run in a process of its own)."""
+    from rmsnorm_conformance.harness.plugin.options import _check_reports
+
+    failed = 0
+    for _ in range(times):
+        try:
+            _check_reports((path,))
+        except pytest.UsageError:
+            failed += 1
+    return failed
+
+
+def test_report_paths_checked_by_every_process_at_once_never_read_as_unwritable(tmp_path):
+    """Under -n the controller and each worker check the --report paths at the same time; with one probe file
+    name for all of them, one process deleted another's probe and the run ended in a false usage error ("cannot
+    write there: No such file or directory"): 1 run in 12 with two workers; about half of these checks."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        failed = pool.starmap(_check_reports_repeatedly, [(str(tmp_path / "r.json"), 300)] * 3)
+    assert failed == [0, 0, 0]
+    assert not list(tmp_path.iterdir())  # no probe left behind

@@ -326,7 +326,9 @@ def _check_reports(paths: tuple[str, ...]) -> None:
                                     + " or ".join(REPORT_SUFFIXES))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            probe = path.parent / f".{path.name}.probe"
+            # One probe a process: under -n the controller and every worker check the same paths at once, and a
+            # shared probe name let one process delete another's, a false "cannot write there" (about 1 run in 12).
+            probe = path.parent / f".{path.name}.{os.getpid()}.probe"
             probe.write_text("")
             probe.unlink()
         except OSError as exc:
