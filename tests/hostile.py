@@ -128,6 +128,60 @@ class SwallowsInterrupt(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class DeclaresNoBackwardButHasAWrongOne(Bf16OnlyWrongBackward):
+    """Declares no backward, and its output carries a grad_fn whose gradient is three times too large: a training
+    loop would use it, so the gradient rules must too."""
+
+    name = "no_backward_declared"
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    supports_backward = False
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        y = NativeRMSNormOp.forward(self, x, weight, eps)
+        return y * 3 - (y * 2).detach()
+
+
+class _EndsItsTestWhereWrong(NativeRMSNormOp):
+    """Wrong (1 + weight) for batches of more than one row, and there it ends the test itself, as a kernel that
+    knows it runs under pytest can: a skipped or xfailed test never reached the verdict."""
+
+    def end(self) -> None:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.reshape(-1, x.shape[-1]).shape[0] > 1:
+            self.end()
+            return super().forward(x, weight + 1, eps)
+        return super().forward(x, weight, eps)
+
+
+class SkipsWhereWrong(_EndsItsTestWhereWrong):
+    name = "skips_where_wrong"
+
+    def end(self) -> None:
+        import pytest
+
+        pytest.skip("skips_where_wrong has nothing to say here")
+
+
+class XfailsWhereWrong(_EndsItsTestWhereWrong):
+    name = "xfails_where_wrong"
+
+    def end(self) -> None:
+        import pytest
+
+        pytest.xfail("a known limitation")
+
+
+class RaisesSkipTestWhereWrong(_EndsItsTestWhereWrong):
+    name = "skiptest_where_wrong"
+
+    def end(self) -> None:
+        import unittest
+
+        raise unittest.SkipTest("not here")
+
+
 class ExitsZero(NativeRMSNormOp):
     """Calls os._exit(0) mid-run: in a serial run that would end the process with status 0 and no report."""
 

@@ -89,6 +89,27 @@ def test_bf16_only_backward_is_probed_in_bf16_and_caught(gate):
     assert "gradients.dx_tolerance" in failed
 
 
+def test_a_declared_lack_of_backward_is_not_taken_on_trust(gate):
+    """supports_backward = False on a kernel whose output carries a (wrong) grad_fn: the gradient rules still run."""
+    result, data = gate(f"--backend={H}:DeclaresNoBackwardButHasAWrongOne", "--rule=gradients.*")
+    assert result.ret == 1, result.stdout.str()[-2000:]
+    assert "gradients.dx_tolerance" in {s["rule"] for s in data["summaries"] if s["failures"]}
+
+
+@pytest.mark.parametrize("kernel", ["SkipsWhereWrong", "XfailsWhereWrong", "RaisesSkipTestWhereWrong"])
+def test_a_kernel_that_skips_or_xfails_its_own_test_fails(gate, kernel):
+    """pytest.skip, pytest.xfail or unittest.SkipTest raised by the kernel where it would be wrong: each had
+    turned the test into a skip or an xfail, and the run into a PASS."""
+    result, data = gate(f"--backend={H}:{kernel}", "--rule=semantics.plain_weight", "--rule=axis_b.output")
+    assert result.ret == 1, result.stdout.str()[-2000:]
+    assert data["verdict"] == "FAIL"
+    text = json.dumps(data)
+    assert "ended the test itself during a call" in text and "may not skip, xfail or exit" in text
+    assert not any(o["outcome"] in ("skipped", "xfailed") and "where_wrong" in o.get("reason", "") + o.get(
+        "where", "") and ("nothing to say" in o["reason"] or "known limitation" in o["reason"]
+                          or "not here" in o["reason"]) for o in data["outcomes"].values())
+
+
 def test_a_device_that_does_not_exist_is_a_usage_error(gate):
     result, data = gate("--backend=native", "--rule=axis_b.output", "--device=cpu,cuda:7")
     assert result.ret == 4

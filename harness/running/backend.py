@@ -44,7 +44,8 @@ class RMSNormBackend(Protocol):
     - ``devices``: device types it runs on, e.g. ``("cuda",)`` (default: ``("cpu", "cuda")``; ``None``: any);
     - ``dtypes``: torch dtypes it accepts (default: float32, bfloat16, float16);
     - ``unavailable_reason(device) -> str | None``: why it cannot run on ``device`` (default: never);
-    - ``supports_backward``: bool (default: probed, is the output of a grad-requiring input differentiable);
+    - ``supports_backward``: bool (default: probed, is the output of a grad-requiring input differentiable;
+      False is probed all the same: an output that carries a gradient is held to the gradient rules);
     - ``dtype_pairs``: the (x dtype, weight dtype) pairs it takes, among the contract's (default: the weight in
       x's dtype for each of ``dtypes``);
     - ``fused_add(x, residual, weight, eps) -> (y, residual_out)``, ``forward_offset(x, weight, eps)``,
@@ -270,26 +271,30 @@ class Backend:
     def supports_backward(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> bool:
         """Declared, or probed once per (device, dtype) in that very dtype: does a grad-requiring input give a
         differentiable output? (A bf16-only backend must not look backward-less because an fp32 probe raised.)"""
-        if self._backward is not None:
-            return self._backward
+        if self._backward:
+            return True
         key = (str(device), str(dtype))
         if key not in self._probed:
-            from rmsnorm_conformance.harness.running.isolation import global_state, restore
+            from rmsnorm_conformance.harness.running.isolation import ExitRefused, global_state, no_exit, restore
 
             state = global_state()  # a probe must leave no trace, whatever the backend does to torch's state
             try:
                 # The weight in the first dtype declared with x's (x's own, unless it takes only an fp32 weight).
                 w_dtype = (self.weight_dtypes(dtype) or (dtype,))[0]
-                with torch.enable_grad():
+                with torch.enable_grad(), no_exit(self.name):
                     x = torch.ones(2, 8, device=device, dtype=dtype, requires_grad=True)
                     w = torch.ones(8, device=device, dtype=w_dtype, requires_grad=True)
                     # A kernel without an eps argument is probed at the eps it uses (running/adapters.py).
                     y = self.forward(x, w, getattr(self.impl, "fixed_eps", None) or 1e-6)
                 self._probed[key] = bool(isinstance(y, torch.Tensor) and y.requires_grad and y.grad_fn is not None)
+            except ExitRefused:
+                raise  # it skipped or exited its probe: a failure of the backend, not a backend without a backward
             except Exception:
                 self._probed[key] = False
             finally:
                 restore(state)
+        # Declared without a backward, it is still held to the gradient rules where its output carries a gradient:
+        # a training loop would use that grad_fn whatever the declaration says.
         return self._probed[key]
 
 

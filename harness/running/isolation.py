@@ -186,7 +186,18 @@ def fingerprint(t: torch.Tensor) -> torch.Tensor:
 
 
 class ExitRefused(RuntimeError):
-    """A backend called os._exit during a call: refused, and a failure of that backend."""
+    """A backend called os._exit, or ended the test its own way (pytest.skip, pytest.xfail, pytest.exit,
+    unittest.SkipTest), during a call: refused, and a failure of that backend."""
+
+
+def _test_outcomes() -> tuple[type[BaseException], ...]:
+    """The exceptions with which code ends a test as skipped, xfailed or the session as over: pytest's, and
+    unittest's skip, which pytest and Hypothesis take for a skip too."""
+    import unittest
+
+    import pytest
+
+    return (pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception, unittest.SkipTest)
 
 
 @contextlib.contextmanager
@@ -195,6 +206,10 @@ def no_exit(name: str) -> Iterator[None]:
 
     Only in the thread that calls the backend: another thread's exit (pytest-timeout's thread method ending a
     stuck test) goes through, after ``WATCHDOG.on_hang`` has written down the case it ended.
+
+    A backend that ends the test its own way (``pytest.skip`` or ``pytest.xfail`` where it would be wrong, as a
+    kernel that knows it runs under pytest can) is refused too: the check fails naming the call, where the test
+    had read as skipped or xfailed and the run as passed.
     """
     real = os._exit
     owner = threading.current_thread()
@@ -211,6 +226,10 @@ def no_exit(name: str) -> Iterator[None]:
     os._exit = refuse  # type: ignore[assignment]
     try:
         yield
+    except _test_outcomes() as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ExitRefused(f"{name} ended the test itself during a call ({type(exc).__name__}: {first}): a kernel "
+                          "under test may not skip, xfail or exit a conformance test") from None
     finally:
         os._exit = real
 
