@@ -182,6 +182,27 @@ class RaisesSkipTestWhereWrong(_EndsItsTestWhereWrong):
         raise unittest.SkipTest("not here")
 
 
+class _Agreeable(torch.Tensor):
+    """A tensor that says it equals whatever it is compared with."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.equal:
+            return True
+        if func in (torch.sub, torch.Tensor.sub, torch.Tensor.__sub__, torch.ne, torch.Tensor.ne):
+            return torch.zeros_like(torch.Tensor.as_subclass(args[0], torch.Tensor), dtype=torch.float32)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class ReturnsAnAgreeableSubclass(NativeRMSNormOp):
+    """Wrong (1 + weight), in a torch.Tensor subclass whose comparisons all come out equal."""
+
+    name = "agreeable_subclass"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return super().forward(x, weight + 1, eps).as_subclass(_Agreeable)
+
+
 class ExitsZero(NativeRMSNormOp):
     """Calls os._exit(0) mid-run: in a serial run that would end the process with status 0 and no report."""
 

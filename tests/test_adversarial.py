@@ -110,6 +110,14 @@ def test_a_kernel_that_skips_or_xfails_its_own_test_fails(gate, kernel):
                           or "not here" in o["reason"]) for o in data["outcomes"].values())
 
 
+def test_an_output_that_is_a_tensor_subclass_is_refused(gate):
+    """A subclass can redefine torch.equal and subtraction so that wrong bits compare equal: refused by name."""
+    result, data = gate(f"--backend={H}:ReturnsAnAgreeableSubclass", "--rule=semantics.plain_weight",
+                        "--rule=axis_b.output")
+    assert result.ret == 1, result.stdout.str()[-2000:]
+    assert data["verdict"] == "FAIL" and "a subclass of torch.Tensor" in json.dumps(data)
+
+
 def test_a_device_that_does_not_exist_is_a_usage_error(gate):
     result, data = gate("--backend=native", "--rule=axis_b.output", "--device=cpu,cuda:7")
     assert result.ret == 4

@@ -36,7 +36,7 @@ from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, tor
 from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running import device_faults, isolation
-from rmsnorm_conformance.harness.running.backend import Backend, BackendError
+from rmsnorm_conformance.harness.running.backend import Backend, plain_tensors
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
@@ -189,10 +189,7 @@ class Subject:
         out = guarded.release(out, views_kept)  # what the call wrote into its arguments reaches the caller's tensors
         if not all(views_kept):  # a copy back may have changed what the fingerprints were taken of: read them again
             earlier_kept = inputs_kept = None
-        tensors = out if isinstance(out, tuple) else (out,)  # a list is not an output: refused below
-        for t in tensors:
-            if not isinstance(t, torch.Tensor):
-                raise BackendError(f"{self.backend.name}.{method} returned {type(t).__name__}, not a torch.Tensor")
+        tensors = plain_tensors(self.backend.name, method, out)
         if pure:
             self._check_pure(entry, args, watched, inputs_kept)
         self._check_fresh(method, earlier_kept)

@@ -39,7 +39,7 @@ from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_er
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running import device_faults, fresh_process, isolation, warm_up
-from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
+from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name, plain_tensors
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
 from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
@@ -417,6 +417,7 @@ class Parity:
         try:
             with in_flight, isolation.no_exit(backend.name), isolation.deadline(self.case_timeout, what):
                 out = backend.forward(x.clone(), w.clone(), eps)  # one that writes its inputs spoils no other's
+                plain_tensors(backend.name, "forward", out)
                 device_faults.settle(self.device)
         except CaseTimedOut:
             if self.hangs is not None:

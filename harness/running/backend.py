@@ -298,6 +298,22 @@ class Backend:
         return self._probed[key]
 
 
+def plain_tensors(name: str, method: str, out: Any) -> tuple[torch.Tensor, ...]:
+    """The tensors a call returned (one, or a tuple), each a plain ``torch.Tensor``, else a BackendError naming what
+    came instead. A subclass is refused too: its ``__torch_function__`` can redefine every comparison the checks
+    make (``torch.equal`` true, ``sub`` zero), so that its bits are never really read."""
+    tensors = out if isinstance(out, tuple) else (out,)  # a list is not an output
+    for t in tensors:
+        if type(t) is torch.Tensor:
+            continue
+        if isinstance(t, torch.Tensor):
+            raise BackendError(f"{name}.{method} returned a {type(t).__module__}.{type(t).__name__}, a subclass of "
+                               "torch.Tensor: outputs are held as plain tensors, whose comparisons no subclass can "
+                               "redefine; return the plain tensor (t.as_subclass(torch.Tensor))")
+        raise BackendError(f"{name}.{method} returned {type(t).__name__}, not a torch.Tensor")
+    return tensors
+
+
 class BackendError(RuntimeError):
     """A backend broke the protocol (its availability probe raised, it returned something that is not a tensor):
     a failure of that backend, never a skip."""
