@@ -123,6 +123,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """A conformance run started from the command line runs one level down, under a process that exits with its
+    verdict (``supervisor.py``); None: this process runs it."""
+    from rmsnorm_conformance.harness.plugin import supervisor
+
+    return supervisor.supervise(config) if supervisor.wanted(config) else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Any:
+    """After every plugin's end of the session (the report written, the exit status settled): a supervised run
+    tells its supervisor the exit status its verdict asks for."""
+    yield
+    from rmsnorm_conformance.harness.plugin import supervisor
+
+    supervisor.write_status(session)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     _check_hypothesis_profile(config)
     config.addinivalue_line("markers", "conformance(rules): a contract check run once per (backend, device, dtype)")

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+
+try:
+    import posix
+except ImportError:  # not a POSIX system
+    posix = None  # type: ignore[assignment]
 import signal
 import threading
 import time
@@ -220,10 +225,12 @@ def no_exit(name: str) -> Iterator[None]:
                 with contextlib.suppress(Exception):
                     WATCHDOG.on_hang(f"was ended by os._exit({status}) from thread "
                                      f"{threading.current_thread().name!r} (a test timeout's thread method)")
-            real(status)
+            real(status or 2)  # never a 0: pytest-timeout's own exit is 1, a 0 from a kernel's thread is not a pass
         raise ExitRefused(f"{name} called os._exit({status}) during a call")
 
     os._exit = refuse  # type: ignore[assignment]
+    if posix is not None:
+        posix._exit = refuse  # type: ignore[assignment]  # os._exit is posix._exit: both names refused
     try:
         yield
     except _test_outcomes() as exc:
@@ -232,6 +239,8 @@ def no_exit(name: str) -> Iterator[None]:
                           "under test may not skip, xfail or exit a conformance test") from None
     finally:
         os._exit = real
+        if posix is not None:
+            posix._exit = real
 
 
 class CaseTimedOut(BaseException):

@@ -1,0 +1,150 @@
+"""The process above a conformance run: it starts the run as a child and exits with the run's verdict, whatever
+the child's own exit status says.
+
+Inside its own process a kernel can end the run with status 0 in ways no wrapper there can refuse: an
+``os._exit`` bound before the harness wrapped it (``from os import _exit`` at import), an ``atexit`` hook that
+exits 0 after the report said FAIL, a crash or an exit while its module is imported (before any report was
+written). A CI job reads the exit status. So a conformance run started from the command line (``pytest ...``,
+``python -m pytest ...``) runs one level down: this process imports neither torch nor any backend, waits, and
+then
+
+- where the run wrote its verdict's exit status (``STATUS_ENV`` names the file; the child writes it once the
+  report is written), exits with that status, never with a 0 the child's end put in its place;
+- where it did not (the child died or exited before its verdict), exits non-zero (2, INCOMPLETE, in place of a
+  0), and writes an INCOMPLETE report over every ``--report`` path the child did not write, so that the previous
+  run's report never reads as this one's.
+
+Signals: a Ctrl-C at the terminal reaches the child as it reaches this process (one process group); a SIGINT or
+SIGTERM another process sends to this one alone is passed on. ``pytest.main()`` in a process of one's own, and
+pytest-xdist's workers, are not supervised; ``RMSNORM_CONFORMANCE_UNSUPERVISED=1`` runs a command-line run in
+one process (a debugger's ``--pdb`` works either way: the child keeps the terminal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_conformance.harness.plugin.activation import explicit, targets_suites
+
+# Set in the child: where it writes its exit status once its report is written. Its presence also marks a run as
+# supervised already.
+STATUS_ENV = "RMSNORM_CONFORMANCE_STATUS_FILE"
+# Set by the user: run in one process, without the supervisor.
+OPT_OUT_ENV = "RMSNORM_CONFORMANCE_UNSUPERVISED"
+# The exit status in place of a 0 from a run that ended before its verdict: pytest's INTERRUPTED, the harness's
+# INCOMPLETE.
+INCOMPLETE_STATUS = int(pytest.ExitCode.INTERRUPTED)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def wanted(config: pytest.Config) -> bool:
+    """Is this a conformance run started from the command line, not supervised yet?"""
+    if os.environ.get(STATUS_ENV) is not None or os.environ.get(OPT_OUT_ENV) or hasattr(config, "workerinput"):
+        return False
+    if not hasattr(signal, "pthread_sigmask") or not hasattr(signal, "sigtimedwait"):
+        return False  # the signals cannot be passed on as described above
+    if config.getoption("help", False) or config.getoption("version", False):
+        return False
+    started_as = Path(sys.argv[0]).name if sys.argv else ""
+    from_command_line = started_as in ("pytest", "py.test", "__main__.py") and \
+        list(config.invocation_params.args) == sys.argv[1:]
+    return from_command_line and (explicit(config) or targets_suites(config))
+
+
+def supervise(config: pytest.Config) -> int:
+    """Run this command again as a child and return the exit status the run's verdict calls for."""
+    command = [sys.executable, *sys.orig_argv[1:]]
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-conformance-") as folder:
+        status_file = Path(folder, "status.json")
+        env = {**os.environ, STATUS_ENV: str(status_file)}
+        started = time.time()
+        # Blocked here and waited for below; the child starts with the mask this process had.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            child = subprocess.Popen(command, env=env, cwd=config.invocation_params.dir,
+                                     preexec_fn=lambda: _in_child(previous))
+            returncode = _wait_passing_signals_on(child)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        status = _read_status(status_file)
+    return settle(returncode, status, config.getoption("--report") or [], started)
+
+
+def _in_child(mask: set[int | signal.Signals]) -> None:
+    """In the child before it starts: this process's signal mask as it was, and a SIGTERM when this process dies
+    (killed with SIGKILL, it can pass nothing on: the child then ends as a terminated run does, INCOMPLETE,
+    instead of running on alone)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+def _wait_passing_signals_on(child: subprocess.Popen) -> int:
+    """Wait for ``child``; a signal another process sent to this one goes on to the child. One from the terminal
+    (sent by the kernel to the whole foreground process group: no sending process) reached the child already."""
+    while child.poll() is None:
+        info = signal.sigtimedwait(_FORWARDED, 0.2)
+        if info is not None and info.si_pid != 0 and child.poll() is None:
+            child.send_signal(info.si_signo)
+    return child.returncode
+
+
+def _read_status(path: Path) -> int | None:
+    try:
+        return int(json.loads(path.read_text())["exit"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def settle(returncode: int, status: int | None, reports: list[str], started: float) -> int:
+    """The exit status of a supervised run: the verdict's (``status``) where the child wrote it, else the
+    child's own, never 0; an ending before the verdict is said on stderr and in the reports the child left."""
+    if status is not None:
+        if returncode not in (0, status):
+            return returncode  # it failed after its verdict too (a crash at exit): that stands
+        if returncode != status:
+            _say(f"the run's process exited with status {returncode} after its verdict asked for {status} (an "
+                 f"exit hook of a backend?): exiting with {status}")
+        return status
+    why = (f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}")
+    ended = returncode if returncode > 0 else INCOMPLETE_STATUS
+    _say(f"the run's process {why} before its verdict: INCOMPLETE (exit status {ended})")
+    _replace_stale_reports(reports, started, f"the run's process {why} before its verdict (a backend ended the "
+                                             "process, at import or during a call): see the run's output")
+    return ended
+
+
+def _replace_stale_reports(reports: list[str], started: float, why: str) -> None:
+    """An INCOMPLETE report at each path the child did not write since it started: the previous run's must not
+    stand for this one."""
+    from rmsnorm_conformance.harness.reporting.records import Collector
+    from rmsnorm_conformance.harness.reporting.render import replace_reports
+
+    stale = [p for p in reports if not Path(p).exists() or Path(p).stat().st_mtime < started]
+    if stale:
+        replace_reports(Collector(incomplete=why), stale)
+
+
+def _say(message: str) -> None:
+    print(f"rmsnorm-conformance: {message}", file=sys.stderr, flush=True)
+
+
+def write_status(session: pytest.Session) -> None:
+    """In a supervised run, the exit status its verdict asks for, once its report is written."""
+    path = os.environ.get(STATUS_ENV)
+    if not path or hasattr(session.config, "workerinput"):
+        return
+    with contextlib.suppress(OSError):  # unwritten, the supervisor reads an ending before the verdict: no false pass
+        Path(path).write_text(json.dumps({"exit": int(session.exitstatus)}))

@@ -1,0 +1,119 @@
+"""The process above a command-line conformance run (harness/plugin/supervisor.py): exits a kernel makes that no
+wrapper inside the run's own process can refuse never end in status 0 or leave the previous run's report."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_conformance.harness.plugin.supervisor import INCOMPLETE_STATUS, settle
+
+ROOT = Path(__file__).resolve().parents[1]
+# Started as a user starts them (python -m pytest), not forked from the tests' server: only such a run is supervised.
+pytestmark = pytest.mark.fresh_interpreter
+
+KERNELS = {
+    # Exits while its module is imported: before any report of this run was written.
+    "exits_at_import": "import os\nos._exit(0)\n",
+    # Binds os._exit before the harness wraps it, and calls it during a call.
+    "bound_exit": (
+        "from os import _exit\n"
+        "from rmsnorm_conformance.backends.native import NativeRMSNormOp\n\n\n"
+        "class Kernel(NativeRMSNormOp):\n"
+        "    name = 'bound_exit'\n\n"
+        "    def forward(self, x, weight, eps=1e-6):\n"
+        "        _exit(0)\n"),
+    # Wrong (1 + weight), with an exit hook that ends the process with status 0 after the FAIL.
+    "exit_hook": (
+        "import atexit, os\n"
+        "from rmsnorm_conformance.backends.native import NativeRMSNormOp\n"
+        "atexit.register(os._exit, 0)\n\n\n"
+        "class Kernel(NativeRMSNormOp):\n"
+        "    name = 'exit_hook'\n\n"
+        "    def forward(self, x, weight, eps=1e-6):\n"
+        "        return super().forward(x, weight + 1, eps)\n"),
+}
+STALE = {"format": "rmsnorm-conformance-report/1", "verdict": "PASS"}
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    """A command-line run (``python -m pytest``, as pytester's subprocess runs are) of one kernel module; its exit
+    status and the verdict of its JSON report, which held a stale PASS before."""
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{pytester.path}")
+    monkeypatch.delenv("RMSNORM_CONFORMANCE_UNSUPERVISED", raising=False)
+
+    def go(kernel: str, *args: str) -> tuple[int, str, str]:
+        pytester.makepyfile(**{kernel: KERNELS[kernel]})
+        (pytester.path / "r.json").write_text(json.dumps(STALE))
+        spec = f"{kernel}:X" if kernel == "exits_at_import" else f"{kernel}:Kernel"
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites",
+                                               f"--backend={spec}", "--device=cpu", "--dtype=float32",
+                                               "--sweep=smoke", "--rule=semantics.plain_weight", "--report=r.json",
+                                               *args)
+        verdict = json.loads((pytester.path / "r.json").read_text())["verdict"]
+        return result.ret, verdict, result.stderr.str()
+
+    return go
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
+def test_an_exit_at_import_is_incomplete_and_replaces_the_stale_report(run, workers):
+    ret, verdict, err = run("exits_at_import", *workers)
+    assert (ret, verdict) == (INCOMPLETE_STATUS, "INCOMPLETE"), err
+    assert "the run's process exited with status 0 before its verdict: INCOMPLETE" in err
+
+
+def test_an_exit_bound_before_the_harness_wrapped_it_is_never_status_0(run):
+    ret, verdict, err = run("bound_exit")
+    assert ret != 0 and verdict != "PASS", err
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
+def test_an_exit_hook_cannot_turn_a_fail_into_status_0(run, workers):
+    ret, verdict, err = run("exit_hook", *workers)
+    assert (ret, verdict) == (1, "FAIL"), err
+    assert "exited with status 0 after its verdict asked for 1" in err
+
+
+def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_path):
+    report = tmp_path / "r.json"
+    assert settle(0, 0, [], 0.0) == 0  # a pass, ended as it said
+    assert settle(0, 1, [], 0.0) == 1  # an exit hook's 0 after a FAIL
+    assert settle(-signal.SIGSEGV, 0, [], 0.0) == -signal.SIGSEGV  # a crash at exit after a pass stands
+    assert settle(4, None, [], 0.0) == 4  # a usage error: no verdict, its own status
+    assert settle(0, None, [str(report)], 0.0) == INCOMPLETE_STATUS  # ended before its verdict
+    assert json.loads(report.read_text())["verdict"] == "INCOMPLETE"
+    assert settle(-signal.SIGKILL, None, [], 0.0) == INCOMPLETE_STATUS
+
+
+def test_a_supervisor_killed_takes_its_run_down_with_an_incomplete_report(tmp_path):
+    """SIGKILL reaches the supervisor alone and it can pass nothing on: its run gets a SIGTERM from the kernel
+    (the parent-death signal) and ends as a terminated run does, instead of running on alone."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    report = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RMSNORM_CONFORMANCE_UNSUPERVISED", None)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+                             "rmsnorm_conformance.suites", "--backend=tests.hostile:Sleeps", "--device=cpu",
+                             "--dtype=float32", "--rule=axis_a.repeat", "--case-timeout=0", f"--report={report}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 120
+    while not (report.exists() and "test_repeat" in report.read_text()) and time.monotonic() < end:
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + 60
+    while time.monotonic() < end:  # the run writes its last report as it ends
+        data = json.loads(report.read_text())
+        if "SIGTERM" in data.get("incomplete", ""):
+            break
+        time.sleep(0.2)
+    assert data["verdict"] == "INCOMPLETE" and "SIGTERM" in data["incomplete"], data.get("incomplete")
