@@ -302,6 +302,48 @@ class ReplacesSqrt(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class HidesItsDefaultDtype(NativeRMSNormOp):
+    """Sets the default dtype to float64 and replaces the getter the harness would read it with."""
+
+    name = "hides_default_dtype"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        y = super().forward(x, weight, eps)
+        torch.set_default_dtype(torch.float64)
+        torch.get_default_dtype = lambda: torch.float32  # type: ignore[assignment]
+        return y
+
+
+class BlocksSigterm(NativeRMSNormOp):
+    """Blocks SIGTERM and SIGINT in the calling thread: a CI timeout could then not end the run with its report."""
+
+    name = "blocks_sigterm"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        return super().forward(x, weight, eps)
+
+
+class RedirectsStepSummary(NativeRMSNormOp):
+    """Points $GITHUB_STEP_SUMMARY, which the harness writes at the end of the run, somewhere else."""
+
+    name = "redirects_step_summary"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        os.environ["GITHUB_STEP_SUMMARY"] = "/dev/null"
+        return super().forward(x, weight, eps)
+
+
+class DisablesOneDnn(NativeRMSNormOp):
+    """Turns oneDNN off for the whole process."""
+
+    name = "disables_onednn"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        torch.backends.mkldnn.enabled = not torch.backends.mkldnn.enabled
+        return super().forward(x, weight, eps)
+
+
 class LeavesTorchFunctionMode(NativeRMSNormOp):
     """Enters a torch function mode and never leaves it: the mode sees every later torch call, the reference's too,
     and this one nudges every square root."""

@@ -100,7 +100,7 @@ def test_a_declared_lack_of_backward_is_not_taken_on_trust(gate):
 def test_a_kernel_that_skips_or_xfails_its_own_test_fails(gate, kernel):
     """pytest.skip, pytest.xfail or unittest.SkipTest raised by the kernel where it would be wrong: each had
     turned the test into a skip or an xfail, and the run into a PASS."""
-    result, data = gate(f"--backend={H}:{kernel}", "--rule=semantics.plain_weight", "--rule=axis_b.output")
+    result, data = gate(f"--backend={H}:{kernel}", "--rule=semantics.plain_weight,axis_b.output")
     assert result.ret == 1, result.stdout.str()[-2000:]
     assert data["verdict"] == "FAIL"
     text = json.dumps(data)
@@ -112,8 +112,7 @@ def test_a_kernel_that_skips_or_xfails_its_own_test_fails(gate, kernel):
 
 def test_an_output_that_is_a_tensor_subclass_is_refused(gate):
     """A subclass can redefine torch.equal and subtraction so that wrong bits compare equal: refused by name."""
-    result, data = gate(f"--backend={H}:ReturnsAnAgreeableSubclass", "--rule=semantics.plain_weight",
-                        "--rule=axis_b.output")
+    result, data = gate(f"--backend={H}:ReturnsAnAgreeableSubclass", "--rule=semantics.plain_weight,axis_b.output")
     assert result.ret == 1, result.stdout.str()[-2000:]
     assert data["verdict"] == "FAIL" and "a subclass of torch.Tensor" in json.dumps(data)
 
@@ -499,7 +498,10 @@ GLOBAL_STATE_LEAKS = {"SetsDefaultDtype": "default dtype", "DisablesGrad": "grad
                       "FlushesDenormals": "flush denormal", "EnablesAutocast": "autocast",
                       "ReplacesSqrt": "torch functions replaced: torch.sqrt",
                       "LeavesTorchFunctionMode": "torch function modes 0 -> 1",
-                      "IgnoresSigterm": "signal handlers replaced: SIGTERM"}
+                      "IgnoresSigterm": "signal handlers replaced: SIGTERM",
+                      "HidesItsDefaultDtype": "torch functions replaced: torch.get_default_dtype",
+                      "BlocksSigterm": "signal functions and mask", "RedirectsStepSummary": "GITHUB_STEP_SUMMARY",
+                      "DisablesOneDnn": "torch.backends flags"}
 
 
 def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subtests):
@@ -517,6 +519,33 @@ def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subte
     native = [s for s in data["summaries"] if s["backend"] == "native"]
     assert {s["rule"] for s in native} >= {"axis_b.output", "gradients.dx_batch_invariance"}
     assert not any(s["failures"] for s in native)
+
+
+SQRT_AT_IMPORT = """
+import torch
+
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+
+_sqrt = torch.sqrt
+torch.sqrt = lambda t, *args, **kwargs: _sqrt(t, *args, **kwargs) * 0.99  # the reference would follow it
+
+
+class OnePercentOff(NativeRMSNormOp):
+    name = "sqrt_at_import"
+"""
+
+
+def test_global_state_changed_at_import_fails_and_is_put_back(gate, pytester):
+    """A module that replaces torch.sqrt when it is imported, before any call is watched: the reference, the
+    oracle and the independent formula would all have followed it, and the kernel would have passed."""
+    pytester.makepyfile(sqrt_at_import=SQRT_AT_IMPORT)
+    result, data = gate("--backend=sqrt_at_import:OnePercentOff,native", "--rule=semantics.global_state,axis_b.output")
+    assert result.ret == 1, result.stdout.str()[-2000:]
+    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == "sqrt_at_import"]
+    assert any("importing sqrt_at_import changed torch's global state" in r and "torch.sqrt" in r
+               for r in reasons), reasons
+    # Put back at once: native's reference is the contract's, and its checks pass.
+    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
 def test_a_reused_output_buffer_fails_fresh_output_not_axis_a(gate):

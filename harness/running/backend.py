@@ -86,6 +86,8 @@ class Backend:
         self.impl = impl
         self.name: str = str(getattr(impl, "name", None) or type(impl).__name__)
         self.spec = spec or self.name
+        # What importing and building it changed of torch's global state, put back since (registry.load_backend).
+        self.import_changes: list[str] = []
         self._backward: bool | None = getattr(impl, "supports_backward", None)
         self._probed: dict[tuple[str, str], bool] = {}
         validate_declarations(impl, self.name)

@@ -44,9 +44,18 @@ def flushes_denormals() -> bool:
 # The torch functions that the reference, the drawing of inputs and the comparisons call. A backend that replaced
 # one (or one of torch.Tensor's Python-level attributes, all watched) would change what every later check computes:
 # a patched torch.sqrt or Tensor.float could make the reference agree with a wrong kernel.
+# The getters and setters this module reads and puts back the state with are watched too: a backend that replaced
+# torch.get_default_dtype along with the default dtype would otherwise hide the change it made.
 _WATCHED_FUNCTIONS = ("bincount", "bucketize", "cat", "empty", "equal", "full", "full_like", "isfinite", "isnan",
                       "isneginf", "isposinf", "ones", "ones_like", "pow", "rand", "randn", "randperm", "reciprocal",
-                      "rsqrt", "sqrt", "tensor", "where", "zeros", "zeros_like")
+                      "rsqrt", "sqrt", "tensor", "where", "zeros", "zeros_like", "mul", "stack",
+                      "get_default_dtype", "set_default_dtype", "is_grad_enabled", "set_grad_enabled",
+                      "is_inference_mode_enabled", "are_deterministic_algorithms_enabled",
+                      "is_deterministic_algorithms_warn_only_enabled", "use_deterministic_algorithms",
+                      "get_float32_matmul_precision", "set_float32_matmul_precision", "get_rng_state", "set_rng_state",
+                      "get_num_threads", "set_num_threads", "set_flush_denormal", "is_autocast_enabled",
+                      "set_autocast_enabled", "is_anomaly_enabled", "set_anomaly_enabled", "get_default_device",
+                      "set_default_device")
 _FUNCTION_KEYS = tuple(f"torch.{name}" for name in _WATCHED_FUNCTIONS)
 _TENSOR = "torch.Tensor."
 _MISSING = object()
@@ -62,8 +71,52 @@ def torch_functions() -> dict[str, Any]:
     return found
 
 
+# Bound when this module is imported, before any backend is: read through these, the state is what it is even where
+# a backend replaced the module attribute (which the watched functions then show).
+_getsignal, _setsignal = signal.getsignal, signal.signal
+_sigmask = getattr(signal, "pthread_sigmask", None)
+
+
 def _signal_handlers() -> dict[str, Any]:
-    return {name: signal.getsignal(getattr(signal, name)) for name in _WATCHED_SIGNALS}
+    return {name: _getsignal(getattr(signal, name)) for name in _WATCHED_SIGNALS}
+
+
+def _signal_state() -> tuple[Any, ...]:
+    """The signal module's functions (by identity) and this thread's blocked signals: a backend that blocks SIGTERM
+    or SIGINT keeps a CI timeout or a Ctrl-C from ending the run with its report."""
+    blocked = tuple(sorted(int(s) for s in _sigmask(signal.SIG_BLOCK, ()))) if _sigmask is not None else ()
+    return (signal.getsignal, signal.signal, getattr(signal, "pthread_sigmask", None), blocked)
+
+
+# Environment variables the harness reads after backends have run: where CI output goes, and its own switches.
+_WATCHED_ENV = ("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE")
+
+
+def _environment() -> dict[str, str | None]:
+    names = set(_WATCHED_ENV) | {k for k in os.environ if k.startswith("RMSNORM_")}
+    return {k: os.environ.get(k) for k in sorted(names)}
+
+
+def _backend_flags() -> tuple[Any, ...]:
+    """Flags of torch.backends that change how torch computes on the CPU and the GPU alike (readable without a
+    GPU): oneDNN, anomaly mode, cuDNN's choices, reduced-precision reductions in half-precision matmuls."""
+    matmul = torch.backends.cuda.matmul
+    return (torch.backends.mkldnn.enabled, torch.is_anomaly_enabled(), torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark, getattr(matmul, "allow_bf16_reduced_precision_reduction", None),
+            getattr(matmul, "allow_fp16_reduced_precision_reduction", None))
+
+
+def _set_backend_flags(flags: tuple[Any, ...]) -> None:
+    mkldnn, anomaly, deterministic, benchmark, bf16, fp16 = flags
+    torch.backends.mkldnn.enabled = mkldnn
+    torch.set_anomaly_enabled(anomaly)
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = benchmark
+    matmul = torch.backends.cuda.matmul
+    if bf16 is not None:
+        matmul.allow_bf16_reduced_precision_reduction = bf16
+    if fp16 is not None:
+        matmul.allow_fp16_reduced_precision_reduction = fp16
 
 
 def _replaced(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -100,6 +153,9 @@ def global_state() -> dict[str, Any]:
         "autocast": tuple(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES),
         "torch functions": torch_functions(),
         "signal handlers": _signal_handlers(),
+        "signal functions and mask": _signal_state(),
+        "environment": _environment(),
+        "torch.backends flags": _backend_flags(),
         # A mode left on a stack sees (and may change) every later torch call, the reference's among them.
         "torch function modes": torch._C._len_torch_function_stack(),
         "dispatch modes": torch._C._len_torch_dispatch_stack(),
@@ -139,7 +195,10 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 def restore(state: dict[str, Any]) -> None:
-    """Put back what a backend changed (inference mode cannot be left from outside; it is only reported)."""
+    """Put back what a backend changed (inference mode cannot be left from outside; it is only reported). The
+    replaced functions first: the setters below are among them."""
+    _put_back_functions(state["torch functions"])
+    _restore_process(state)
     torch.set_default_dtype(state["default dtype"])
     torch.set_grad_enabled(state["grad mode"])
     enabled, warn_only = state["deterministic algorithms"]
@@ -147,11 +206,7 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_float32_matmul_precision(state["float32 matmul precision"])
     torch.set_rng_state(state["cpu RNG state"])
     torch.set_num_threads(state["threads"])
-    _put_back_functions(state["torch functions"])
-    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
-        for name in _replaced(state["signal handlers"], _signal_handlers()):
-            if state["signal handlers"][name] is not None:  # None: a handler not set from Python, left as it is
-                signal.signal(getattr(signal, name), state["signal handlers"][name])
+    _set_backend_flags(state["torch.backends flags"])
     while torch._C._len_torch_function_stack() > state["torch function modes"]:
         torch._C._pop_torch_function_stack()
     while torch._C._len_torch_dispatch_stack() > state["dispatch modes"]:
@@ -165,6 +220,24 @@ def restore(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda RNG state"])
         torch.backends.cuda.matmul.allow_tf32 = state["cuda tf32 matmul"]
         torch.backends.cudnn.allow_tf32 = state["cudnn tf32"]
+
+
+def _restore_process(state: dict[str, Any]) -> None:
+    """The process's side of ``state``: the signal functions, handlers and mask, and the watched environment."""
+    getsignal, setsignal, sigmask, blocked = state["signal functions and mask"]
+    signal.getsignal, signal.signal = getsignal, setsignal
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
+        for name in _replaced(state["signal handlers"], _signal_handlers()):
+            if state["signal handlers"][name] is not None:  # None: a handler not set from Python, left as it is
+                _setsignal(getattr(signal, name), state["signal handlers"][name])
+    if sigmask is not None and _sigmask is not None:
+        signal.pthread_sigmask = sigmask
+        _sigmask(signal.SIG_SETMASK, blocked)
+    for name, value in state["environment"].items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def put_back(before: dict[str, Any]) -> list[str]:

@@ -101,11 +101,19 @@ def load_backend(spec: str) -> Backend:
             f"unknown backend {spec!r}; known: {', '.join(known_backend_names())}, "
             f"or give 'module.path:attr'"
         )
+    from rmsnorm_conformance.harness.running import isolation
     from rmsnorm_conformance.harness.running.adapters import adapt
     from rmsnorm_conformance.harness.running.backend import Backend
 
     # Any shape a kernel ships in: a backend object or class, a function, an nn.Module class, an op, a partial.
-    backend = Backend(adapt(import_object(path), spec=spec), spec=spec)
+    # Watched as every call is: what its import and construction changed of torch's global state (a torch.sqrt
+    # replaced at import would make the reference agree with it) is put back, and named by semantics.global_state.
+    before = isolation.global_state()
+    try:
+        backend = Backend(adapt(import_object(path), spec=spec), spec=spec)
+    finally:
+        changes = isolation.put_back(before)
+    backend.import_changes = changes
     if spec in BUILTIN_BACKENDS or spec in entry_point_paths():
         backend.name = spec
     return backend
