@@ -92,9 +92,10 @@ def _signal_state() -> tuple[Any, ...]:
 _WATCHED_ENV = ("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE")
 
 
-def _environment() -> dict[str, str | None]:
+def _environment() -> tuple[tuple[str, str | None], ...]:
+    """The watched variables as (name, value) pairs, compared by value (os.environ makes a new str each read)."""
     names = set(_WATCHED_ENV) | {k for k in os.environ if k.startswith("RMSNORM_")}
-    return {k: os.environ.get(k) for k in sorted(names)}
+    return tuple((k, os.environ.get(k)) for k in sorted(names))
 
 
 def _backend_flags() -> tuple[Any, ...]:
@@ -233,7 +234,11 @@ def _restore_process(state: dict[str, Any]) -> None:
     if sigmask is not None and _sigmask is not None:
         signal.pthread_sigmask = sigmask
         _sigmask(signal.SIG_SETMASK, blocked)
-    for name, value in state["environment"].items():
+    before = dict(state["environment"])
+    for name, _ in _environment():
+        if name not in before:  # a variable of the harness's that came since
+            os.environ.pop(name, None)
+    for name, value in before.items():
         if value is None:
             os.environ.pop(name, None)
         else:
