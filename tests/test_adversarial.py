@@ -652,3 +652,21 @@ def test_non_finite_statistics_are_encoded_explicitly(tmp_path):
     assert again.max_abs == float("inf") and again.max_rel != again.max_rel
     assert summary["dim_margins"] == {"8": "inf"} and again.dim_margins == {"8": float("inf")}
     assert "inf" in json.dumps(data["pick"])  # the pick section's worst margin, as a string
+
+
+def test_the_watched_state_reads_unchanged_when_nothing_changed_it(monkeypatch):
+    """Read twice with nothing between, the state is the same (os.environ gives a new str each read: compared by
+    identity, CI=true read as changed at every call); a variable the harness reads, set meanwhile, is named and put
+    back, and one of its own that came since is removed."""
+    from rmsnorm_conformance.harness.running import isolation
+
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("RMSNORM_TEST_VARIABLE", "1")
+    before = isolation.global_state()
+    assert isolation.put_back(before) == []
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", "/dev/null")
+    monkeypatch.setenv("RMSNORM_TEST_OTHER", "2")
+    changes = isolation.put_back(before)
+    assert len(changes) == 1 and changes[0].startswith("environment") and "GITHUB_STEP_SUMMARY" in changes[0]
+    assert "GITHUB_STEP_SUMMARY" not in os.environ and "RMSNORM_TEST_OTHER" not in os.environ
+    assert os.environ["RMSNORM_TEST_VARIABLE"] == "1" and isolation.put_back(before) == []
