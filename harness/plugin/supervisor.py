@@ -47,9 +47,23 @@ INCOMPLETE_STATUS = int(pytest.ExitCode.INTERRUPTED)
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
+# In a supervised run: where it writes its exit status. Taken out of the environment at once, so that the runs
+# this run starts in turn (a test suite's own pytest subprocesses) are supervised runs of their own.
+_status_path: str | None = None
+
+
+def claimed() -> bool:
+    """Is this process a supervised run? (Then its status file is taken from the environment and kept here.)"""
+    global _status_path
+    path = os.environ.pop(STATUS_ENV, None)
+    if path is not None:
+        _status_path = path
+    return _status_path is not None
+
+
 def wanted(config: pytest.Config) -> bool:
     """Is this a conformance run started from the command line, not supervised yet?"""
-    if os.environ.get(STATUS_ENV) is not None or os.environ.get(OPT_OUT_ENV) or hasattr(config, "workerinput"):
+    if claimed() or os.environ.get(OPT_OUT_ENV) or hasattr(config, "workerinput"):
         return False
     if not hasattr(signal, "pthread_sigmask") or not hasattr(signal, "sigtimedwait"):
         return False  # the signals cannot be passed on as described above
@@ -143,7 +157,7 @@ def _say(message: str) -> None:
 
 def write_status(session: pytest.Session) -> None:
     """In a supervised run, the exit status its verdict asks for, once its report is written."""
-    path = os.environ.get(STATUS_ENV)
+    path = _status_path
     if not path or hasattr(session.config, "workerinput"):
         return
     with contextlib.suppress(OSError):  # unwritten, the supervisor reads an ending before the verdict: no false pass

@@ -532,6 +532,8 @@ MIN_COLUMN = 10
 # are never split: a split one can be neither read whole nor searched for.
 FREE_TEXT = frozenset({"smallest case's detail", "minimal failing configuration",
                        "last failure", "reason"})
+# Free text splits its words only down to this width: a table that still does not fit runs wider instead.
+FREE_TEXT_MIN = 28
 # The terminal's "Did not run" names the tests a reason applies to up to this many characters, else the first and a
 # count.
 WHAT_CHARS = 40
@@ -554,7 +556,7 @@ def fitted_table(rows: list[list[Any]], headers: list[str], width: int) -> str:
                 break
             longest = max((len(w) for r in rows for w in str(r[i]).split()), default=0)
             if split_free_text and headers[i] in FREE_TEXT:
-                longest = 0
+                longest = min(longest, FREE_TEXT_MIN)  # narrower, a detail reads a few letters a line
             header_word = max(len(w) for w in str(headers[i]).split() or [""])
             least = (2 * MIN_COLUMN if i == 0 else MIN_COLUMN) if headers[i] in FREE_TEXT or i == 0 else 0
             floor = max(least, header_word + 2, longest)
