@@ -56,10 +56,10 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                 cases: list[Any] = [subject.replay_case]
             else:
                 sweep = request.config.getoption("--sweep")
+                offered = tuple(entries(subject.backend))
                 budget, source = _budget(subject, request.config.getoption("--max-elements"), budget_share, room,
-                                         sweep)
-                cases = _planned_cases(subject, plan(subject.dtype, subject.device, budget, source,
-                                                     tuple(entries(subject.backend))), sweep)
+                                         sweep, offered)
+                cases = _planned_cases(subject, plan(subject.dtype, subject.device, budget, source, offered), sweep)
             memo: dict[Any, Any] = {"plan": cases}
             if subject.replay_case is None:
                 # The same plan for other entry points (a budget share each), for checks that make several
@@ -82,7 +82,7 @@ def _plan_for(subject: Any, config: pytest.Config, plan: PlanMaker, room: Callab
     """The cases ``plan`` makes for ``entries`` under ``budget_share``, as a test of those entry points makes them
     for this subject; none where the sweep's scope leaves them all out."""
     sweep = config.getoption("--sweep")
-    budget, source = _budget(subject, config.getoption("--max-elements"), budget_share, room, sweep)
+    budget, source = _budget(subject, config.getoption("--max-elements"), budget_share, room, sweep, entries)
     made = plan(subject.dtype, subject.device, budget, source, tuple(entries))
     scope = _scope(sweep)
     return [subject.with_weight_dtype(c) for c in made.cases if scope is None or scope.covers(c)]
@@ -94,9 +94,11 @@ def _scope(sweep: str | None) -> Any:
 
 
 def _budget(subject: Any, option: int | None, budget_share: int,
-            room: Callable[..., tuple[int, str]] | None, sweep: str | None = None) -> tuple[int, str]:
+            room: Callable[..., tuple[int, str]] | None, sweep: str | None = None,
+            entries: Sequence[str] = ()) -> tuple[int, str]:
     """The elements a plan may use on the subject's device, and where that number comes from: ``room``'s, else
-    the threshold checks' budget, capped by the sweep's scope, divided by ``budget_share``."""
+    the threshold checks' budget, capped by the sweep's scope, divided by ``budget_share`` (the entry points
+    ``entries`` share it)."""
     interpreted = bool(getattr(subject.backend.impl, "interpreted", False))
     if room is None:
         budget = threshold_elements(subject.device, interpreted=interpreted, option=option)
@@ -108,7 +110,8 @@ def _budget(subject: Any, option: int | None, budget_share: int,
         budget, source = scope.threshold_elements, f"--sweep={sweep}"
     budget //= budget_share
     if budget_share > 1:
-        source += f", 1/{budget_share} of it for this entry point"
+        named = f" ({', '.join(entries)})" if entries else ""
+        source += f", 1/{budget_share} of it for each of the entry points that share it{named}"
     return budget, source
 
 
