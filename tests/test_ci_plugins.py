@@ -108,3 +108,16 @@ def test_a_selection_passes_only_as_partial_with_the_selection_as_data(gate, pyt
     adds = "\n".join(selection["full_gate_adds"])
     assert "rules: only axis_b.output" in adds and "bfloat16" in adds and "-k 'not w_'" in adds
     assert (pytester.path / "r.json").exists()
+
+
+def test_arguments_beside_the_whole_suites_narrow_nothing(pytester):
+    """`pytest suites tests` (the suites whole, the project's own tests beside them) left nothing of the suites out,
+    and its report said "tests left out by tests"; a part of the suites, or a run without them whole, narrows."""
+    from rmsnorm_conformance.harness.plugin.selection import narrowed_tests
+
+    suites = ROOT / "suites"
+    assert narrowed_tests(pytester.parseconfig(str(suites), str(pytester.path))) == []
+    one = str(suites / "test_axis_a.py")
+    assert narrowed_tests(pytester.parseconfig(one)) == [one]
+    assert narrowed_tests(pytester.parseconfig(str(suites), f"{one}::test_batch_size")) == [f"{one}::test_batch_size"]
+    assert narrowed_tests(pytester.parseconfig(str(pytester.path))) == [str(pytester.path)]

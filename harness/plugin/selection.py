@@ -66,8 +66,23 @@ def narrowed_tests(config: pytest.Config) -> list[str]:
             found.append(flag)
     if config.getoption("deselect", None):
         found.append("--deselect")
-    found += [arg for arg in config.args if not _whole_suites(arg, config)]
+    # An argument beside the whole suites (the project's own tests, `pytest suites tests`) leaves nothing out of
+    # them; without the whole suites, every argument narrows the run.
+    whole = any(_whole_suites(arg, config) for arg in config.args)
+    found += [arg for arg in config.args if not _whole_suites(arg, config) and (not whole or _in_suites(arg, config))]
     return found
+
+
+def _in_suites(arg: str, config: pytest.Config) -> bool:
+    """Does ``arg`` name a part of the shipped suites (a module, a test)?"""
+    target = arg.split("::", 1)[0]
+    if target.startswith("rmsnorm_conformance.suites"):
+        return True
+    from rmsnorm_conformance import suites
+
+    suites_dir = Path(suites.__file__).resolve().parent
+    path = Path(config.invocation_params.dir, target).resolve()
+    return path == suites_dir or suites_dir in path.parents
 
 
 def _whole_suites(arg: str, config: pytest.Config) -> bool:
