@@ -79,7 +79,7 @@ def test_an_exit_hook_cannot_turn_a_fail_into_status_0(run, workers):
     assert "exited with status 0 after its verdict asked for 1" in err
 
 
-def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_path):
+def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_path, capsys):
     report = tmp_path / "r.json"
     assert settle(0, 0, [], 0.0) == 0  # a pass, ended as it said
     assert settle(0, 1, [], 0.0) == 1  # an exit hook's 0 after a FAIL
@@ -88,6 +88,11 @@ def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_p
     assert settle(0, None, [str(report)], 0.0) == INCOMPLETE_STATUS  # ended before its verdict
     assert json.loads(report.read_text())["verdict"] == "INCOMPLETE"
     assert settle(-signal.SIGKILL, None, [], 0.0) == INCOMPLETE_STATUS
+    capsys.readouterr()
+    fresh = tmp_path / "usage.json"
+    fresh.write_text(json.dumps({**STALE, "verdict": "NOT RUN"}))
+    assert settle(4, None, [str(fresh)], 0.0) == 4  # a usage error's own NOT RUN report, written since, stays
+    assert json.loads(fresh.read_text())["verdict"] == "NOT RUN" and capsys.readouterr().err == ""
 
 
 def test_a_supervisor_killed_takes_its_run_down_with_an_incomplete_report(tmp_path):

@@ -134,7 +134,8 @@ def settle(returncode: int, status: int | None, reports: list[str], started: flo
         return status
     why = (f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}")
     ended = returncode if returncode > 0 else INCOMPLETE_STATUS
-    _say(f"the run's process {why} before its verdict: INCOMPLETE (exit status {ended})")
+    if ended != returncode:  # a non-zero status of its own (a usage error, pytest's internal error) speaks for itself
+        _say(f"the run's process {why} before its verdict: INCOMPLETE (exit status {ended})")
     _replace_stale_reports(reports, started, f"the run's process {why} before its verdict (a backend ended the "
                                              "process, at import or during a call): see the run's output")
     return ended
