@@ -122,3 +122,18 @@ def test_a_supervisor_killed_takes_its_run_down_with_an_incomplete_report(tmp_pa
             break
         time.sleep(0.2)
     assert data["verdict"] == "INCOMPLETE" and "SIGTERM" in data["incomplete"], data.get("incomplete")
+
+
+def test_a_pytest_run_inside_the_run_does_not_answer_for_it(pytester, monkeypatch):
+    """A test that runs pytest in its own process (as a test suite's pytester does) and then ends the process: the
+    inner run's end must not read as the outer run's verdict, or the supervisor would exit 0."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(test_inner=(
+        "import os\n\nimport pytest\n\n\n"
+        "def test_inner(tmp_path):\n"
+        "    (tmp_path / 'test_x.py').write_text('def test_x():\\n    pass\\n')\n"
+        "    assert pytest.main(['-q', '-p', 'no:cacheprovider', str(tmp_path / 'test_x.py')]) == 0\n"
+        "    os._exit(0)\n"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--backend=native", "--device=cpu",
+                                           "--sweep=smoke", "test_inner.py")
+    assert result.ret == INCOMPLETE_STATUS, result.stderr.str()

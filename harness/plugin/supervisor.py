@@ -49,21 +49,25 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 # In a supervised run: where it writes its exit status. Taken out of the environment at once, so that the runs
 # this run starts in turn (a test suite's own pytest subprocesses) are supervised runs of their own.
+# The run it belongs to is the one whose config took it: a pytest run started in process inside it (pytester's)
+# must not write its own status there.
 _status_path: str | None = None
+_owner: pytest.Config | None = None
 
 
-def claimed() -> bool:
-    """Is this process a supervised run? (Then its status file is taken from the environment and kept here.)"""
-    global _status_path
+def claimed(config: pytest.Config) -> bool:
+    """Is this process a supervised run? (Then its status file is taken from the environment and kept here, for
+    ``config``'s run.)"""
+    global _status_path, _owner
     path = os.environ.pop(STATUS_ENV, None)
     if path is not None:
-        _status_path = path
+        _status_path, _owner = path, config
     return _status_path is not None
 
 
 def wanted(config: pytest.Config) -> bool:
     """Is this a conformance run started from the command line, not supervised yet?"""
-    if claimed() or os.environ.get(OPT_OUT_ENV) or hasattr(config, "workerinput"):
+    if claimed(config) or os.environ.get(OPT_OUT_ENV) or hasattr(config, "workerinput"):
         return False
     if not hasattr(signal, "pthread_sigmask") or not hasattr(signal, "sigtimedwait"):
         return False  # the signals cannot be passed on as described above
@@ -159,7 +163,7 @@ def _say(message: str) -> None:
 def write_status(session: pytest.Session) -> None:
     """In a supervised run, the exit status its verdict asks for, once its report is written."""
     path = _status_path
-    if not path or hasattr(session.config, "workerinput"):
+    if not path or session.config is not _owner:
         return
     with contextlib.suppress(OSError):  # unwritten, the supervisor reads an ending before the verdict: no false pass
         Path(path).write_text(json.dumps({"exit": int(session.exitstatus)}))
