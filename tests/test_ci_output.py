@@ -230,3 +230,14 @@ def test_the_verbose_tolerance_table_says_why_a_large_ulp_count_can_pass():
     verbose = "\n".join(render_terminal(c, verbose=True, width=120))
     assert "30266" in verbose and "they can be large while the margin passes" in " ".join(verbose.split())
     assert "they can be large" not in "\n".join(render_terminal(c, verbose=False, width=120))
+
+
+def test_a_narrowed_header_takes_two_lines_at_most():
+    """'failed rules / reason' narrowed to its longest word read down four lines at 80 columns."""
+    from rmsnorm_conformance.harness.reporting.render import fitted_table
+
+    headers = ["backend", "device", "checks", "failed", "verdict", "failed rules / reason", "interface warnings"]
+    for width in (60, 80, 100):
+        lines = fitted_table([["native", "cpu", "27503", "0", "PASS", "–", "–"]], headers, width).splitlines()
+        rule = next(i for i, ln in enumerate(lines) if ln.startswith("---"))
+        assert rule <= 2, (width, lines[:rule])

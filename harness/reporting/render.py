@@ -557,9 +557,11 @@ def fitted_table(rows: list[list[Any]], headers: list[str], width: int) -> str:
             longest = max((len(w) for r in rows for w in str(r[i]).split()), default=0)
             if split_free_text and headers[i] in FREE_TEXT:
                 longest = min(longest, FREE_TEXT_MIN)  # narrower, a detail reads a few letters a line
-            header_word = max(len(w) for w in str(headers[i]).split() or [""])
+            # A header wraps onto two lines at most: "failed rules / reason" in four was hard to read.
+            header = str(headers[i])
+            header_least = max(max(len(w) for w in header.split() or [""]), -(-len(header) // 2) + 1)
             least = (2 * MIN_COLUMN if i == 0 else MIN_COLUMN) if headers[i] in FREE_TEXT or i == 0 else 0
-            floor = max(least, header_word + 2, longest)
+            floor = max(least, header_least + 2, longest)
             widths[i] = max(min(floor, widths[i]), widths[i] - excess)
     # Wrapped here rather than by tabulate's maxcolwidths, which splits at hyphens ("--max-" / "elements").
     wrapped = [[_wrap(cell, w, split_words=h in FREE_TEXT) if w < n else cell
