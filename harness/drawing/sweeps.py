@@ -77,8 +77,8 @@ class Sweep(NamedTuple):
 # Held bitwise, so checked in float32, where a changed reduction order changes the bits of about half the rows
 # (rounded to bfloat16 most such changes vanish: a first smoke in bfloat16 alone missed 14 of the zoo's 22 of them),
 # and in bfloat16, the dtype models run in, whose code path a kernel may have of its own: a kernel that reduces in
-# bfloat16 passed a float32-only smoke and failed three threshold tests in bfloat16 (native's smoke, 109 -> 182
-# tests, 9.1 -> 14.7 s of CPU).
+# bfloat16 passed a float32-only smoke and failed three threshold tests in bfloat16 (native's smoke: 109 -> 182
+# tests, 8.0-8.4 -> 9.2-9.8 s on an idle 2-core machine, reports/cpu/smoke.md).
 SMOKE_BITWISE_RULES = ("axis_a.*", "gradients.dx_batch_invariance", "gradients.dw_determinism")
 # Qwen3-8B's QK-norm heads: 8 key/value heads and 32 query heads of head_dim 128.
 SMOKE_QK_HEADS = (8, 32)

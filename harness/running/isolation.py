@@ -11,11 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-
-try:
-    import posix
-except ImportError:  # not a POSIX system
-    posix = None  # type: ignore[assignment]
 import signal
 import threading
 import time
@@ -23,6 +18,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+try:
+    import posix  # os._exit's other name
+except ImportError:  # not a POSIX system
+    posix = None  # type: ignore[assignment]
 
 # The real exit, kept before any backend call can see os._exit replaced (see no_exit): the watchdog needs it.
 _REAL_EXIT = os._exit
