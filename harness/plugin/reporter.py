@@ -6,6 +6,7 @@ leaves a report that says how far it got), and prints the terminal summary.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -24,6 +25,13 @@ from rmsnorm_conformance.harness.reporting.render import render_terminal, replac
 
 # Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
 CONTROLLER_WRITE_INTERVAL = 2.0
+# Seconds a run has, once SIGTERM came, to end on its own before it is ended here with its report written. Python
+# runs a signal's handler in the main thread, between bytecodes: where the signal lands on another thread (torch's
+# own) while the main thread waits in a kernel's call, the handler runs only when that call returns (a sleeping
+# kernel: 3 runs in 5 waited, tests/test_supervisor.py), and a CI job that sent SIGTERM kills the run soon after.
+SIGTERM_GRACE = 10.0
+# The process's exit as it was when the plugin loaded: a backend's call replaces os._exit (running/isolation.py).
+_exit = os._exit
 
 
 def write_usage_error(paths: list[str], message: str) -> None:
@@ -64,6 +72,7 @@ class Reporter:
         self.running: list[str] = []
         self.interrupted_by = ""
         self._previous_sigterm: Any = None
+        self._term_timer: threading.Timer | None = None  # ends the run if SIGTERM did not (_end_after_sigterm)
         self._previous_sigint: Any = None
         self._sigint = False  # a SIGINT came (_interrupt)
         self._raised_again = False  # its KeyboardInterrupt raised again at a test's start
@@ -93,9 +102,24 @@ class Reporter:
                 self._previous_sigint = signal.signal(signal.SIGINT, self._interrupt)
 
     def _terminate(self, signum: int, frame: Any) -> None:
-        """SIGTERM (a CI timeout, `timeout`): stop as Ctrl-C does, so the report is written and the exit is not 0."""
+        """SIGTERM (a CI timeout, `timeout`): stop as Ctrl-C does, so the report is written and the exit is not 0;
+        and if the run has not ended ``SIGTERM_GRACE`` seconds later, end it then (``_end_after_sigterm``)."""
         self.interrupted_by = "terminated by SIGTERM"
+        if self._term_timer is None:
+            self._term_timer = threading.Timer(SIGTERM_GRACE, self._end_after_sigterm)
+            self._term_timer.daemon = True
+            self._term_timer.start()
         raise KeyboardInterrupt("SIGTERM")
+
+    def _end_after_sigterm(self) -> None:
+        """The run did not end after SIGTERM (its interrupt lost, or a kernel that does not return): the report is
+        written INCOMPLETE with the tests under way, and the process exits with status 2."""
+        with contextlib.suppress(Exception):
+            self.collector.incomplete = (f"terminated by SIGTERM; the run had not ended {SIGTERM_GRACE:g} s later "
+                                         "and was ended then")
+            self.collector.unfinished = list(self.running)
+            self._write_reports()
+        _exit(int(pytest.ExitCode.INTERRUPTED))
 
     def _interrupt(self, signum: int, frame: Any) -> Any:
         """SIGINT (Ctrl-C): noted, then handled as before (KeyboardInterrupt). Noted, because Python loses an
@@ -185,6 +209,8 @@ class Reporter:
                 self.written.append(str(write_report(c, path, bench=self.options.bench, plots=True)))
             except OSError as exc:  # one unwritable report must not lose the others
                 self.written.append(f"{path} could NOT be written: {exc.strerror or exc}")
+        if self._term_timer is not None:  # ended after SIGTERM with its report written: nothing left to force
+            self._term_timer.cancel()
 
     def _why_incomplete(self, session: pytest.Session) -> str:
         """Why the run did not finish, "" where it did: a signal, the run's deadline (--deadline) with tests
