@@ -26,9 +26,9 @@ from rmsnorm_conformance.harness.reporting.render import render_terminal, replac
 # Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
 CONTROLLER_WRITE_INTERVAL = 2.0
 # Seconds a run has, once SIGTERM came, to end on its own before it is ended here with its report written. Python
-# runs a signal's handler in the main thread, between bytecodes: where the signal lands on another thread (torch's
-# own) while the main thread waits in a kernel's call, the handler runs only when that call returns (a sleeping
-# kernel: 3 runs in 5 waited, tests/test_supervisor.py), and a CI job that sent SIGTERM kills the run soon after.
+# runs a signal's handler in the main thread, between bytecodes; a signal can land on another thread while the main
+# thread waits in a kernel's call, and the handler then waits for the call (a sleeping kernel: 3 runs in 5 did not
+# end on their own, tests/test_supervisor.py). A CI job that sent SIGTERM kills the run soon after.
 SIGTERM_GRACE = 10.0
 # The process's exit as it was when the plugin loaded: a backend's call replaces os._exit (running/isolation.py).
 _exit = os._exit
