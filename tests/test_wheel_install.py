@@ -181,6 +181,8 @@ def _place_torch(venv: Venv, base: Path) -> bool:
     def link(src: str, dst: str) -> None:
         try:
             os.link(src, dst)
+        except FileNotFoundError:
+            pass  # gone since the folder was listed: a bytecode file another process was writing (name.pyc.<id>)
         except OSError:
             shutil.copy2(src, dst)
 
@@ -195,7 +197,10 @@ def _place_torch(venv: Venv, base: Path) -> bool:
     for root, top in sorted(tops):
         src = root / top
         if src.is_dir():
-            shutil.copytree(src, site / top, copy_function=link, dirs_exist_ok=True)
+            # Bytecode being written beside the copy (another worker importing torch) is left out: its temporary
+            # files vanish between the listing and the link.
+            shutil.copytree(src, site / top, copy_function=link, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("*.pyc.*"))
         elif src.is_file():
             link(str(src), str(site / top))
     return True
