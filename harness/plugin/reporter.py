@@ -6,7 +6,6 @@ leaves a report that says how far it got), and prints the terminal summary.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -22,6 +21,7 @@ from rmsnorm_conformance.harness.plugin.selection import selection
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.reporting.render import render_terminal, replace_reports, write_report
+from rmsnorm_conformance.harness.running import isolation
 
 # Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
 CONTROLLER_WRITE_INTERVAL = 2.0
@@ -30,8 +30,6 @@ CONTROLLER_WRITE_INTERVAL = 2.0
 # thread waits in a kernel's call, and the handler then waits for the call (a sleeping kernel: 3 runs in 5 did not
 # end on their own, tests/test_supervisor.py). A CI job that sent SIGTERM kills the run soon after.
 SIGTERM_GRACE = 10.0
-# The process's exit as it was when the plugin loaded: a backend's call replaces os._exit (running/isolation.py).
-_exit = os._exit
 
 
 def write_usage_error(paths: list[str], message: str) -> None:
@@ -119,7 +117,7 @@ class Reporter:
                                          "and was ended then")
             self.collector.unfinished = list(self.running)
             self._write_reports()
-        _exit(int(pytest.ExitCode.INTERRUPTED))
+        isolation._REAL_EXIT(int(pytest.ExitCode.INTERRUPTED))  # os._exit may be a backend call's refusal
 
     def _interrupt(self, signum: int, frame: Any) -> Any:
         """SIGINT (Ctrl-C): noted, then handled as before (KeyboardInterrupt). Noted, because Python loses an

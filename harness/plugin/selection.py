@@ -78,10 +78,7 @@ def _in_suites(arg: str, config: pytest.Config) -> bool:
     target = arg.split("::", 1)[0]
     if target.startswith("rmsnorm_conformance.suites"):
         return True
-    from rmsnorm_conformance import suites
-
-    suites_dir = Path(suites.__file__).resolve().parent
-    path = Path(config.invocation_params.dir, target).resolve()
+    suites_dir, path = _suites_and(target, config)
     return path == suites_dir or suites_dir in path.parents
 
 
@@ -90,8 +87,12 @@ def _whole_suites(arg: str, config: pytest.Config) -> bool:
         return False
     if arg in ("rmsnorm_conformance", "rmsnorm_conformance.suites"):
         return True
+    suites_dir, path = _suites_and(arg, config)
+    return path == suites_dir or path in suites_dir.parents
+
+
+def _suites_and(target: str, config: pytest.Config) -> tuple[Path, Path]:
+    """The shipped suites' folder, and ``target`` as a path from where the run started."""
     from rmsnorm_conformance import suites
 
-    suites_dir = Path(suites.__file__).resolve().parent
-    path = Path(config.invocation_params.dir, arg).resolve()
-    return path == suites_dir or path in suites_dir.parents
+    return Path(suites.__file__).resolve().parent, Path(config.invocation_params.dir, target).resolve()
