@@ -105,6 +105,7 @@ class _Tuning(NamedTuple):
     staged_rows: int = 2  # backward: the pipeline only where a tile holds at least this many rows (else prefetch)
     unroll: int = 1  # backward, pipelined: tiles an iteration, a power of two (GPU only)
     row_unroll: int = 0  # backward, pipelined: tiles an iteration where a tile is one row (0: unroll)
+    row_stages: int = 0  # backward, pipelined: stages at most where a tile is loop_block columns of one row (0: stages)
     unroll_aligned_only: bool = False  # backward: one tile an iteration where accesses are one element (vec 1)
     row_select: bool = False  # backward (GPU): a padding row's dw products zeroed through its inv (see _bwd_leaf)
     split_rows: bool = False  # backward (GPU, strided): a tile's rows as a loop-invariant part plus one scalar
@@ -159,10 +160,22 @@ _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # (benchmarks/triton_sass.py), the main loop went from 654 to 594 SASS instructions a tile at 4096 (254 -> 250
 # registers) and from 300 to 254 at 128 (96 registers either way: five blocks a multiprocessor kept). The rows of a
 # strided tile as a loop-invariant part plus one scalar (split_rows) take 254 -> 225 at 128 but 119 registers, a
-# block fewer: not the default until a GPU says which is faster (reports/h200/kernels/run62).
+# block fewer: kernels run 62 read it slower on the H200 (0.818 against 0.850 at 2097152 x 128), so not the default.
+#
+# Where a tile is one row, more of them are in flight: the block holds 8 warps alone on its multiprocessor (250
+# registers a thread), and each stage more hides more of the loads' latency. Kernels run 62 (benchmarks/
+# triton_tuning.py --backward-variants, bf16, fraction of a copy): at 65536 x 4096 3 / 4 / 5 / 6 stages 0.690 /
+# 0.698 / 0.707 / 0.718 (166 KB of shared memory at 6, 253 registers, no spill); at 2097152 x 128 (eight rows a
+# tile, five blocks a multiprocessor at 3 stages) more stages cost blocks: 0.850 / 0.734 / 0.634 / 0.517. So up to
+# six stages where a tile is 4096 columns of one row (dims from 2049 on: a block alone on its multiprocessor), as
+# many as fit beside its two tiles an iteration (fp32: four; Triton 3.6 off the GPU: 197,632 bytes of shared memory,
+# 255 registers, no spill), three elsewhere: narrower one-row tiles hold several blocks a multiprocessor, which
+# more stages' shared memory would cost (at 1024, 82 KB a block at six against 33 KB), and one-element accesses keep
+# their short compile (no engine's dim; most of a conformance run's draws). The stages change no operation or order.
 _GPU_BWD = _Tuning(tile=1024, max_rows=64, max_block=4096, loop_block=4096, warp_elems=512,
                    max_warps=16, subtree_elems=1 << 13, strided=True, joint=True, flat=True,
-                   stages=3, staged_rows=1, unroll=4, row_unroll=2, unroll_aligned_only=True, row_select=True)
+                   stages=3, staged_rows=1, unroll=4, row_unroll=2, row_stages=6, unroll_aligned_only=True,
+                   row_select=True)
 # The interpreter pays a fixed Python cost per operation and per program, and numpy's cost per element of the
 # whole tile, masked or not: a forward tile of 2^15 elements (8 rows of 4096, 256 of 128) made a one-row call
 # 7 ms instead of 28 with 2^18 and a 2^18-element call 45 ms instead of 29; the suites' calls are mostly small
@@ -199,8 +212,12 @@ def launch_config(dim: int, dtype: torch.dtype, *, backward: bool = False, fused
     stages = tuning.stages if gpu_backward and rows >= tuning.staged_rows else 0
     unroll = (tuning.row_unroll or tuning.unroll) if rows == 1 else tuning.unroll
     unroll = unroll if stages and subtree >= unroll * rows and (vec > 1 or not tuning.unroll_aligned_only) else 1
-    while unroll > 1 and (stages - 1) * unroll * rows * block * 2 * _ALIGN_BYTES // per_access > _STAGED_BYTES:
+    tile_bytes = rows * block * 2 * _ALIGN_BYTES // per_access  # a tile's x and dy
+    while unroll > 1 and (stages - 1) * unroll * tile_bytes > _STAGED_BYTES:
         unroll //= 2
+    if stages and rows == 1 and block == tuning.loop_block and vec > 1 and tuning.row_stages:
+        # as many stages as fit beside the unroll, up to row_stages (four for fp32)
+        stages = max(stages, min(tuning.row_stages, 1 + _STAGED_BYTES // (unroll * tile_bytes)))
     tiles = width // block
     flat = gpu_backward and tuning.flat if backward else tuning.flat and tiles == 1
     return LaunchConfig(groups=block // GROUP, rows=rows, tiles=tiles, vec=vec, num_warps=num_warps,

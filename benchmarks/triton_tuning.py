@@ -109,29 +109,18 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 # Kept none: every cap spilled (8-26 bytes a thread at 128), 0.742 / 0.693 / 0.603 of a copy at 128 against 0.815,
 # 0.13-0.15 at 4096 against 0.681 (reports/h200/kernels/run55).
 # (Run 55 swept ("at most 80 registers", dict(maxnreg=80)), 72 and 64.)
-# Kernels run 62's: more stages of Triton's pipeline. At 4096 the backward holds one block of 8 warps a multiprocessor
-# (248 registers, 67.6 KB of shared memory at 3 stages), half of whose cycles issue nothing: more tiles in flight
-# fill the shared memory that one block leaves (compiled off the GPU by Triton 3.6, the GPU machine's,
-# benchmarks/triton_sass.py: 4, 5 and 6 stages take 100, 133 and 166 KB and 251-253 registers, no spill; at 128,
-# 128, 128 and 139 registers against 96, 8 bytes spilled at 4 stages: four blocks of 4 warps a multiprocessor at 4
-# and 5 stages, three at 6, against five).
+# Kernels run 62's: more stages of Triton's pipeline (4, 5 and 6 stages at both shapes: 0.698 / 0.707 / 0.718 of a
+# copy at 65536 x 4096 against 0.690, 0.734 / 0.634 / 0.517 at 2097152 x 128 against 0.850), 16 warps with 16 rows a
+# program at 4096 (0.507), a padding row's products zeroed one by one (0.697 / 0.838) and a strided tile's rows split
+# (0.693 / 0.818): six stages where a tile is 4096 columns of one row became the default (row_stages), the rest kept
+# none (reports/h200/kernels/run62). These are run 63's, around it: the one-row tile's stages without and with one
+# tile an iteration (row_unroll=1 halves the tiles in flight each stage holds: eight stages fit beside it).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("4 stages", dict(stages=4)),
-    ("5 stages", dict(stages=5)),
-    ("6 stages", dict(stages=6)),
-    # 16 warps a row at 4096 (run 23's, which spilled at 32 rows a program, 0.38-0.49) with 16 rows a program: 128
-    # registers and no spill off the GPU (Triton 3.6; 8 bytes spilled at 32 rows a program), two blocks' worth of
-    # warps a multiprocessor, for partial rows of dw twice
-    # as many (64 MB more traffic at 65536x4096, about 4 %). The 128 backward is unchanged by both fields.
-    ("16 warps, 16 rows a program at 4096", dict(warp_elems=256, subtree_rows=16)),
-    ("16 warps, 16 rows a program at 4096, 4 stages", dict(warp_elems=256, subtree_rows=16, stages=4)),
-    # The bookkeeping's forms (the triton backend's _GPU_BWD comment): a padding row's products zeroed one by one,
-    # the form before run 62 (624 / 262 SASS instructions a tile against 594 / 254, Triton 3.6 off the GPU); a strided
-    # tile's rows as a loop-invariant part plus one scalar (225 a tile at 128, but 119 registers: four blocks of
-    # 4 warps a multiprocessor, not five).
-    ("products zeroed one by one", dict(row_select=False)),
-    ("rows split", dict(split_rows=True)),
+    ("3 stages at 4096 (before run 62)", dict(row_stages=0)),
+    ("5 stages at 4096", dict(row_stages=5)),
+    ("6 stages at 4096, one tile an iteration", dict(row_stages=6, row_unroll=1)),
+    ("8 stages at 4096, one tile an iteration", dict(row_stages=8, row_unroll=1)),
 ]
 
 

@@ -160,6 +160,16 @@ def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
         assert tr.launch_config(128, dtype, backward=True, interpreted=False).unroll == 4
         for dim in (1024, 4096, 5120, 8192):
             assert tr.launch_config(dim, dtype, backward=True, interpreted=False).unroll == 2
+        # Up to six stages where a tile is 4096 columns of one row (kernels run 62: 0.690 -> 0.718 of a copy at
+        # 65536 x 4096), as many as fit a block's shared memory beside the two tiles an iteration (four for fp32);
+        # three where a tile holds several rows (more cost blocks there: 0.850 -> 0.517 at 6) or fewer columns.
+        for dim in (128, 1024, 2048):
+            assert tr.launch_config(dim, dtype, backward=True, interpreted=False).stages == 3
+        for dim in (4096, 5120, 8192):
+            cfg = tr.launch_config(dim, dtype, backward=True, interpreted=False)
+            tile_bytes = cfg.rows * cfg.groups * 8 * 2 * torch.empty((), dtype=dtype).element_size()
+            assert (cfg.stages - 1) * cfg.unroll * tile_bytes <= tr._STAGED_BYTES, (dim, cfg)
+            assert cfg.stages == (4 if dtype == torch.float32 else 6), (dim, cfg)
         # One-element accesses (dims no multiple of 16 bytes: conformance draws, no engine's shape), one tile an
         # iteration: a third of the compile time where a tile holds several rows, 0.55-0.65 of it where it is one.
         for dim in (7, 129, 1001, 4095):
@@ -172,7 +182,7 @@ def test_the_pipelines_tiles_fit_shared_memory(dtype, monkeypatch):
     """Asked for eight tiles an iteration, three stages deep, the backward takes fewer where their x and dy would
     not fit a block's shared memory (fp32 rows of 4096 and up), and as many as asked where they would."""
     monkeypatch.setattr(tr, "_GPU_BWD", tr._GPU_BWD._replace(stages=3, staged_rows=1, prefetch=False, unroll=8,
-                                                             row_unroll=8, unroll_aligned_only=False))
+                                                             row_unroll=8, row_stages=0, unroll_aligned_only=False))
     tr.launch_config.cache_clear()
     try:
         for dim in (128, 1000, 4096, 8192):
@@ -635,7 +645,7 @@ def backward_loop(request, monkeypatch):
     bits where CI runs, not only on a GPU."""
     stages, unroll = request.param
     yield from _gpu_backward_tuning(monkeypatch, request.param, stages=stages, staged_rows=1, prefetch=not stages,
-                                    unroll=unroll, row_unroll=unroll, unroll_aligned_only=False)
+                                    unroll=unroll, row_unroll=unroll, row_stages=0, unroll_aligned_only=False)
 
 
 @pytest.mark.parametrize("device", DEVICES)
