@@ -248,7 +248,7 @@ def _select(config: pytest.Config, run: RunOptions, items: list[pytest.Item]) ->
 # last, they ran one after another for the last 93 s of the run while the other workers had ended:
 # reports/h200/verdict/, run 30); each first-call test waits on a fresh process (torch's import, and on a GPU the
 # device's start and every compile), and the others draw large batches, build graphs or sweep every dim. On an H200
-# under -n 8 they took 4-13 s a test, the others 2 s or less (reports/h200/verdict/run3-triton.junit.xml); on two
+# under -n 8 they took 4-13 s a test, the others 2 s or less (reports/h200/verdict/run3-triton.junit.xml.gz); on two
 # CPU cores native's threshold plans took 5-12 s and its first calls 2.6 s, against 1.6 s and less for the others
 # (CI's junit, reports/cpu/ci-time.md).
 LONGEST = ("test_bitwise_parity", "first_call", "test_bounds", "test_isolation", "_past_int32_offsets",
