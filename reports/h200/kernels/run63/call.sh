@@ -8,6 +8,7 @@
 # wheel in .whl/, carried) and README's RL command (native, Triton, CUDA, Liger-Kernel, --require-parity=triton:cuda
 # --require-parity=native@cpu:native@cuda --modes=compile,cudagraph, -n 16) with its reports. From the tree's root on a GPU machine:
 #   OUT=<folder> [PATCHES="reports/h200/kernels/run62/bwd-paired-rows.patch"] bash reports/h200/kernels/run63/call.sh
+# With little device time: SKIP_RL=1 leaves out the RL command, VARIANTS_BY=0 the Triton variants.
 set -u
 R=${OUT:?OUT=folder}/run63
 mkdir -p "$R"
@@ -28,7 +29,7 @@ OUT=$R/k DEADLINE=${BENCH_DEADLINE:-300} STAGES="build bench" APPLY_PICKS=0 bash
 echo "bench done: $(( $(date +%s) - begin )) s" >> "$R/call.log"
 # README's RL command from an empty folder, with its reports (the verdict of each backend; Liger-Kernel, which is
 # not batch invariant, fails its own rows and the run's exit status with them).
-( cd "$(mktemp -d)" && timeout -s INT "${RL_LIMIT:-260}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
+[[ -n ${SKIP_RL:-} ]] || ( cd "$(mktemp -d)" && timeout -s INT "${RL_LIMIT:-260}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
     --backend=native,triton,cuda,liger --device=cuda -n 16 -q -p no:cacheprovider \
     --require-parity=triton:cuda --require-parity=native@cpu:native@cuda --modes=compile,cudagraph \
     --deadline=$(( ${RL_LIMIT:-260} - 40 )) --report="$R/rl.md" --report="$R/rl.json" --junitxml="$R/rl.junit.xml" \
