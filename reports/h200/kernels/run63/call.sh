@@ -34,7 +34,7 @@ echo "bench done: $(( $(date +%s) - begin )) s" >> "$R/call.log"
     --require-parity=triton:cuda --require-parity=native@cpu:native@cuda --modes=compile,cudagraph \
     --deadline=$(( ${RL_LIMIT:-260} - 40 )) --report="$R/rl.md" --report="$R/rl.json" --junitxml="$R/rl.junit.xml" \
   ) > "$R/rl.log" 2>&1
-echo "rl: exit $?, $(( $(date +%s) - begin )) s" >> "$R/call.log"
+echo "rl: exit $?${SKIP_RL:+ (not run: SKIP_RL)}, $(( $(date +%s) - begin )) s" >> "$R/call.log"
 # The Triton backward's variants around the new default (benchmarks/triton_tuning.py's BWD_VARIANTS), if time is left.
 if (( $(date +%s) - begin < ${VARIANTS_BY:-480} )); then
   ( cd /tmp && timeout 100 python3 "$OLDPWD/benchmarks/triton_tuning.py" --backward-variants \
