@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -341,6 +342,27 @@ class DisablesOneDnn(NativeRMSNormOp):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         torch.backends.mkldnn.enabled = not torch.backends.mkldnn.enabled
+        return super().forward(x, weight, eps)
+
+
+class LowersRecursionLimit(NativeRMSNormOp):
+    """Lowers the interpreter's recursion limit: later cases, other backends' among them, would end in
+    RecursionError."""
+
+    name = "lowers_recursion_limit"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        sys.setrecursionlimit(max(200, sys.getrecursionlimit() - 1))
+        return super().forward(x, weight, eps)
+
+
+class LeavesAProfiler(NativeRMSNormOp):
+    """Installs a profile function and leaves it: it sees every later frame of the run."""
+
+    name = "leaves_a_profiler"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        sys.setprofile(lambda frame, event, arg: None)
         return super().forward(x, weight, eps)
 
 

@@ -501,7 +501,8 @@ GLOBAL_STATE_LEAKS = {"SetsDefaultDtype": "default dtype", "DisablesGrad": "grad
                       "IgnoresSigterm": "signal handlers replaced: SIGTERM",
                       "HidesItsDefaultDtype": "torch functions replaced: torch.get_default_dtype",
                       "BlocksSigterm": "signal functions and mask", "RedirectsStepSummary": "GITHUB_STEP_SUMMARY",
-                      "DisablesOneDnn": "torch.backends flags"}
+                      "DisablesOneDnn": "torch.backends flags", "LowersRecursionLimit": "recursion limit",
+                      "LeavesAProfiler": "trace and profile functions replaced: profile"}
 
 
 def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subtests):
@@ -670,3 +671,28 @@ def test_the_watched_state_reads_unchanged_when_nothing_changed_it(monkeypatch):
     assert len(changes) == 1 and changes[0].startswith("environment") and "GITHUB_STEP_SUMMARY" in changes[0]
     assert "GITHUB_STEP_SUMMARY" not in os.environ and "RMSNORM_TEST_OTHER" not in os.environ
     assert os.environ["RMSNORM_TEST_VARIABLE"] == "1" and isolation.put_back(before) == []
+
+
+def test_the_recursion_limit_is_a_floor_and_a_profiler_is_taken_off():
+    """torch.compile raises the recursion limit on its first compile: a raise is no change. A lowered limit is named
+    and put back to what it was; a profile function left behind is named and taken off."""
+    import sys
+
+    from rmsnorm_conformance.harness.running import isolation
+
+    limit = sys.getrecursionlimit()
+    try:
+        before = isolation.global_state()
+        sys.setrecursionlimit(limit + 100)
+        assert isolation.put_back(before) == [] and sys.getrecursionlimit() == limit + 100
+        sys.setrecursionlimit(limit)
+        before = isolation.global_state()
+        sys.setrecursionlimit(limit - 1)
+        assert isolation.put_back(before) == [f"recursion limit {limit} -> {limit - 1}"]
+        assert sys.getrecursionlimit() == limit
+        profile = sys.getprofile()
+        sys.setprofile(lambda frame, event, arg: None)
+        assert isolation.put_back(before) == ["trace and profile functions replaced: profile"]
+        assert sys.getprofile() is profile
+    finally:
+        sys.setrecursionlimit(limit)
