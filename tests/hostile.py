@@ -86,9 +86,23 @@ class ReturnsList(NativeRMSNormOp):
 
 
 class InterruptsAfterFirstCall(NativeRMSNormOp):
-    """Raises KeyboardInterrupt, as Ctrl-C during a kernel would."""
+    """From its second call on, sends its process a SIGINT: a Ctrl-C during a kernel."""
 
     name = "interrupts"
+    calls = 0
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        type(self).calls += 1
+        if type(self).calls > 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs at the next instruction; the sleep is cut short by it
+        return super().forward(x, weight, eps)
+
+
+class RaisesKeyboardInterrupt(NativeRMSNormOp):
+    """From its second call on, raises KeyboardInterrupt itself, with no Ctrl-C: a kernel's raise, not the user's."""
+
+    name = "raises_keyboard_interrupt"
     calls = 0
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -155,11 +155,27 @@ def test_a_backend_that_returns_no_tensor_fails(gate, spec, type_name):
 # --- interruptions, signals, crashes and hangs never read PASS -------------------------------------------------
 
 def test_keyboard_interrupt_is_incomplete_and_names_the_test(gate):
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        pytest.skip("SIGINT is ignored in this process (a job started in the background), so in the run's too")
     result, data = gate(f"--backend={H}:InterruptsAfterFirstCall", "--rule=axis_a.repeat")
     assert result.ret == 2
     assert data["verdict"] == "INCOMPLETE" and not data["complete"]
     assert any("test_repeat" in n for n in data["unfinished"])
     result.stdout.fnmatch_lines(["*RMSNorm conformance: INCOMPLETE*"])
+
+
+def test_a_keyboard_interrupt_a_kernel_raises_itself_fails_it_and_the_run_goes_on(gate):
+    """A KeyboardInterrupt out of a kernel with no Ctrl-C or SIGTERM received is the kernel's raise: it ended the
+    whole run as a Ctrl-C does, native's checks beside it INCOMPLETE and the report saying "interrupted". Now it
+    fails that kernel's checks, naming the raise, and native passes in the same run."""
+    result, data = gate(f"--backend={H}:RaisesKeyboardInterrupt,native", "--rule=axis_a.repeat,axis_b.output")
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    assert data["verdict"] == "FAIL" and data["complete"], data.get("incomplete")
+    reasons = [o.get("reason", "") for o in data["outcomes"].values() if o.get("backend") == "raises_keyboard_interrupt"
+               and o.get("outcome") == "failed"]
+    assert reasons and all("raised KeyboardInterrupt during a call, with no Ctrl-C" in r for r in reasons), reasons
+    native = [s for s in data["summaries"] if s["backend"] == "native"]
+    assert {s["rule"] for s in native} == {"axis_a.repeat", "axis_b.output"} and not any(s["failures"] for s in native)
 
 
 def test_a_ctrl_c_swallowed_where_it_was_raised_is_still_incomplete(gate):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByT
 OPTIONS = pytest.StashKey[RunOptions]()
 # The report key ({"backend", "device"}) and subject of the test running now, for the watchdog.
 RUNNING = pytest.StashKey[tuple[dict, Subject]]()
+INTERRUPTS = pytest.StashKey[Callable[[], None]]()  # puts SIGINT's handler back (isolation.watch_interrupts)
 RECORDS = pytest.StashKey[Collector]()
 FAILURE = pytest.StashKey[dict]()
 SUBJECT = pytest.StashKey[dict]()
@@ -57,6 +59,8 @@ def run_options(config: pytest.Config) -> RunOptions:
     (or the only process) then registers the reporter. A usage error still replaces the report files it can,
     with a NOT RUN report that says why."""
     if OPTIONS not in config.stash:
+        if INTERRUPTS not in config.stash:  # before any backend is imported or called (isolation.no_exit)
+            config.stash[INTERRUPTS] = isolation.watch_interrupts()
         try:
             options = resolve(config)
         except pytest.UsageError as exc:
@@ -87,6 +91,7 @@ def run_options(config: pytest.Config) -> RunOptions:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    config.stash.get(INTERRUPTS, lambda: None)()
     warm_ups = config.stash.get(WARM_UPS, None)
     if warm_ups:
         warm_up.stop(warm_ups)

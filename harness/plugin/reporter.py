@@ -103,6 +103,7 @@ class Reporter:
         """SIGTERM (a CI timeout, `timeout`): stop as Ctrl-C does, so the report is written and the exit is not 0;
         and if the run has not ended ``SIGTERM_GRACE`` seconds later, end it then (``_end_after_sigterm``)."""
         self.interrupted_by = "terminated by SIGTERM"
+        isolation.note_interrupt()
         if self._term_timer is None:
             self._term_timer = threading.Timer(SIGTERM_GRACE, self._end_after_sigterm)
             self._term_timer.daemon = True

@@ -291,6 +291,41 @@ def fingerprint(t: torch.Tensor) -> torch.Tensor:
     return sample
 
 
+# Interrupts this process has received: SIGINT, where watch_interrupts installed its note, and the reporter's SIGTERM.
+# A KeyboardInterrupt out of a backend call with none received since the call began is the backend's own raise.
+_interrupts = {"received": 0, "watched": False}
+
+
+def note_interrupt() -> None:
+    """An interrupt (SIGINT, or the SIGTERM the reporter turns into one) has reached this process."""
+    _interrupts["received"] += 1
+
+
+def watch_interrupts() -> Callable[[], None]:
+    """SIGINT noted (``note_interrupt``) before it is handled as before, in a process whose main thread handles it
+    in Python; returns what puts the previous handler back (a no-op where nothing was installed).
+
+    A kernel that raises KeyboardInterrupt itself ended the whole run as a Ctrl-C does, every other backend's checks
+    with it (INCOMPLETE, "interrupted (Ctrl-C or a signal)"); with SIGINT noted, ``no_exit`` tells the two apart."""
+    handler = _getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+        return lambda: None
+
+    def noting(signum: int, frame: Any) -> Any:
+        note_interrupt()
+        return handler(signum, frame)
+
+    _setsignal(signal.SIGINT, noting)
+    _interrupts["watched"] = True
+
+    def undo() -> None:
+        _interrupts["watched"] = False
+        if _getsignal(signal.SIGINT) is noting:
+            _setsignal(signal.SIGINT, handler)
+
+    return undo
+
+
 class ExitRefused(RuntimeError):
     """A backend called os._exit, or ended the test its own way (pytest.skip, pytest.xfail, pytest.exit,
     unittest.SkipTest), during a call: refused, and a failure of that backend."""
@@ -308,7 +343,9 @@ def _test_outcomes() -> tuple[type[BaseException], ...]:
 
 @contextlib.contextmanager
 def no_exit(name: str) -> Iterator[None]:
-    """While a backend runs, ``os._exit`` raises instead of ending the process with status 0 and no report.
+    """While a backend runs, ``os._exit`` raises instead of ending the process with status 0 and no report, and a
+    KeyboardInterrupt the backend raises itself, with no interrupt received (``watch_interrupts``), is refused
+    instead of ending the run.
 
     Only in the thread that calls the backend: another thread's exit (pytest-timeout's thread method ending a
     stuck test) goes through, after ``WATCHDOG.on_hang`` has written down the case it ended.
@@ -332,8 +369,16 @@ def no_exit(name: str) -> Iterator[None]:
     os._exit = refuse  # type: ignore[assignment]
     if posix is not None:
         posix._exit = refuse  # type: ignore[assignment]  # os._exit is posix._exit: both names refused
+    received, sigint = _interrupts["received"], _getsignal(signal.SIGINT)
     try:
         yield
+    except KeyboardInterrupt:
+        # The run's end where an interrupt came (or where none could be seen coming: SIGINT not watched, or its
+        # handler replaced during the call); else the backend's own raise, a failure of that backend alone.
+        if _interrupts["received"] != received or not _interrupts["watched"] or _getsignal(signal.SIGINT) is not sigint:
+            raise
+        raise ExitRefused(f"{name} raised KeyboardInterrupt during a call, with no Ctrl-C or SIGTERM received: a "
+                          "kernel under test may not end the run") from None
     except _test_outcomes() as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         raise ExitRefused(f"{name} ended the test itself during a call ({type(exc).__name__}: {first}): a kernel "
