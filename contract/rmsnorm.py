@@ -99,8 +99,8 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "A call leaves torch's process-wide state as it found it: default dtype and device, grad and inference "
          "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, the "
          "flushing of subnormals to zero, torch's own functions (none replaced), its mode stacks (no mode left "
-         "on), the process's SIGINT and SIGTERM handlers, the interpreter's trace and profile functions and "
-         "its recursion limit (not lowered)."),
+         "on), the process's SIGINT and SIGTERM handlers and working directory, the interpreter's trace and "
+         "profile functions and its recursion limit (not lowered)."),
     Rule("semantics.fresh_output", "fresh output",
          "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
          "buffer, as a CUDA-graph static output would be)."),

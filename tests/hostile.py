@@ -380,6 +380,16 @@ class LeavesAProfiler(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class ChangesDirectory(NativeRMSNormOp):
+    """Changes the process's working directory and leaves it: relative paths the run opens later move with it."""
+
+    name = "changes_directory"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        os.chdir(os.path.dirname(os.getcwd()) or "/")
+        return super().forward(x, weight, eps)
+
+
 class LeavesTorchFunctionMode(NativeRMSNormOp):
     """Enters a torch function mode and never leaves it: the mode sees every later torch call, the reference's too,
     and this one nudges every square root."""

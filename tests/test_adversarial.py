@@ -518,7 +518,8 @@ GLOBAL_STATE_LEAKS = {"SetsDefaultDtype": "default dtype", "DisablesGrad": "grad
                       "HidesItsDefaultDtype": "torch functions replaced: torch.get_default_dtype",
                       "BlocksSigterm": "signal functions and mask", "RedirectsStepSummary": "GITHUB_STEP_SUMMARY",
                       "DisablesOneDnn": "torch.backends flags", "LowersRecursionLimit": "recursion limit",
-                      "LeavesAProfiler": "trace and profile functions replaced: profile"}
+                      "LeavesAProfiler": "trace and profile functions replaced: profile",
+                      "ChangesDirectory": "working directory"}
 
 
 def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subtests):

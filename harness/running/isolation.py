@@ -133,6 +133,15 @@ def _interpreter_hooks() -> dict[str, Any]:
     return {"trace": sys.gettrace(), "profile": sys.getprofile()}
 
 
+def _working_directory() -> str | None:
+    """The process's working directory (None where it was removed): a kernel that leaves it changed moves every
+    relative path the run and later backends open."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def _replaced(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The names whose object is not the same one, or that came or went."""
     if len(before) == len(after) and all(after.get(name, _MISSING) is value for name, value in before.items()):
@@ -175,6 +184,7 @@ def global_state() -> dict[str, Any]:
         "dispatch modes": torch._C._len_torch_dispatch_stack(),
         "recursion limit": _Floor(sys.getrecursionlimit()),
         "trace and profile functions": _interpreter_hooks(),
+        "working directory": _working_directory(),
     }
     if hasattr(torch, "get_default_device"):
         state["default device"] = str(torch.get_default_device())
@@ -241,13 +251,9 @@ def restore(state: dict[str, Any]) -> None:
 
 
 def _restore_process(state: dict[str, Any]) -> None:
-    """The process's side of ``state``: the signal functions, handlers and mask, the watched environment, the
-    recursion limit (where it was lowered) and the trace and profile functions."""
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), state["recursion limit"]))
-    hooks = state["trace and profile functions"]
-    if _replaced(hooks, _interpreter_hooks()):
-        sys.settrace(hooks["trace"])
-        sys.setprofile(hooks["profile"])
+    """The process's side of ``state``: the signal functions, handlers and mask, the watched environment, and the
+    interpreter's (``_restore_interpreter``)."""
+    _restore_interpreter(state)
     getsignal, setsignal, sigmask, blocked = state["signal functions and mask"]
     signal.getsignal, signal.signal = getsignal, setsignal
     if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
@@ -266,6 +272,18 @@ def _restore_process(state: dict[str, Any]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def _restore_interpreter(state: dict[str, Any]) -> None:
+    """The recursion limit (where it was lowered), the trace and profile functions and the working directory."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), state["recursion limit"]))
+    if state["working directory"] is not None and _working_directory() != state["working directory"]:
+        with contextlib.suppress(OSError):
+            os.chdir(state["working directory"])
+    hooks = state["trace and profile functions"]
+    if _replaced(hooks, _interpreter_hooks()):
+        sys.settrace(hooks["trace"])
+        sys.setprofile(hooks["profile"])
 
 
 def put_back(before: dict[str, Any]) -> list[str]:
