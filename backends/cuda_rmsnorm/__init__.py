@@ -124,12 +124,17 @@ class CudaRMSNormOp:
         """``fused_add`` in place, as inference engines call it: y into x, residual_out into residual."""
         check_no_gradient_in_place(x, residual)
         if _fast(_ops.fused_add_rms_norm_, eps, x, residual, weight, eps) is not _SLOW:
+            # The operator wrote through pointers, below autograd (it has no ADInplaceOrView kernel): tell autograd,
+            # so that a graph that saved x or residual refuses to use them (kernels run 63 found it did not).
+            torch.autograd.graph.increment_version((x, residual))
             return x, residual
         check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)  # the weight in x's dtype only
         check_residual(x, residual)
         check_in_place(x, residual)  # the operator checks it too, in the same words (the fast path above)
         self._require(x.device)
         _ops.op("fused_add_rms_norm_")(x, residual, weight, float(eps))
+        if not torch.compiler.is_compiling():  # traced, the schema's (a!) and (b!) say what it writes
+            torch.autograd.graph.increment_version((x, residual))
         return x, residual
 
     def _checked(self, op: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *rest: bool) -> torch.Tensor:
