@@ -120,6 +120,11 @@ INTERFACE_RULES: tuple[Rule, ...] = (
          "A backend that is a torch.library op passes torch.library.opcheck: its schema matches what it does "
          "(no undeclared mutation or aliasing), its fake (meta) kernel gives the real output's shape, dtype and "
          "strides, and its autograd registration is sound.", severity="interface"),
+    Rule("interface.in_place_version", "in-place version counters",
+         "A fused add that declares fused_add_in_place moves the autograd version counters of x and residual "
+         "when it writes them, as every in-place torch op does: a graph that saved either before the write then "
+         "refuses to use it, where a kernel that writes through pointers alone lets a backward run on "
+         "overwritten values.", severity="interface"),
 )
 
 GRADIENT_RULES: tuple[Rule, ...] = (

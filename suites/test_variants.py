@@ -277,6 +277,38 @@ def test_variant_purity(subject, case):
                           "fused_add_in_place")
 
 
+def _declares_in_place(subject) -> str | None:
+    missing = _not_offered(FUSED_ADD)(subject)
+    if missing is not None:
+        return missing
+    return None if FUSED_ADD.writes_in_place(subject.backend) else \
+        f"{subject.backend.name} does not declare fused_add_in_place"
+
+
+@conformance("interface.in_place_version", AccuracyCase,
+             lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=1 << 12), skip_reason=_declares_in_place)
+def test_in_place_version(subject, case):
+    """An in-place fused add moves x's and residual's version counters: autograd then refuses a graph that saved
+    either before the write. A C++ operator registered without an ADInplaceOrView kernel, or a kernel that writes
+    through data pointers, leaves them where they were (this project's CUDA backend did, kernels run 63)."""
+    b = case.batch
+    rows_in, w = _inputs(subject, FUSED_ADD, b)
+    before = [t._version for t in rows_in]
+    try:  # the backend's own method, on the caller's tensors (subject.call hands an in-place backend copies)
+        with subject.isolated(FUSED_ADD.name):
+            subject.backend.impl.fused_add(*FUSED_ADD.args(rows_in, w, b.eps))
+    except Exception:
+        # The same call through subject.call: a clean refusal of the input raises there too and reads as refused.
+        subject.call(FUSED_ADD.name, *FUSED_ADD.args(*_inputs(subject, FUSED_ADD, b), b.eps))
+        raise
+    unmoved = [f"{name} (version {v})" for name, t, v in zip(FUSED_ADD.rows, rows_in, before, strict=True)
+               if t._version == v]
+    assert_holds(subject, case, ok=not unmoved, dim=b.dim,
+                 what=f"fused_add wrote into {' and '.join(unmoved)} without moving a version counter, so autograd "
+                      "cannot see the write: a graph that saved either before it would run its backward on the "
+                      "overwritten values")
+
+
 # --- mixed precision ---------------------------------------------------------------------------------------
 
 

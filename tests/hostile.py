@@ -539,3 +539,27 @@ class ThreadCounted(NativeRMSNormOp):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return torch.full_like(x, float(torch.get_num_threads()))
+
+
+class InPlaceFusedAdd(NativeRMSNormOp):
+    """A fused add in place that writes with torch ops: x's and residual's version counters move."""
+
+    name = "in_place_fused_add"
+    fused_add_in_place = True
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+        y, residual_out = NativeRMSNormOp.fused_add(self, x, residual, weight, eps)
+        residual.copy_(residual_out)
+        x.copy_(y)
+
+
+class InPlaceBehindAutograd(InPlaceFusedAdd):
+    """The same bits, written through ``.data`` as a kernel writing through data pointers does: the version counters
+    stay where they were, and a graph that saved x would run its backward on the overwritten values."""
+
+    name = "in_place_behind_autograd"
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+        y, residual_out = NativeRMSNormOp.fused_add(self, x, residual, weight, eps)
+        residual.data.copy_(residual_out)
+        x.data.copy_(y)

@@ -713,3 +713,24 @@ def test_the_recursion_limit_is_a_floor_and_a_profiler_is_taken_off():
         assert sys.getprofile() is profile
     finally:
         sys.setrecursionlimit(limit)
+
+
+def test_an_in_place_fused_add_that_autograd_cannot_see_warns_and_fails_when_strict(gate):
+    """interface.in_place_version: the same in-place bits written with torch ops pass, written through ``.data`` (as a
+    kernel writing through pointers does) warn, and fail the run under --strict-interface; the other variant rules
+    pass for both."""
+    args = (f"--backend={H}:InPlaceFusedAdd,{H}:InPlaceBehindAutograd",
+            "--rule=interface.in_place_version,variants.fused_add_residual")
+    result, data = gate(*args)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    rows = {(s["backend"], s["rule"]): s for s in data["summaries"]}
+    assert rows[("in_place_behind_autograd", "interface.in_place_version")]["warnings"]
+    assert "without moving a version counter" in \
+        rows[("in_place_behind_autograd", "interface.in_place_version")]["failing_detail"]
+    assert not rows[("in_place_fused_add", "interface.in_place_version")]["warnings"]
+    assert rows[("in_place_fused_add", "interface.in_place_version")]["checks"] > 0
+    assert not any(s["failures"] or (s["warnings"] and s["rule"] != "interface.in_place_version")
+                   for s in data["summaries"])
+    strict, _ = gate(*args, "--strict-interface")
+    assert strict.ret == 1
+    assert "contract rule interface.in_place_version" in strict.stdout.str()
