@@ -35,6 +35,15 @@ KERNELS = {
         "    name = 'exit_hook'\n\n"
         "    def forward(self, x, weight, eps=1e-6):\n"
         "        return super().forward(x, weight + 1, eps)\n"),
+    # Correct, but leaves a thread running that the interpreter waits for at exit: the run hung after its report.
+    "lingering_thread": (
+        "import threading, time\n"
+        "from rmsnorm_conformance.backends.native import NativeRMSNormOp\n\n\n"
+        "class Kernel(NativeRMSNormOp):\n"
+        "    name = 'lingering_thread'\n\n"
+        "    def forward(self, x, weight, eps=1e-6):\n"
+        "        threading.Thread(target=time.sleep, args=(3600,), name='left-by-kernel').start()\n"
+        "        return super().forward(x, weight, eps)\n"),
 }
 STALE = {"format": "rmsnorm-conformance-report/1", "verdict": "PASS"}
 
@@ -53,7 +62,7 @@ def run(pytester, monkeypatch):
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites",
                                                f"--backend={spec}", "--device=cpu", "--dtype=float32",
                                                "--sweep=smoke", "--rule=semantics.plain_weight", "--report=r.json",
-                                               *args)
+                                               *args, timeout=300)  # a hang guard: a run that never ends raises
         verdict = json.loads((pytester.path / "r.json").read_text())["verdict"]
         return result.ret, verdict, result.stderr.str()
 
@@ -77,6 +86,16 @@ def test_an_exit_hook_cannot_turn_a_fail_into_status_0(run, workers):
     ret, verdict, err = run("exit_hook", *workers)
     assert (ret, verdict) == (1, "FAIL"), err
     assert "exited with status 0 after its verdict asked for 1" in err
+
+
+def test_a_thread_a_kernel_leaves_running_does_not_hang_the_run_after_its_verdict(run, monkeypatch):
+    """A non-daemon thread left running by a kernel kept the interpreter from exiting: the report said PASS and the
+    run never ended (a CI job's timeout ended it). The supervisor ends it ``EXIT_GRACE`` seconds after its verdict
+    with the verdict's status, naming the thread."""
+    monkeypatch.setenv("RMSNORM_CONFORMANCE_EXIT_GRACE", "2")
+    ret, verdict, err = run("lingering_thread")
+    assert (ret, verdict) == (0, "PASS"), err
+    assert "had not exited 2 s after its verdict, held by threads still running (left-by-kernel" in err
 
 
 def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_path, capsys):

@@ -12,7 +12,10 @@ then
   report is written), exits with that status, never with a 0 the child's end put in its place;
 - where it did not (the child died or exited before its verdict), exits non-zero (2, INCOMPLETE, in place of a
   0), and writes an INCOMPLETE report over every ``--report`` path the child did not write, so that the previous
-  run's report never reads as this one's.
+  run's report never reads as this one's;
+- where the child wrote its verdict but has not exited ``EXIT_GRACE`` seconds later (a thread a backend started and
+  left running, which the interpreter waits for at exit: the run had hung there with its report written), ends
+  it and exits with the verdict's status, naming the threads that were still running.
 
 Signals: a Ctrl-C at the terminal reaches the child as it reaches this process (one process group); a SIGINT or
 SIGTERM another process sends to this one alone is passed on. ``pytest.main()`` in a process of one's own, and
@@ -29,8 +32,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +50,8 @@ OPT_OUT_ENV = "RMSNORM_CONFORMANCE_UNSUPERVISED"
 # INCOMPLETE.
 INCOMPLETE_STATUS = int(pytest.ExitCode.INTERRUPTED)
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
+# Seconds a run's process has to exit once it has written its verdict's exit status (RMSNORM_CONFORMANCE_EXIT_GRACE).
+EXIT_GRACE = float(os.environ.get("RMSNORM_CONFORMANCE_EXIT_GRACE", "30"))
 
 
 # In a supervised run: where it writes its exit status. Taken out of the environment at once, so that the runs
@@ -91,11 +98,18 @@ def supervise(config: pytest.Config) -> int:
         try:
             child = subprocess.Popen(command, env=env, cwd=config.invocation_params.dir,
                                      preexec_fn=lambda: _in_child(previous))
-            returncode = _wait_passing_signals_on(child)
+            returncode = _wait_passing_signals_on(child, status_file)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         status = _read_status(status_file)
-    return settle(returncode, status, config.getoption("--report") or [], started)
+        if returncode is None and status is not None:  # ended here, EXIT_GRACE after its verdict
+            threads = _read_status(status_file, "threads") or []
+            _say(f"the run's process had not exited {EXIT_GRACE:g} s after its verdict, held by threads still "
+                 f"running ({', '.join(map(str, threads)) or 'none named'}: a backend's, left running after its "
+                 f"call?): ended it, exiting with the verdict's status {status}")
+            return status
+    return settle(-signal.SIGKILL if returncode is None else returncode, status,
+                  config.getoption("--report") or [], started)
 
 
 def _in_child(mask: set[int | signal.Signals]) -> None:
@@ -109,19 +123,30 @@ def _in_child(mask: set[int | signal.Signals]) -> None:
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
-def _wait_passing_signals_on(child: subprocess.Popen) -> int:
+def _wait_passing_signals_on(child: subprocess.Popen, status_file: Path) -> int | None:
     """Wait for ``child``; a signal another process sent to this one goes on to the child. One from the terminal
-    (sent by the kernel to the whole foreground process group: no sending process) reached the child already."""
+    (sent by the kernel to the whole foreground process group: no sending process) reached the child already.
+    None: the child had not exited ``EXIT_GRACE`` seconds after writing its status, and was killed."""
+    verdict_at: float | None = None
     while child.poll() is None:
         info = signal.sigtimedwait(_FORWARDED, 0.2)
         if info is not None and info.si_pid != 0 and child.poll() is None:
             child.send_signal(info.si_signo)
+        if verdict_at is None:
+            verdict_at = time.monotonic() if _read_status(status_file) is not None else None
+        elif time.monotonic() - verdict_at > EXIT_GRACE and child.poll() is None:
+            child.kill()
+            child.wait()
+            return None
     return child.returncode
 
 
-def _read_status(path: Path) -> int | None:
+def _read_status(path: Path, key: str = "exit") -> Any:
+    """The child's exit status (``key`` "exit", an int) or the threads it left running ("threads"); None where
+    it has not written them (or not whole)."""
     try:
-        return int(json.loads(path.read_text())["exit"])
+        value = json.loads(path.read_text())[key]
+        return int(value) if key == "exit" else value
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -165,5 +190,9 @@ def write_status(session: pytest.Session) -> None:
     path = _status_path
     if not path or session.config is not _owner:
         return
+    # The threads the interpreter will wait for at exit, named for the supervisor in case they never end.
+    threads = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
     with contextlib.suppress(OSError):  # unwritten, the supervisor reads an ending before the verdict: no false pass
-        Path(path).write_text(json.dumps({"exit": int(session.exitstatus)}))
+        temporary = Path(f"{path}.tmp")  # written whole, then renamed: the supervisor never reads half of it
+        temporary.write_text(json.dumps({"exit": int(session.exitstatus), "threads": threads}))
+        temporary.replace(path)
