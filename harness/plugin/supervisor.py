@@ -101,9 +101,10 @@ def supervise(config: pytest.Config) -> int:
             returncode = _wait_passing_signals_on(child, status_file)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        status = _read_status(status_file)
+        written = _read_status(status_file)
+        status: int | None = written["exit"] if written is not None else None
         if returncode is None and status is not None:  # ended here, EXIT_GRACE after its verdict
-            threads = _read_status(status_file, "threads") or []
+            threads = (written or {}).get("threads") or []
             _say(f"the run's process had not exited {EXIT_GRACE:g} s after its verdict, held by threads still "
                  f"running ({', '.join(map(str, threads)) or 'none named'}: a backend's, left running after its "
                  f"call?): ended it, exiting with the verdict's status {status}")
@@ -132,8 +133,8 @@ def _wait_passing_signals_on(child: subprocess.Popen, status_file: Path) -> int 
         info = signal.sigtimedwait(_FORWARDED, 0.2)
         if info is not None and info.si_pid != 0 and child.poll() is None:
             child.send_signal(info.si_signo)
-        if verdict_at is None:
-            verdict_at = time.monotonic() if _read_status(status_file) is not None else None
+        if verdict_at is None:  # the file appears whole (written aside, then renamed: write_status)
+            verdict_at = time.monotonic() if status_file.exists() else None
         elif time.monotonic() - verdict_at > EXIT_GRACE and child.poll() is None:
             child.kill()
             child.wait()
@@ -141,12 +142,12 @@ def _wait_passing_signals_on(child: subprocess.Popen, status_file: Path) -> int 
     return child.returncode
 
 
-def _read_status(path: Path, key: str = "exit") -> Any:
-    """The child's exit status (``key`` "exit", an int) or the threads it left running ("threads"); None where
-    it has not written them (or not whole)."""
+def _read_status(path: Path) -> dict[str, Any] | None:
+    """What the child wrote once its report was: its exit status ("exit", an int) and the threads it left running
+    ("threads"); None where it wrote nothing readable."""
     try:
-        value = json.loads(path.read_text())[key]
-        return int(value) if key == "exit" else value
+        written = json.loads(path.read_text())
+        return {**written, "exit": int(written["exit"])}
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
