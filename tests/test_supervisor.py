@@ -146,7 +146,10 @@ def test_a_supervisor_killed_takes_its_run_down_with_an_incomplete_report(tmp_pa
         if "SIGTERM" in data.get("incomplete", ""):
             break
         time.sleep(0.2)
-    assert data["verdict"] == "INCOMPLETE" and "SIGTERM" in data["incomplete"], data.get("incomplete")
+    # What failed, if anything did: the outcomes and failed checks say which check read the SIGTERM as a failure.
+    failed = {k: v for k, v in data.get("outcomes", {}).items() if v.get("outcome") in ("failed", "error")}
+    assert data["verdict"] == "INCOMPLETE" and "SIGTERM" in data["incomplete"], (
+        data.get("incomplete"), data.get("totals"), failed, data.get("refused"))
 
 
 def test_a_pytest_run_inside_the_run_does_not_answer_for_it(pytester, monkeypatch):
