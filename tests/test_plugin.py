@@ -229,6 +229,24 @@ def test_header_names_backends_devices_contract_and_sweep(run):
     ])
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
+def test_a_list_option_given_twice_keeps_both_values(run, pytester, workers):
+    """``--backend=mine --backend=native`` kept the last value alone: the run passed on native's checks, exit 0,
+    with the kernel named first never loaded. Each of the list options now joins its values."""
+    result = run("--pyargs", "rmsnorm_conformance.suites", "--backend=rmsnorm_conformance.zoo:OnePlusWeight",
+                 "--backend=native", "--device=cpu", "--dtype=float32", "--dtype=bfloat16",
+                 "--rule=axis_b.output", "--rule=semantics.plain_weight", "--max-examples=2", "--report=r.json",
+                 *workers)
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "rmsnorm-conformance: backends one_plus_weight, native; devices cpu; dtypes float32, bfloat16",
+        "rmsnorm-conformance: rules axis_b.output, semantics.plain_weight"])
+    data = json.loads((pytester.path / "r.json").read_text())
+    assert data["verdict"] == "FAIL" and data["named_backends"] == ["one_plus_weight", "native"]
+    assert {s["rule"] for s in data["summaries"]} == {"axis_b.output", "semantics.plain_weight"}
+    assert {s["dtype"].split("-")[0] for s in data["summaries"]} == {"float32", "bfloat16"}
+
+
 def test_max_examples_and_rule_selection_shape_the_sweep(run, pytester):
     result = run("--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu", "--dtype=float32",
                  "--rule=axis_b.output", "--max-examples=3", "--report=r.json")

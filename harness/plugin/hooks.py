@@ -9,6 +9,7 @@ when a collected test asks for ``subject`` or ``parity`` (at collection); ``acti
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import signal
 import sys
@@ -44,24 +45,37 @@ ACTIVE = "rmsnorm-conformance-run"
 WARM_UPS = pytest.StashKey[list["subprocess.Popen"]]()
 
 
+class JoinedList(argparse.Action):
+    """A comma-list option given more than once keeps every value, as one comma list: ``--backend=mine
+    --backend=native`` is ``--backend=mine,native``. argparse keeps the last value alone, and the run then passed on
+    native's checks with the kernel named first never loaded, exit status 0."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        previous = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{previous},{values}" if previous else values)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rmsnorm-conformance", "RMSNorm numerical-contract conformance")
     group.addoption(
-        "--backend", default=None, metavar="SPEC",
+        "--backend", action=JoinedList, default=None, metavar="SPEC",
         help="backends to hold to the contract: a name (" + ", ".join(known_backend_names()) + "), a comma "
              "list, 'all', or module.path:attr naming a backend class, factory or instance, a function "
              "(x, weight, eps), an nn.Module class, a torch.library op (module.path:namespace::name) or a partial, "
-             "importable from the current directory (default: each of native, triton, cuda that can run here).")
+             "importable from the current directory (default: each of native, triton, cuda that can run here). "
+             "Repeatable: the values are joined.")
     group.addoption(
-        "--device", default=None, metavar="DEVICE",
-        help="devices to run on: cpu, cuda, cuda:N, all, or a comma list (default: the CPU and every GPU).")
+        "--device", action=JoinedList, default=None, metavar="DEVICE",
+        help="devices to run on: cpu, cuda, cuda:N, all, or a comma list (default: the CPU and every GPU; "
+             "repeatable).")
     group.addoption(
-        "--dtype", default=None, metavar="DTYPES",
-        help="input dtypes to check: a comma list of float32, bfloat16, float16 (default: all three).")
+        "--dtype", action=JoinedList, default=None, metavar="DTYPES",
+        help="input dtypes to check: a comma list of float32, bfloat16, float16 (default: all three; repeatable).")
     group.addoption(
-        "--rule", default=None, metavar="RULES",
+        "--rule", action=JoinedList, default=None, metavar="RULES",
         help="run only the tests of these contract rules: a comma list of rule ids or patterns such as "
-             "'axis_a.*' (default: every rule).")
+             "'axis_a.*' (default: every rule; repeatable).")
     group.addoption(
         "--report", action="append", default=[], metavar="PATH",
         help="write the tolerance report to PATH: .json as JSON, .md or .markdown as markdown (repeatable).")
