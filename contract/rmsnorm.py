@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.6.0"
+VERSION = "2.7.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6
@@ -100,7 +100,9 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, the "
          "flushing of subnormals to zero, torch's own functions (none replaced), its mode stacks (no mode left "
          "on), the process's SIGINT and SIGTERM handlers and working directory, the interpreter's trace and "
-         "profile functions and its recursion limit (not lowered)."),
+         "profile functions and its recursion limit (not lowered), and the functions the verdict is computed and "
+         "its report written with: the harness's own and the standard library's json, file and process "
+         "functions (none replaced)."),
     Rule("semantics.fresh_output", "fresh output",
          "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
          "buffer, as a CUDA-graph static output would be)."),

@@ -5,6 +5,7 @@ PASS, exit status 0 or a missing report.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -388,6 +389,41 @@ class ChangesDirectory(NativeRMSNormOp):
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         os.chdir(os.path.dirname(os.getcwd()) or "/")
         return super().forward(x, weight, eps)
+
+
+class ForgesTheJsonReport(NativeRMSNormOp):
+    """Replaces ``json.dumps`` with one that writes every verdict as PASS and leaves it: the JSON report of a run
+    that failed read PASS, while its markdown and its exit status said FAIL."""
+
+    name = "forges_the_json_report"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        real = json.dumps
+
+        def forged(obj, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if isinstance(obj, dict) and "verdict" in obj:
+                obj = {**obj, "verdict": "PASS", "verdict_label": "PASS"}
+            return real(obj, *args, **kwargs)
+
+        json.dumps = forged
+        return super().forward(x, weight, eps)
+
+
+class SilencesTheChecks(NativeRMSNormOp):
+    """Wrong (``1 + weight``), and replaces the harness's ``assert_holds`` with a no-op during its call, in the harness
+    and in every suite: every check after it passed, and so did the run. The harness's functions are too many to
+    read around every call; they are read at each test's end."""
+
+    name = "silences_the_checks"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        from rmsnorm_conformance.harness.checking import checks
+
+        real = checks.assert_holds
+        for module in list(sys.modules.values()):  # the harness's own name for it, and every suite's
+            if getattr(module, "assert_holds", None) is real:
+                module.assert_holds = lambda *args, **kwargs: None
+        return super().forward(x, weight + 1, eps)
 
 
 class LeavesTorchFunctionMode(NativeRMSNormOp):

@@ -26,6 +26,12 @@ FAST = ["--sweep=ci", "--max-examples=2", "--dtype=float32", "--device=cpu", "--
         "no:cacheprovider"]
 
 
+def _fast(args: tuple[str, ...] | list[str]) -> list[str]:
+    """FAST, less its --dtype where the run names its own: a list option given twice keeps both values."""
+    own = any(a.startswith("--dtype") for a in args)
+    return [a for a in FAST if not (own and a.startswith("--dtype"))]
+
+
 def _strict_json(text: str) -> dict:
     def refuse(name: str) -> None:
         raise ValueError(f"non-standard JSON constant {name}")
@@ -42,8 +48,8 @@ def gate(pytester, monkeypatch):
         # A run that ends in a usage error before any backend is called runs in this process (no interpreter
         # start, no torch import: 3 s a run saved); every run that calls a backend gets a process of its own.
         runner = pytester.runpytest_inprocess if inprocess else pytester.runpytest_subprocess
-        result = runner("--pyargs", "rmsnorm_conformance.suites", *(FAST if fast else ()), f"--report={report}",
-                        *args)
+        result = runner("--pyargs", "rmsnorm_conformance.suites", *(_fast(args) if fast else ()),
+                        f"--report={report}", *args)
         path = pytester.path / report
         data = _strict_json(path.read_text()) if path.exists() and path.suffix == ".json" else None
         return result, data
@@ -193,7 +199,8 @@ def test_a_ctrl_c_swallowed_where_it_was_raised_is_still_incomplete(gate):
 
 def _spawn(tmp: Path, *args: str, env_extra: dict | None = None, stdout: Any = subprocess.PIPE) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", *FAST, *args],
+    return subprocess.Popen([sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", *_fast(args),
+                             *args],
                             cwd=tmp, env=env, stdout=stdout, stderr=subprocess.STDOUT, text=True)
 
 
@@ -519,7 +526,8 @@ GLOBAL_STATE_LEAKS = {"SetsDefaultDtype": "default dtype", "DisablesGrad": "grad
                       "BlocksSigterm": "signal functions and mask", "RedirectsStepSummary": "GITHUB_STEP_SUMMARY",
                       "DisablesOneDnn": "torch.backends flags", "LowersRecursionLimit": "recursion limit",
                       "LeavesAProfiler": "trace and profile functions replaced: profile",
-                      "ChangesDirectory": "working directory"}
+                      "ChangesDirectory": "working directory",
+                      "ForgesTheJsonReport": "the run's own functions replaced: json.dumps"}
 
 
 def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subtests):
@@ -527,7 +535,7 @@ def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subte
 
     backends = ",".join(f"{H}:{spec}" for spec in GLOBAL_STATE_LEAKS)
     result, data = gate(f"--backend={backends},native", "--rule=axis_b.output,gradients.dx_batch_invariance")
-    assert result.ret == 1
+    assert result.ret == 1 and data["verdict"] == "FAIL"  # the JSON report too, written with json.dumps put back
     for spec, what in GLOBAL_STATE_LEAKS.items():
         with subtests.test(backend=spec):
             name = getattr(hostile, spec).name
@@ -537,6 +545,44 @@ def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subte
     native = [s for s in data["summaries"] if s["backend"] == "native"]
     assert {s["rule"] for s in native} >= {"axis_b.output", "gradients.dx_batch_invariance"}
     assert not any(s["failures"] for s in native)
+
+
+def test_a_kernel_that_silences_the_harness_checks_fails_the_test_it_ran_in(gate):
+    """A wrong kernel that made the harness's ``assert_holds`` a no-op during its call: every check after it in the
+    test passed. The harness's own functions are read at each conformance test's end; the replaced one fails the
+    test and is put back, so native's tests after it check as before."""
+    result, data = gate(f"--backend={H}:SilencesTheChecks,native", "--rule=axis_b.output,semantics.plain_weight")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    failed = [o for o in data["outcomes"].values()
+              if o.get("backend") == "silences_the_checks" and o["outcome"] == "failed"]
+    # Each test it ran in fails at its end naming the replacement (the suites' own imports of assert_holds still
+    # caught the wrong output first, which the report names).
+    out = result.stdout.str()
+    assert failed and out.count("replaced the harness's own functions (") >= len(failed)
+    assert "harness.checking.checks.assert_holds" in out
+    native = [s for s in data["summaries"] if s["backend"] == "native"]
+    assert {s["rule"] for s in native} == {"axis_b.output", "semantics.plain_weight"}
+    assert not any(s["failures"] for s in native)
+
+
+REPLACED_AFTER_THE_LAST_TEST = """
+import json
+
+
+def pytest_runtest_teardown(item):  # after the test's own check of the harness's functions: only the run's end sees it
+    json.dumps = lambda obj, *args, **kwargs: '{"verdict": "PASS"}'
+"""
+
+
+def test_the_harness_functions_found_replaced_at_the_end_are_put_back_and_the_run_does_not_pass(gate, pytester):
+    """What no test's end saw (here a conftest's teardown, as a backend's thread could) is read at the run's end:
+    put back before the report is written, and the run is INCOMPLETE, never PASS."""
+    pytester.makeconftest(REPLACED_AFTER_THE_LAST_TEST)
+    result, data = gate("--backend=native", "--rule=axis_b.output", "-k", "test_output and not bounds", "-p",
+                        "conftest")
+    assert result.ret == 2, result.stdout.str()[-2000:]
+    assert data["verdict"] == "INCOMPLETE" and "json.dumps" in data["incomplete"], data["incomplete"]
+    assert data["totals"]["checks"] > 0  # the report itself is the real one, not the forged text
 
 
 SQRT_AT_IMPORT = """

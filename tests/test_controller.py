@@ -88,7 +88,7 @@ def test_workers_start_before_the_controller_imports_torch(run, monkeypatch, swi
 
 @pytest.mark.parametrize(("option", "message"), [
     ("--backend=no_such_backend", "--backend: unknown backend 'no_such_backend'"),
-    ("--device=cuda:7", "--device=cuda:7"),
+    ("--device=cuda:7", "--device=cpu,cuda:7: cuda:7"),  # beside the run's own --device=cpu: both are asked for
     ("--deadline=-3", "--deadline=-3: must be 0 (no limit) or more seconds"),
 ])
 def test_a_usage_error_found_after_the_workers_started_ends_the_run_as_one(run, option, message):

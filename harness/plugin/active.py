@@ -27,7 +27,7 @@ from rmsnorm_conformance.harness.plugin import worker_exit
 from rmsnorm_conformance.harness.plugin.controller import HANGS, LEDGER_PATH, WORKER_HANGS
 from rmsnorm_conformance.harness.plugin.device_lost import ENDED_PROPERTY
 from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
-from rmsnorm_conformance.harness.plugin.options import RunOptions, resolve
+from rmsnorm_conformance.harness.plugin.options import HARNESS_WATCH, RunOptions, resolve
 from rmsnorm_conformance.harness.plugin.outcomes import (
     FAILURE_PROPERTY,
     RECORDS_PROPERTY,
@@ -105,6 +105,40 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     item.session.shouldstop = f"the run's deadline (--deadline={options.deadline:g}) passed"
     return True
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The suites' functions are watched as the harness's are from their collection on, and the harness modules
+    they imported (both import after the backends do)."""
+    watch = session.config.stash.get(HARNESS_WATCH, None)
+    if watch is not None:
+        watch.add_modules(("harness", "contract", "suites"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A conformance test fails where code run in it replaced the harness's own functions, each put back now: with
+    ``checks.assert_holds`` made a no-op every later check had passed, with ``json.dumps`` patched the JSON report
+    said PASS of a run that failed. Read at the test's end (``isolation.HarnessWatch``), not around each call."""
+    watch = item.config.stash.get(HARNESS_WATCH, None)
+    if watch is None or not {"subject", "parity"} & set(getattr(item, "fixturenames", ())):
+        return (yield)
+    try:
+        result = yield
+    except BaseException:
+        _harness_intact(watch)
+        raise
+    _harness_intact(watch)
+    return result
+
+
+def _harness_intact(watch: isolation.HarnessWatch) -> None:
+    replaced = watch.replaced()
+    if replaced:
+        shown = ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more" if len(replaced) > 6 else "")
+        pytest.fail(f"contract rule semantics.global_state broken: code run in this test replaced the harness's "
+                    f"own functions ({shown}); put back now. A kernel under test may not change the harness that "
+                    "checks it.", pytrace=False)
 
 
 def _note_hang(config: pytest.Config, key: dict, subject: Subject | None, test: str = "") -> None:

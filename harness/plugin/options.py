@@ -41,8 +41,14 @@ from rmsnorm_conformance.harness.running.devices import (
     worker_cpu_threads,
 )
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
+from rmsnorm_conformance.harness.running.isolation import HarnessWatch
 from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
 from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
+
+# The harness's own functions as the run found them, before any backend was imported (isolation.HarnessWatch):
+# checked after each backend's import here, at the end of each conformance test (active.py) and of the run
+# (reporter.py). One a run, kept with its config: a run inside a test's process has its own.
+HARNESS_WATCH = pytest.StashKey[HarnessWatch]()
 
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.
@@ -97,6 +103,9 @@ class RunOptions:
 
 def resolve(config: pytest.Config) -> RunOptions:
     """Parse and check every option; a usage error names the option and the value."""
+    if HARNESS_WATCH not in config.stash:  # before any backend is imported
+        config.stash[HARNESS_WATCH] = HarnessWatch()
+        config.stash[HARNESS_WATCH].take()
     threads = worker_cpu_threads()
     if threads is not None:  # before any backend call: the global-state snapshots start from this
         torch.set_num_threads(threads)
@@ -241,8 +250,13 @@ def _resolve_backends(config: pytest.Config, option: str | None, devices: tuple[
         sys.path.insert(0, invocation_dir)
     chosen: list[Backend] = []
     not_run: list[tuple[str, str, str]] = []
+    watch = config.stash.get(HARNESS_WATCH, None)
     for spec in specs:
         backend = _load_selected(spec)
+        replaced = watch.replaced() if watch is not None else []
+        if replaced:  # by its import or construction: put back, and its semantics.global_state fails
+            backend.import_changes = [*backend.import_changes,
+                                      f"the harness's own functions replaced: {', '.join(replaced)}"]
         # A named backend always runs; a default one only where it can run on some selected device.
         reasons = None if option else _reasons_not_run(backend, devices)
         if reasons is None:
@@ -375,7 +389,7 @@ def _parse_choice_list(value: str | None, known: tuple[str, ...], option: str, *
                        patterns: bool = False) -> tuple[str, ...]:
     if not value:
         return known if not patterns else ()
-    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
+    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))  # order kept, once each
     for item in chosen:
         ok = any(fnmatchcase(k, item) for k in known) if patterns else item in known
         if not ok:

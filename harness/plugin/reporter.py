@@ -15,7 +15,7 @@ import pytest
 
 from rmsnorm_conformance.contract import VERSION
 from rmsnorm_conformance.harness.checking.known_failures import entry_status, manifest_rows
-from rmsnorm_conformance.harness.plugin.options import RunOptions
+from rmsnorm_conformance.harness.plugin.options import HARNESS_WATCH, RunOptions
 from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
 from rmsnorm_conformance.harness.plugin.selection import selection
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
@@ -188,10 +188,18 @@ class Reporter:
         if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._previous_sigint)
         c = self.collector
+        # What no test's end saw (a backend's thread, or code between tests): put back before the report is written.
+        watch = self.config.stash.get(HARNESS_WATCH, None)
+        replaced = watch.replaced() if watch is not None else []
         finished = len(c.outcomes) + c.passed_tests
         c.not_started = max(0, session.testscollected - finished - len(self.running))
         c.unfinished = list(self.running)
         c.incomplete = self._why_incomplete(session)
+        if replaced and not c.incomplete:
+            shown = ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more" if len(replaced) > 6 else "")
+            c.incomplete = (f"the harness's own functions were found replaced at the run's end, outside any test "
+                            f"({shown}; put back before this report was written): the run cannot vouch for its "
+                            "checks")
         session.exitstatus = exit_status(c.verdict(), session.exitstatus, bool(c.checks))
         c.selection = selection(self.config, self.options, c)
         for name in c.named_but_not_run():

@@ -9,13 +9,17 @@ backend instead, and the run goes on.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import json
+import json.encoder
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -70,6 +74,120 @@ def torch_functions() -> dict[str, Any]:
     found = dict(zip(_FUNCTION_KEYS, [getattr(torch, name, None) for name in _WATCHED_FUNCTIONS], strict=True))
     found.update({_TENSOR + name: value for name, value in vars(torch.Tensor).items()})
     return found
+
+
+# The functions outside torch that the run's verdict is computed and its reports written with: the standard
+# library's json, file and process functions here, the run's own records, renderers and reporter as the plugin
+# registers them (``watch_functions``), before any backend is imported. A backend that replaced one could make the
+# report say what it likes: with json.dumps patched, the JSON report of a run whose markdown and exit status said
+# FAIL read PASS. Compared by identity and put back, as torch's functions are. Each entry: (label, owner, names).
+_RUN_FUNCTIONS: list[tuple[str, Any, str, Any]] = []  # (label.name, owner, name, the owner's live namespace)
+_BUILTINS = ("open", "print", "repr", "str", "format", "len", "sorted", "isinstance", "getattr", "setattr", "hasattr",
+             "min", "max", "sum", "any", "all", "int", "float", "bool", "round", "abs", "dict", "list", "tuple", "set",
+             "frozenset", "zip", "enumerate", "range", "iter", "next", "type", "id", "hash", "map", "filter")
+_OS = ("replace", "rename", "fdopen", "open", "close", "write", "fsync", "unlink", "makedirs", "mkdir", "getpid",
+       "kill", "getcwd", "fspath")
+
+
+def watch_functions(label: str, owner: Any, names: Iterable[str] | None = None) -> None:
+    """Watch ``owner``'s attributes ``names`` as ``label.name``: by default every attribute of a class, and a
+    module's own functions and classes. A backend that replaces one fails ``semantics.global_state`` and the
+    original is put back. The names are read now; attributes added later are not watched."""
+    own = vars(owner)  # a module's dict, a class's mappingproxy: live views, read at each snapshot
+    if names is None:
+        names = [n for n, v in own.items()
+                 if isinstance(owner, type) or (callable(v) and getattr(v, "__module__", None) == owner.__name__)]
+    known = {key for key, *_ in _RUN_FUNCTIONS}
+    _RUN_FUNCTIONS.extend((f"{label}.{name}", owner, name, own) for name in names if f"{label}.{name}" not in known)
+
+
+watch_functions("json", json, list(vars(json)))
+watch_functions("json.encoder", json.encoder, list(vars(json.encoder)))
+watch_functions("json.JSONEncoder", json.JSONEncoder)
+watch_functions("builtins", builtins, _BUILTINS)
+watch_functions("os", os, [n for n in _OS if hasattr(os, n)])
+watch_functions("tempfile", tempfile, ("mkstemp",))
+
+
+def run_functions() -> dict[str, Any]:
+    """The watched functions of the run (``watch_functions``) as the objects they are now, by ``label.name``."""
+    return {key: own.get(name, _MISSING) for key, _, name, own in _RUN_FUNCTIONS}
+
+
+def _put_back_run_functions(before: dict[str, Any]) -> None:
+    for key, owner, name, own in _RUN_FUNCTIONS:
+        if key in before and own.get(name, _MISSING) is not before[key]:
+            if before[key] is _MISSING:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, name)
+            else:
+                setattr(owner, name, before[key])
+
+
+def run_functions_replaced(before: dict[str, Any]) -> list[str]:
+    """The watched functions no longer what they were in ``before`` (``run_functions``), each put back: for a
+    check at the run's end of what no call was watched for (a backend's thread)."""
+    replaced = _replaced(before, run_functions())
+    if replaced:
+        _put_back_run_functions(before)
+    return replaced
+
+
+class HarnessWatch:
+    """The harness's own functions and classes: every function and class (its own, and those it imported by name), and
+    every attribute of its own classes, of the package's harness and contract modules loaded when the run starts
+    (``take``, before any backend is imported), of the suites once collected, and the standard library's functions
+    ``run_functions`` watches. A backend that replaced one could pass every
+    check (``checks.assert_holds`` made a no-op) or write the report it likes. About 1,700 names: too many to read
+    around every call, as ``global_state`` is, so they are read at the end of each test and of the run
+    (``replaced``), and after a backend's import."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[str, Any, str, Any, Any]] = []  # (shown as, owner, name, live namespace, value)
+
+    def take(self) -> None:
+        """What the functions are now: the originals, where no backend has been imported yet."""
+        if self._entries:
+            return
+        self._entries = [(key, owner, name, own, own.get(name, _MISSING)) for key, owner, name, own in _RUN_FUNCTIONS]
+        self.add_modules(("harness", "contract"))
+
+    def add_modules(self, parts: tuple[str, ...]) -> None:
+        """Watch, from now on, every loaded module from the package's folders ``parts`` not watched yet, under
+        whatever name it was imported (a source checkout may import a suite as ``suites.test_x`` beside
+        ``rmsnorm_conformance.suites.test_x``): called again once the suites are collected, which imports them and
+        the harness modules they need, after the backends."""
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        folders = tuple(os.path.join(root, part) + os.sep for part in parts)
+        watched = {id(entry[1]) for entry in self._entries}
+        for module_name, module in sorted(sys.modules.items()):
+            path = getattr(module, "__file__", None) if module is not None else None
+            if not isinstance(path, str) or not os.path.abspath(path).startswith(folders) or id(module) in watched:
+                continue
+            watched.add(id(module))
+            own = vars(module)
+            for name, value in list(own.items()):
+                if not callable(value):  # its functions and classes, and those it imported by name
+                    continue
+                self._entries.append((f"{module_name}.{name}", module, name, own, value))
+                if isinstance(value, type) and value.__module__ == module_name:
+                    attributes = vars(value)
+                    self._entries += [(f"{module_name}.{name}.{attr}", value, attr, attributes, v)
+                                      for attr, v in attributes.items() if attr not in ("__dict__", "__weakref__")]
+
+    def replaced(self) -> list[str]:
+        """The names whose object is no longer the one ``take`` saw, each put back (none before ``take``)."""
+        changed = [entry for entry in self._entries if entry[3].get(entry[2], _MISSING) is not entry[4]]
+        for _, owner, name, _, value in changed:
+            if value is _MISSING:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        return [entry[0] for entry in changed]
+
+
+HARNESS = HarnessWatch()
 
 
 # Bound when this module is imported, before any backend is: read through these, the state is what it is even where
@@ -175,6 +293,7 @@ def global_state() -> dict[str, Any]:
         "flush denormal": flushes_denormals(),
         "autocast": tuple(torch.is_autocast_enabled(device) for device in _AUTOCAST_DEVICES),
         "torch functions": torch_functions(),
+        "the run's own functions": run_functions(),
         "signal handlers": _signal_handlers(),
         "signal functions and mask": _signal_state(),
         "environment": _environment(),
@@ -226,6 +345,7 @@ def restore(state: dict[str, Any]) -> None:
     """Put back what a backend changed (inference mode cannot be left from outside; it is only reported). The
     replaced functions first: the setters below are among them."""
     _put_back_functions(state["torch functions"])
+    _put_back_run_functions(state["the run's own functions"])
     _restore_process(state)
     torch.set_default_dtype(state["default dtype"])
     torch.set_grad_enabled(state["grad mode"])
