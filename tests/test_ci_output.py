@@ -145,6 +145,20 @@ def test_failed_tests_are_ids_that_can_be_pasted_back():
     assert "re-run the test: pytest --pyargs" in terminal
 
 
+def test_a_re_run_keeps_each_option_with_its_value(pytester):
+    """Without a replay the re-run is the run's command less its targets: an option's value standing alone had been
+    dropped as a target (``-p no:cacheprovider`` left ``-p`` to swallow the next option, ``--basetemp DIR`` an
+    option with no value). The command the report keeps joins each value to its option."""
+    from rmsnorm_conformance.harness.plugin.options import run_command
+
+    config = pytester.parseconfig("--pyargs", "rmsnorm_conformance.suites", "-p", "no:cacheprovider", "--backend",
+                                  "kern:Bad", "-k", "batch and not thresholds", "--basetemp", "bt", "-q", "-n", "2")
+    nodeid = "test_axis_a.py::test_batch_size[bad0-cpu-float32]"
+    assert shlex.split(rerun_command(nodeid, "", run_command(config))) == [
+        "pytest", "--pyargs", pyargs_id(nodeid), "-pno:cacheprovider", "--backend=kern:Bad",
+        "-kbatch and not thresholds", "--basetemp=bt", "-q"]
+
+
 @pytest.fixture
 def ci_env(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))

@@ -90,7 +90,7 @@ class RunOptions:
             "sweep": self.sweep + (f", {self.max_examples} examples a test" if self.max_examples else "")
                      + ("" if self.shrink else ", failing cases not shrunk (--no-shrink)"),
             "backends": ", ".join(b.name for b in self.backends) or "none",
-            "command": "pytest " + shlex.join(config.invocation_params.args),
+            "command": run_command(config),
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
             **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
             "execution modes": (describe_sample(tuple(d.type for d in self.devices)) + " on a sample"
@@ -99,6 +99,30 @@ class RunOptions:
                                          dict.fromkeys(p.mode for p in self.parity_pairs if p.mode)),
             **({"adapted kernels": adapted_notes(self.backends)} if adapted_notes(self.backends) else {}),
         }
+
+
+def run_command(config: pytest.Config) -> str:
+    """The run's command line, each option's value joined to it (``-p no:x`` as ``-pno:x``, ``--basetemp d`` as
+    ``--basetemp=d``), so that a word standing alone is a target: the re-run commands the report prints keep the
+    options and drop the targets, and a value standing alone had been dropped as one, leaving ``-p`` to take the
+    next option as its value."""
+    args = [str(a) for a in config.invocation_params.args]
+    parser = getattr(getattr(config, "_parser", None), "optparser", None)
+    actions = getattr(parser, "_option_string_actions", None)
+    if not isinstance(actions, dict):
+        return "pytest " + shlex.join(args)
+    words: list[str] = []
+    i = 0
+    while i < len(args):
+        action = actions.get(args[i])
+        if action is not None and action.nargs is None and i + 1 < len(args):
+            option, value = args[i], args[i + 1]
+            words.append(f"{option}={value}" if option.startswith("--") else option + value)
+            i += 2
+        else:
+            words.append(args[i])
+            i += 1
+    return "pytest " + shlex.join(words)
 
 
 def resolve(config: pytest.Config) -> RunOptions:

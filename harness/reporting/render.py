@@ -331,6 +331,8 @@ def rerun_command(nodeid: str, replay: str, command: str, suite: str = "") -> st
             skip_value = False
             continue
         name = word.split("=", 1)[0]
+        if name in ("-nauto", "-nlogical") or (name[:2] == "-n" and name[2:].isdigit()):
+            continue  # -n with its value joined (options.run_command writes -n 2 as -n2)
         if name in _RERUN_DROPPED:
             skip_value = "=" not in word and name not in ("--lf", "--last-failed", "-x", "--exitfirst")
             continue
