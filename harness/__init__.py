@@ -48,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     "compare_within": "checking.comparison",
     "ulp_distance": "checking.comparison",
     "rounding": "checking",
+    "OutsideDeclaredLimits": "checking.refusals",
+    "skip_outside_limits": "checking.refusals",
     # used by the suites
     "WEIGHT_LAYOUTS": "drawing.cases",
     "BatchSizeCase": "drawing.cases",

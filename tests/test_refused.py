@@ -232,3 +232,46 @@ def test_a_refusal_in_the_purity_check_reads_refused_not_impure(run, pytester):
     assert strict.ret == 1, strict.stdout.str()[-3000:]
     report = json.loads((pytester.path / "strict.json").read_text())
     assert {o["rule"] for o in report["outcomes"].values() if o["outcome"] == "failed"} == {"refused"}
+
+
+QK_NORM_ONLY = '''
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+
+
+class QkNormOnly(NativeRMSNormOp):
+    """Native's numbers, for rows of at most 128 elements: a QK-norm kernel that declares it."""
+
+    name = "qk_norm_only"
+    max_dim = 128
+'''
+
+
+def test_the_rounding_class_tests_hold_a_kernel_to_the_shapes_it_declares(run, pytester):
+    """The rounding-class tests call the kernel from the test's body at fixed shapes (rows of 4096 among them), not
+    through a check: a kernel declaring max_dim = 128 had its declared limit raised out of the test as an error, and
+    the run read FAIL. Now those shapes are not run, with the limit, and the shape it takes is held to its class."""
+    pytester.makepyfile(qk_norm_only=QK_NORM_ONLY)
+    result = run("--pyargs", "rmsnorm_conformance.suites.test_variants::test_rounding_class",
+                 "rmsnorm_conformance.suites.test_fp8::test_fp8_rounding_class", "--backend=qk_norm_only:QkNormOnly",
+                 "--device=cpu", "--dtype=float32", "--sweep=ci", SMALL, "--report=r.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["verdict"] == "PASS" and report["totals"]["checks"] > 0
+    assert {r["rows"] for r in report["rounding"]} == {256}  # (256, 128) ran; the rows of 4096 and 1000 did not
+    assert any("max_dim=128" in e["reason"] for e in report["not_run"]), report["not_run"]
+
+
+def test_a_declared_limit_met_in_a_test_body_skips_the_test_with_the_limit(run, pytester):
+    """Any conformance test whose own body calls the kernel outside its declared limits is not run, with why: a
+    user's suite as much as the shipped ones, where the call does not go through a check."""
+    pytester.makepyfile(qk_norm_only=QK_NORM_ONLY, test_mine=(
+        "import torch\n\n\n"
+        "def test_hidden_rows(subject):\n"
+        "    subject.forward(torch.ones(2, 4096), torch.ones(4096), 1e-6)\n"))
+    result = run("test_mine.py", "--backend=qk_norm_only:QkNormOnly", "--device=cpu", "--dtype=float32",
+                 "--report=r.json", "-rs")
+    result.stdout.fnmatch_lines(["*not run: outside the declared limits of qk_norm_only: forward with a dim above "
+                                 "its max_dim=128*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [o["outcome"] for o in report["outcomes"].values()] == ["skipped"]
+    assert report["verdict"] == "NOT RUN" and result.ret != 0  # it ran nothing: never a pass
