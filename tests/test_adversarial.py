@@ -612,6 +612,39 @@ def test_global_state_changed_at_import_fails_and_is_put_back(gate, pytester):
     assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
+MODULE_SWAPPED_AT_IMPORT = """
+import sys
+import types
+
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.harness.checking import checks
+
+fake = types.ModuleType(checks.__name__)
+fake.__dict__.update(vars(checks))
+fake.assert_holds = lambda *args, **kwargs: None
+sys.modules[checks.__name__] = fake  # whatever imports the checks from now on gets the silent ones
+
+
+class OnePlusWeight(NativeRMSNormOp):
+    name = "module_swapped_at_import"
+
+    def forward(self, x, weight, eps=1e-6):
+        return super().forward(x, weight + 1, eps)
+"""
+
+
+def test_a_harness_module_swapped_in_sys_modules_at_import_fails_and_is_put_back(gate, pytester):
+    """A kernel's module that puts its own copy of a harness module in sys.modules as it is imported: every later
+    import of it (the suites', at collection) would get the copy. Read after each backend's import, put back."""
+    pytester.makepyfile(module_swapped=MODULE_SWAPPED_AT_IMPORT)
+    result, data = gate("--backend=module_swapped:OnePlusWeight,native", "--rule=semantics.global_state,axis_b.output")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == "module_swapped_at_import"]
+    assert any("sys.modules['rmsnorm_conformance.harness.checking.checks']" in r for r in reasons), reasons
+    assert any("axis_b.output" in r for r in reasons), reasons  # the suites imported the real checks: caught
+    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
+
+
 def test_a_reused_output_buffer_fails_fresh_output_not_axis_a(gate):
     result, data = gate(f"--backend={H}:ReusedOutputBuffer", "--rule=axis_a.position,axis_a.permutation")
     assert result.ret == 1

@@ -134,16 +134,17 @@ def run_functions_replaced(before: dict[str, Any]) -> list[str]:
 
 
 class HarnessWatch:
-    """The harness's own functions and classes: every function and class (its own, and those it imported by name), and
-    every attribute of its own classes, of the package's harness and contract modules loaded when the run starts
-    (``take``, before any backend is imported), of the suites once collected, and the standard library's functions
-    ``run_functions`` watches. A backend that replaced one could pass every
-    check (``checks.assert_holds`` made a no-op) or write the report it likes. About 1,700 names: too many to read
-    around every call, as ``global_state`` is, so they are read at the end of each test and of the run
-    (``replaced``), and after a backend's import."""
+    """The harness's own functions and classes: every function and class (its own, and those it imported by name),
+    and every attribute of its own classes, of the package's harness and contract modules loaded when the run starts
+    (``take``, before any backend is imported) and of the suites once collected, with the modules themselves in
+    ``sys.modules``, and the standard library's functions ``run_functions`` watches. A backend that replaced one
+    could pass every check (``checks.assert_holds`` made a no-op) or write the report it likes. About 1,900 names:
+    too many to read around every call, as ``global_state`` is, so they are read at the end of each test and of the
+    run (``replaced``), and after a backend's import."""
 
     def __init__(self) -> None:
         self._entries: list[tuple[str, Any, str, Any, Any]] = []  # (shown as, owner, name, live namespace, value)
+        self._modules: dict[str, Any] = {}  # the watched modules by the names sys.modules has them under
 
     def take(self) -> None:
         """What the functions are now: the originals, where no backend has been imported yet."""
@@ -159,10 +160,14 @@ class HarnessWatch:
         the harness modules they need, after the backends."""
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         folders = tuple(os.path.join(root, part) + os.sep for part in parts)
-        watched = {id(entry[1]) for entry in self._entries}
+        watched = {id(module) for module in self._modules.values()}
         for module_name, module in sorted(sys.modules.items()):
             path = getattr(module, "__file__", None) if module is not None else None
-            if not isinstance(path, str) or not os.path.abspath(path).startswith(folders) or id(module) in watched:
+            if not isinstance(path, str) or not os.path.abspath(path).startswith(folders):
+                continue
+            seen = id(module) in watched
+            self._modules.setdefault(module_name, module)
+            if seen:
                 continue
             watched.add(id(module))
             own = vars(module)
@@ -176,7 +181,8 @@ class HarnessWatch:
                                       for attr, v in attributes.items() if attr not in ("__dict__", "__weakref__")]
 
     def replaced(self) -> list[str]:
-        """The names whose object is no longer the one ``take`` saw, each put back (none before ``take``)."""
+        """The names whose object is no longer the one ``take`` saw, and the modules ``sys.modules`` no longer
+        holds, each put back (none before ``take``)."""
         changed = [entry for entry in self._entries if entry[3].get(entry[2], _MISSING) is not entry[4]]
         for _, owner, name, _, value in changed:
             if value is _MISSING:
@@ -184,10 +190,10 @@ class HarnessWatch:
                     delattr(owner, name)
             else:
                 setattr(owner, name, value)
-        return [entry[0] for entry in changed]
-
-
-HARNESS = HarnessWatch()
+        swapped = [name for name, module in self._modules.items() if sys.modules.get(name) is not module]
+        for name in swapped:
+            sys.modules[name] = self._modules[name]
+        return [entry[0] for entry in changed] + [f"sys.modules[{name!r}]" for name in swapped]
 
 
 # Bound when this module is imported, before any backend is: read through these, the state is what it is even where
