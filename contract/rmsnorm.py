@@ -101,8 +101,8 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "flushing of subnormals to zero, torch's own functions (none replaced), its mode stacks (no mode left "
          "on), the process's SIGINT and SIGTERM handlers and working directory, the interpreter's trace and "
          "profile functions and its recursion limit (not lowered), and the functions the verdict is computed and "
-         "its report written with: the harness's own and the standard library's json, file and process "
-         "functions (none replaced)."),
+         "its report written with: the harness's own, pytest's and Hypothesis' in-test functions, and the "
+         "standard library's json, file and process functions (none replaced)."),
     Rule("semantics.fresh_output", "fresh output",
          "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
          "buffer, as a CUDA-graph static output would be)."),

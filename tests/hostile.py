@@ -409,6 +409,20 @@ class ForgesTheJsonReport(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class MutesPytestOutcomes(NativeRMSNormOp):
+    """Makes ``pytest.fail`` and ``pytest.skip`` no-ops and leaves them so: the tests after it ran past their skips,
+    and native beside it read interface warnings it does not have."""
+
+    name = "mutes_pytest_outcomes"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        import pytest
+
+        pytest.fail = lambda *args, **kwargs: None  # type: ignore[assignment]
+        pytest.skip = lambda *args, **kwargs: None  # type: ignore[assignment]
+        return super().forward(x, weight, eps)
+
+
 class SilencesTheChecks(NativeRMSNormOp):
     """Wrong (``1 + weight``), and replaces the harness's ``assert_holds`` with a no-op during its call, in the harness
     and in every suite: every check after it passed, and so did the run. The harness's functions are too many to

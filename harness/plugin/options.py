@@ -41,7 +41,7 @@ from rmsnorm_conformance.harness.running.devices import (
     worker_cpu_threads,
 )
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
-from rmsnorm_conformance.harness.running.isolation import HarnessWatch
+from rmsnorm_conformance.harness.running.isolation import HarnessWatch, watch_functions
 from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
 from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
 
@@ -101,6 +101,18 @@ class RunOptions:
         }
 
 
+def watch_test_framework() -> None:
+    """pytest's outcomes and Hypothesis' in-test functions, watched around every call as the report's json and file
+    functions are (isolation.watch_functions): a kernel that made ``pytest.skip`` a no-op had the tests after it run
+    past their skips, and native beside it read interface warnings it does not have."""
+    import _pytest.outcomes
+    import hypothesis
+
+    watch_functions("pytest", pytest, ("fail", "skip", "xfail", "exit", "importorskip", "raises", "warns"))
+    watch_functions("_pytest.outcomes", _pytest.outcomes, ("fail", "skip", "xfail", "exit", "importorskip"))
+    watch_functions("hypothesis", hypothesis, ("assume", "reject", "event", "note", "target", "given", "settings"))
+
+
 def run_command(config: pytest.Config) -> str:
     """The run's command line, each option's value joined to it (``-p no:x`` as ``-pno:x``, ``--basetemp d`` as
     ``--basetemp=d``), so that a word standing alone is a target: the re-run commands the report prints keep the
@@ -128,6 +140,7 @@ def run_command(config: pytest.Config) -> str:
 def resolve(config: pytest.Config) -> RunOptions:
     """Parse and check every option; a usage error names the option and the value."""
     if HARNESS_WATCH not in config.stash:  # before any backend is imported
+        watch_test_framework()
         config.stash[HARNESS_WATCH] = HarnessWatch()
         config.stash[HARNESS_WATCH].take()
     threads = worker_cpu_threads()
