@@ -99,8 +99,9 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
          "A call leaves torch's process-wide state as it found it: default dtype and device, grad and inference "
          "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, the "
          "flushing of subnormals to zero, torch's own functions (none replaced), its mode stacks (no mode left "
-         "on), the process's SIGINT and SIGTERM handlers and working directory, the interpreter's trace and "
-         "profile functions and its recursion limit (not lowered), and the functions the verdict is computed and "
+         "on) and its saved-tensor hooks (none left pushed), the process's SIGINT and SIGTERM handlers and "
+         "working directory, the interpreter's trace and profile functions and its recursion limit (not "
+         "lowered), and the functions the verdict is computed and "
          "its report written with: the harness's own, pytest's and Hypothesis' in-test functions, and the "
          "standard library's json, file and process functions (none replaced)."),
     Rule("semantics.fresh_output", "fresh output",

@@ -423,6 +423,17 @@ class MutesPytestOutcomes(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class LeavesSavedTensorHooks(NativeRMSNormOp):
+    """Pushes default saved-tensor hooks that zero what autograd saves, and never pops them: every later backward,
+    the fp32 reference's too, computes from zeros, so every backend's gradients and the reference's agreed."""
+
+    name = "leaves_saved_tensor_hooks"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        torch._C._autograd._push_saved_tensors_default_hooks(lambda t: t * 0, lambda t: t)
+        return super().forward(x, weight, eps)
+
+
 class SilencesTheChecks(NativeRMSNormOp):
     """Wrong (``1 + weight``), and replaces the harness's ``assert_holds`` with a no-op during its call, in the harness
     and in every suite: every check after it passed, and so did the run. The harness's functions are too many to

@@ -528,7 +528,8 @@ GLOBAL_STATE_LEAKS = {"SetsDefaultDtype": "default dtype", "DisablesGrad": "grad
                       "LeavesAProfiler": "trace and profile functions replaced: profile",
                       "ChangesDirectory": "working directory",
                       "ForgesTheJsonReport": "the run's own functions replaced: json.dumps",
-                      "MutesPytestOutcomes": "the run's own functions replaced: pytest.fail, pytest.skip"}
+                      "MutesPytestOutcomes": "the run's own functions replaced: pytest.fail, pytest.skip",
+                      "LeavesSavedTensorHooks": "saved-tensor hooks (none, True) -> (hooks LeavesSavedTensorHooks"}
 
 
 def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subtests):

@@ -245,6 +245,58 @@ def _set_backend_flags(flags: tuple[Any, ...]) -> None:
         matmul.allow_fp16_reduced_precision_reduction = fp16
 
 
+_AUTOGRAD = getattr(torch._C, "_autograd", None)
+
+
+def _saved_tensor_hooks() -> tuple[Any, ...]:
+    """The innermost default saved-tensor hooks (by identity: a pair pushed since reads as another pair) and whether
+    they are enabled; () where this torch cannot say."""
+    top = getattr(_AUTOGRAD, "_top_saved_tensors_default_hooks", None)
+    enabled = getattr(_AUTOGRAD, "_saved_tensors_hooks_is_enabled", None)
+    if top is None or enabled is None:
+        return ()
+    return (_Identity(top(False)), enabled())
+
+
+class _Identity:
+    """A value compared by identity (a hooks pair is a new tuple at each read, of the same functions)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Identity):
+            return NotImplemented
+        mine, theirs = self.value, other.value
+        if isinstance(mine, tuple) and isinstance(theirs, tuple):
+            return len(mine) == len(theirs) and all(a is b for a, b in zip(mine, theirs, strict=True))
+        return mine is theirs
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "none" if self.value is None else "hooks " + ", ".join(getattr(f, "__qualname__", repr(f))
+                                                                     for f in self.value)
+
+
+def _restore_saved_tensor_hooks(before: tuple[Any, ...]) -> None:
+    """Pop the hooks pushed since ``before`` (at most 64: a stack deeper than that was never the harness's), and
+    enable or disable them as they were."""
+    if not before or _saved_tensor_hooks() == before:
+        return
+    for _ in range(64):
+        current = _saved_tensor_hooks()
+        if not current or current[0] == before[0] or current[0].value is None:
+            break
+        _AUTOGRAD._pop_saved_tensors_default_hooks()
+    if _AUTOGRAD._saved_tensors_hooks_is_enabled() != before[1]:
+        if before[1]:
+            _AUTOGRAD._saved_tensors_hooks_enable()
+        else:
+            _AUTOGRAD._saved_tensors_hooks_disable("disabled before the backend's call")
+
+
 class _Floor(int):
     """A value compared as a floor: raising it is no change. torch.compile raises the recursion limit on its first
     compile (1000 to 2000), which no backend should be blamed for; lowering it would make later cases fail with
@@ -307,6 +359,9 @@ def global_state() -> dict[str, Any]:
         # A mode left on a stack sees (and may change) every later torch call, the reference's among them.
         "torch function modes": torch._C._len_torch_function_stack(),
         "dispatch modes": torch._C._len_torch_dispatch_stack(),
+        # Saved-tensor hooks left on see (and may change) what every later forward saves for its backward, the
+        # reference's too: zeroed there, every backend's gradients and the reference's agreed, all wrong.
+        "saved-tensor hooks": _saved_tensor_hooks(),
         "recursion limit": _Floor(sys.getrecursionlimit()),
         "trace and profile functions": _interpreter_hooks(),
         "working directory": _working_directory(),
@@ -365,6 +420,7 @@ def restore(state: dict[str, Any]) -> None:
         torch._C._pop_torch_function_stack()
     while torch._C._len_torch_dispatch_stack() > state["dispatch modes"]:
         torch._C._pop_torch_dispatch_stack(None)
+    _restore_saved_tensor_hooks(state["saved-tensor hooks"])
     torch.set_flush_denormal(state["flush denormal"])
     for device, enabled in zip(_AUTOCAST_DEVICES, state["autocast"], strict=True):
         torch.set_autocast_enabled(device, enabled)
