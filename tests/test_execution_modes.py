@@ -43,6 +43,31 @@ def test_a_compiled_path_that_differs_fails_the_default_gate(run, pytester):
     assert any("--modes=none" in o["reason"] for o in report["outcomes"].values() if o["outcome"] == "skipped")
 
 
+COMPILE_TURNED_OFF = """
+import torch
+import torch._dynamo.config
+
+from rmsnorm_conformance.zoo import CompiledPathReduction
+
+torch._dynamo.config.disable = True  # as TORCH_COMPILE_DISABLE=1 does: torch.compile returns the function itself
+torch._dynamo.config.suppress_errors = True  # an error in a compiled path would run the eager code instead
+
+
+class Kernel(CompiledPathReduction):
+    name = "compile_turned_off"
+"""
+
+
+def test_the_compiled_checks_compile_whatever_the_process_set(run, pytester):
+    """A kernel whose compiled path differs from eager, imported with Dynamo turned off: torch.compile returned the
+    function itself, its compiled path never ran, and the gate passed it (eager against eager). The harness's
+    compiled calls now set Dynamo on, with errors raised, for their own calls (modes.compile_settings)."""
+    pytester.makepyfile(compile_turned_off=COMPILE_TURNED_OFF)
+    result = run(*ARGS, "--backend=compile_turned_off:Kernel", "-k", "test_execution_mode_at_thresholds")
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(["*contract rule axis_a.execution_mode*under torch.compile differ*"])
+
+
 def test_a_fused_add_that_differs_only_under_inference_mode_fails_the_default_gate(run):
     result = run(*ARGS, "--backend=rmsnorm_conformance.zoo:FusedAddInferencePath",
                  "-k", "test_fused_add_execution_mode_at_thresholds")

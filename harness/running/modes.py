@@ -30,6 +30,18 @@ DEFAULT_COMPILER = "inductor"
 RECOMPILE_LIMIT = 64
 
 
+def compile_settings() -> dict[str, Any]:
+    """Dynamo's settings for the harness's compiled calls, whatever the process set before: the recompile limits
+    above, errors raised (``suppress_errors`` would run the eager code in their place, and the compiled path would
+    go unchecked) and Dynamo on (``disable``, or TORCH_COMPILE_DISABLE=1, made torch.compile return the function
+    itself: the compiled path was never run, and its check compared eager with eager)."""
+    import torch._dynamo.config as dynamo_config
+
+    wanted = {"recompile_limit": RECOMPILE_LIMIT, "accumulated_recompile_limit": RECOMPILE_LIMIT * 16,
+              "suppress_errors": False, "disable": False}
+    return {name: value for name, value in wanted.items() if hasattr(dynamo_config, name)}
+
+
 class ModeBackend:
     """A backend's entry points run under ``torch.compile`` or captured in a CUDA graph and replayed.
 
@@ -78,11 +90,10 @@ class ModeBackend:
 
     def _run(self, method: str, *args: Any) -> Any:
         if self.mode == "compile":
-            if method not in self._compiled:
-                self._compiled[method] = torch.compile(getattr(self.inner.impl, method), backend=self.compiler,
-                                                       fullgraph=False, dynamic=self.dynamic)
-            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
-                                            accumulated_recompile_limit=RECOMPILE_LIMIT * 16):
+            with torch._dynamo.config.patch(**compile_settings()):
+                if method not in self._compiled:
+                    self._compiled[method] = torch.compile(getattr(self.inner.impl, method), backend=self.compiler,
+                                                           fullgraph=False, dynamic=self.dynamic)
                 return self._compiled[method](*args)
         return self._replayed(method, args)
 
