@@ -510,6 +510,18 @@ class ImpostorNative(NativeRMSNormOp):
     name = "native"
 
 
+class NamedOverTwoLines(NativeRMSNormOp):
+    """A name with a line break: the rest of it started a line of the log, where GitHub Actions reads commands."""
+
+    name = "two\n::stop-commands::silenced"
+
+
+class NamedLikeAWorkflowCommand(NativeRMSNormOp):
+    """A name that starts its table row as a GitHub Actions command would."""
+
+    name = "::error title=fake::all good"
+
+
 class InfiniteStatistics(NativeRMSNormOp):
     """Returns +inf where the reference is finite: its report carries non-finite errors, which JSON must encode."""
 

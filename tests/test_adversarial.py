@@ -665,6 +665,8 @@ def test_a_reused_output_buffer_fails_fresh_output_not_axis_a(gate):
     ("--case-timeout=-1", "--case-timeout"),
     ("--hypothesis-profile=bogus", "no such Hypothesis profile"),
     ("--backend=native,tests.hostile:ImpostorNative", "share the name 'native'"),
+    ("--backend=tests.hostile:NamedOverTwoLines", "must be one line of printable characters; it has '\\n'"),
+    ("--backend=tests.hostile:NamedLikeAWorkflowCommand", "must not start with '::'"),
     ("--dtype=fp32", "--dtype=fp32: unknown"),
     ("--rule=axis_z.*", "--rule=axis_z.*: unknown"),
 ])

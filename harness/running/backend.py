@@ -326,8 +326,19 @@ class DeclarationError(ValueError):
 
 
 def _check_name(impl: Any, name: str) -> None:
+    """A name is one line of printable text: it heads the report's rows and the terminal's, and a line break in it
+    had put the rest of it at the start of a line of the log, where GitHub Actions reads ``::error::...`` (or
+    ``::stop-commands::``, which silences the run's own annotations) as a command; so does a name that starts
+    with ``::``, at the start of its table row."""
     if not isinstance(getattr(impl, "name", name), str):
         raise DeclarationError(f"backend {name!r}: 'name' must be a string, got {impl.name!r}")
+    bad = sorted({c for c in name if not c.isprintable()})
+    if bad:
+        raise DeclarationError(f"backend {name!r}: 'name' must be one line of printable characters; it has "
+                               f"{', '.join(repr(c) for c in bad)}")
+    if name.startswith("::"):
+        raise DeclarationError(f"backend {name!r}: 'name' must not start with '::' (a line of the log that does is "
+                               "a command to GitHub Actions)")
 
 
 def _check_dtypes(impl: Any, name: str) -> None:
