@@ -504,6 +504,19 @@ class NastyName(NativeRMSNormOp):
     name = "nasty|name\n<script>x</script>`"
 
 
+class RaisesUnencodableText(NativeRMSNormOp):
+    """Raises with a message that is no UTF-8 (a lone surrogate, as text decoded with surrogateescape carries) on
+    rows of 4096: writing it into the markdown report ended the run's last write, and the run had no markdown
+    report, a JSON one still reading INCOMPLETE and no JUnit XML."""
+
+    name = "raises_unencodable_text"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.shape[-1] == 4096:
+            raise ValueError("cannot take \udcff rows")
+        return super().forward(x, weight + 1, eps)
+
+
 class ImpostorNative(NativeRMSNormOp):
     """Claims the name of the ground truth."""
 

@@ -647,6 +647,21 @@ def test_a_harness_module_swapped_in_sys_modules_at_import_fails_and_is_put_back
     assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
+def test_an_unencodable_error_message_still_gets_every_report_written(gate, pytester, workers):
+    """A kernel's exception text that is no UTF-8 (a lone surrogate) ended the report's last write in one process,
+    and under pytest-xdist the worker that could not send it (the run ended INCOMPLETE, native's tests with it)."""
+    result, data = gate(f"--backend={H}:RaisesUnencodableText,native", "--rule=axis_b.output", "--report=r.md",
+                        "--junitxml=r.xml", *workers)
+    assert result.ret == 1, result.stdout.str()[-2000:]
+    assert data["verdict"] == "FAIL" and data["complete"]  # the wrong rows fail; the refused ones are listed
+    markdown = (pytester.path / "r.md").read_text(encoding="utf-8")
+    assert markdown.startswith("# RMSNorm conformance report: FAIL") and "cannot take \\udcff rows" in markdown
+    assert (pytester.path / "r.xml").read_text().startswith("<?xml")
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
+
+
 def test_a_reused_output_buffer_fails_fresh_output_not_axis_a(gate):
     result, data = gate(f"--backend={H}:ReusedOutputBuffer", "--rule=axis_a.position,axis_a.permutation")
     assert result.ret == 1

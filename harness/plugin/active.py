@@ -10,6 +10,7 @@ registered on the controller only.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +63,7 @@ def run_options(config: pytest.Config) -> RunOptions:
     if OPTIONS not in config.stash:
         if INTERRUPTS not in config.stash:  # before any backend is imported or called (isolation.no_exit)
             config.stash[INTERRUPTS] = isolation.watch_interrupts()
+            _tolerant_output()
         try:
             options = resolve(config)
         except pytest.UsageError as exc:
@@ -89,6 +91,14 @@ def run_options(config: pytest.Config) -> RunOptions:
             worker_exit.conformance_run()
             isolation.WATCHDOG.on_hang = lambda message: _note_hang(config, *config.stash.get(RUNNING, ({}, None)))
     return config.stash[OPTIONS]
+
+
+def _tolerant_output() -> None:
+    """The run's terminal output escapes what its encoding cannot write (``\\udcff``): a kernel's exception text
+    that is no UTF-8 (a lone surrogate) printed raw bytes into the log, or ended the print."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -531,6 +541,66 @@ def _test_records(request: pytest.FixtureRequest, run: RunOptions) -> Collector:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
+    _fill_report(item, call, report)
+    _make_encodable(report)
+
+
+def _make_encodable(report: pytest.TestReport) -> None:
+    """Text a kernel put into a report (an exception's message, what it printed) that is no UTF-8, a lone surrogate,
+    escaped (``\\udcff``): pytest-xdist could not send such a report to the controller, the worker stopped with an
+    internal error and the run ended INCOMPLETE, every other backend's tests with it."""
+    if not _encodable(report.longrepr):
+        report.longrepr = _escaped(str(report.longrepr))
+    report.sections = [(_escaped(title), _escaped(text)) for title, text in report.sections]
+    report.user_properties = [(name, _escaped_tree(value)) for name, value in report.user_properties]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_warning_recorded(warning_message: Any, when: str, nodeid: str, location: Any) -> None:
+    """A warning's text escaped as a report's is (``_make_encodable``), before pytest-xdist sends it on: an
+    interface warning quoting a kernel's exception, or a kernel's own warning, that is no UTF-8 had ended the
+    worker."""
+    message = warning_message.message
+    text = str(message)
+    if _escaped(text) == text:
+        return
+    if isinstance(message, Warning):
+        message.args = (_escaped(text),)
+    else:
+        warning_message.message = _escaped(text)
+
+
+def _encodable(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, tuple):
+        return all(_encodable(v) for v in value)
+    try:
+        str(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _escaped_tree(value: Any) -> Any:
+    if isinstance(value, str):
+        return _escaped(value)
+    if isinstance(value, dict):
+        return {_escaped_tree(k): _escaped_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_escaped_tree(v) for v in value)
+    return value
+
+
+def _fill_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
     subject = item.stash.get(SUBJECT, None)
     if subject is not None:
         _attach_subject(item, report, subject)

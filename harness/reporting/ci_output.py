@@ -122,7 +122,7 @@ def write_step_summary(c: Collector, bench: dict[str, Any] | None = None, path: 
     path = path or os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return None
-    with open(path, "a", encoding="utf-8") as handle:
+    with open(path, "a", encoding="utf-8", errors="backslashreplace") as handle:
         handle.write(step_summary(c, bench, reports=reports))
     return Path(path)
 

@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+        Path(args.out).write_text(text, encoding="utf-8", errors="backslashreplace")
         print(f"wrote {args.out}")
     else:
         print(text)

@@ -74,7 +74,8 @@ def write_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None
     text = render_report(c, path, bench=bench, pictures=pictures, progress=progress)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
+        # A kernel's exception may carry text that is no UTF-8 (a lone surrogate): escaped, never a report lost.
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
         os.replace(tmp, path)
     except BaseException:
