@@ -245,7 +245,7 @@ def _set_backend_flags(flags: tuple[Any, ...]) -> None:
         matmul.allow_fp16_reduced_precision_reduction = fp16
 
 
-_AUTOGRAD = getattr(torch._C, "_autograd", None)
+_AUTOGRAD: Any = getattr(torch._C, "_autograd", None)
 
 
 def _saved_tensor_hooks() -> tuple[Any, ...]:
