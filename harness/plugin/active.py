@@ -154,10 +154,9 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 def _harness_intact(watch: isolation.HarnessWatch) -> None:
     replaced = watch.replaced()
     if replaced:
-        shown = ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more" if len(replaced) > 6 else "")
         pytest.fail(f"contract rule semantics.global_state broken: code run in this test replaced the harness's "
-                    f"own functions ({shown}); put back now. A kernel under test may not change the harness that "
-                    "checks it.", pytrace=False)
+                    f"own functions ({watch.shown(replaced)}); put back now. A kernel under test may not change the "
+                    "harness that checks it.", pytrace=False)
 
 
 def _note_hang(config: pytest.Config, key: dict, subject: Subject | None, test: str = "") -> None:

@@ -195,11 +195,10 @@ class Reporter:
         c.not_started = max(0, session.testscollected - finished - len(self.running))
         c.unfinished = list(self.running)
         c.incomplete = self._why_incomplete(session)
-        if replaced and not c.incomplete:
-            shown = ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more" if len(replaced) > 6 else "")
+        if replaced and not c.incomplete and watch is not None:
             c.incomplete = (f"the harness's own functions were found replaced at the run's end, outside any test "
-                            f"({shown}; put back before this report was written): the run cannot vouch for its "
-                            "checks")
+                            f"({watch.shown(replaced)}; put back before this report was written): the run cannot "
+                            "vouch for its checks")
         session.exitstatus = exit_status(c.verdict(), session.exitstatus, bool(c.checks))
         c.selection = selection(self.config, self.options, c)
         for name in c.named_but_not_run():

@@ -195,6 +195,11 @@ class HarnessWatch:
             sys.modules[name] = self._modules[name]
         return [entry[0] for entry in changed] + [f"sys.modules[{name!r}]" for name in swapped]
 
+    @staticmethod
+    def shown(names: list[str], most: int = 6) -> str:
+        """``names`` for a message: the first ``most``, then how many more."""
+        return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
 
 # Bound when this module is imported, before any backend is: read through these, the state is what it is even where
 # a backend replaced the module attribute (which the watched functions then show).
