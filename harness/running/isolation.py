@@ -76,11 +76,12 @@ def torch_functions() -> dict[str, Any]:
     return found
 
 
-# The functions outside torch that the run's verdict is computed and its reports written with: the standard
-# library's json, file and process functions here, the run's own records, renderers and reporter as the plugin
-# registers them (``watch_functions``), before any backend is imported. A backend that replaced one could make the
-# report say what it likes: with json.dumps patched, the JSON report of a run whose markdown and exit status said
-# FAIL read PASS. Compared by identity and put back, as torch's functions are. Each entry: (label, owner, names).
+# The functions outside torch and the harness that the run's verdict is computed and its reports written with: the
+# standard library's json, file and process functions here, pytest's outcomes and Hypothesis' in-test functions as
+# the plugin registers them (``watch_functions``), before any backend is imported. A backend that replaced one could
+# make the report say what it likes: with json.dumps patched, the JSON report of a run whose markdown and exit status
+# said FAIL read PASS. Compared by identity around every call and put back, as torch's functions are; the harness's
+# own functions, too many for every call, are ``HarnessWatch``'s.
 _RUN_FUNCTIONS: list[tuple[str, Any, str, Any]] = []  # (label.name, owner, name, the owner's live namespace)
 _BUILTINS = ("open", "print", "repr", "str", "format", "len", "sorted", "isinstance", "getattr", "setattr", "hasattr",
              "min", "max", "sum", "any", "all", "int", "float", "bool", "round", "abs", "dict", "list", "tuple", "set",
@@ -122,15 +123,6 @@ def _put_back_run_functions(before: dict[str, Any]) -> None:
                     delattr(owner, name)
             else:
                 setattr(owner, name, before[key])
-
-
-def run_functions_replaced(before: dict[str, Any]) -> list[str]:
-    """The watched functions no longer what they were in ``before`` (``run_functions``), each put back: for a
-    check at the run's end of what no call was watched for (a backend's thread)."""
-    replaced = _replaced(before, run_functions())
-    if replaced:
-        _put_back_run_functions(before)
-    return replaced
 
 
 class HarnessWatch:
