@@ -91,19 +91,18 @@ _OS = ("replace", "rename", "fdopen", "open", "close", "write", "fsync", "unlink
 
 
 def watch_functions(label: str, owner: Any, names: Iterable[str] | None = None) -> None:
-    """Watch ``owner``'s attributes ``names`` as ``label.name``: by default every attribute of a class, and a
-    module's own functions and classes. A backend that replaces one fails ``semantics.global_state`` and the
-    original is put back. The names are read now; attributes added later are not watched."""
+    """Watch ``owner``'s attributes ``names`` (by default every one it has now) as ``label.name``. A backend that
+    replaces one fails ``semantics.global_state`` and the original is put back. The names are read now; attributes
+    added later are not watched."""
     own = vars(owner)  # a module's dict, a class's mappingproxy: live views, read at each snapshot
     if names is None:
-        names = [n for n, v in own.items()
-                 if isinstance(owner, type) or (callable(v) and getattr(v, "__module__", None) == owner.__name__)]
+        names = list(own)
     known = {key for key, *_ in _RUN_FUNCTIONS}
     _RUN_FUNCTIONS.extend((f"{label}.{name}", owner, name, own) for name in names if f"{label}.{name}" not in known)
 
 
-watch_functions("json", json, list(vars(json)))
-watch_functions("json.encoder", json.encoder, list(vars(json.encoder)))
+watch_functions("json", json)
+watch_functions("json.encoder", json.encoder)
 watch_functions("json.JSONEncoder", json.JSONEncoder)
 watch_functions("builtins", builtins, _BUILTINS)
 watch_functions("os", os, [n for n in _OS if hasattr(os, n)])
@@ -118,11 +117,16 @@ def run_functions() -> dict[str, Any]:
 def _put_back_run_functions(before: dict[str, Any]) -> None:
     for key, owner, name, own in _RUN_FUNCTIONS:
         if key in before and own.get(name, _MISSING) is not before[key]:
-            if before[key] is _MISSING:
-                with contextlib.suppress(AttributeError):
-                    delattr(owner, name)
-            else:
-                setattr(owner, name, before[key])
+            _set_back(owner, name, before[key])
+
+
+def _set_back(owner: Any, name: str, value: Any) -> None:
+    """``owner.name`` as it was: ``value``, or no such attribute where it had none (``_MISSING``)."""
+    if value is _MISSING:
+        with contextlib.suppress(AttributeError):
+            delattr(owner, name)
+    else:
+        setattr(owner, name, value)
 
 
 class HarnessWatch:
@@ -177,11 +181,7 @@ class HarnessWatch:
         holds, each put back (none before ``take``)."""
         changed = [entry for entry in self._entries if entry[3].get(entry[2], _MISSING) is not entry[4]]
         for _, owner, name, _, value in changed:
-            if value is _MISSING:
-                with contextlib.suppress(AttributeError):
-                    delattr(owner, name)
-            else:
-                setattr(owner, name, value)
+            _set_back(owner, name, value)
         swapped = [name for name, module in self._modules.items() if sys.modules.get(name) is not module]
         for name in swapped:
             sys.modules[name] = self._modules[name]
