@@ -33,5 +33,7 @@ REFUSED = (
     "and the check is counted neither passed nor failed. A refusal gates only under --strict-interface, as "
     "interface breaches do. A device fault, an out-of-memory error, a hang, a crash, a returned value that is "
     "not a tensor, and an input changed before raising are not refusals; wrong bits returned without an "
-    "exception stay a numerics failure of the rule the case checks."
+    "exception stay a numerics failure of the rule the case checks. A backend whose declared limits keep out a "
+    "target dim (or contiguous rows) may pass, but only as `PASS (not at hidden 4096)`, naming what it keeps "
+    "out: its pass never reads as if the model's own shapes had been checked."
 )

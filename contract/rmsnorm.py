@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.7.0"
+VERSION = "2.8.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6

@@ -116,6 +116,41 @@ def test_a_kernel_that_raises_in_the_cross_backend_table_is_named(run, pytester)
                                  "undeclared_max_dim raised ValueError: rows of 8192 elements are past*"])
 
 
+class DeclaresMaxDim64(DeclaresMaxDim4096):
+    """A correct kernel for rows of at most 64 elements: its declared limits keep both target dims out."""
+
+    name = "declares_max_dim_64"
+    max_dim = 64
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.shape[-1] > 64:
+            raise ValueError(f"rows of {x.shape[-1]} elements are past this kernel's 64")
+        return super().forward_fp32(x, weight, eps)
+
+
+def test_a_kernel_that_declines_the_target_dims_never_passes_as_if_they_were_checked(run, pytester):
+    """A kernel whose limits keep out hidden 4096 and head_dim 128 passes what it takes, but its pass says the
+    model's own shapes were never checked: in the headline, its "Pick a kernel" row and the report's JSON. Before,
+    it read a plain PASS beside native's, and only "declares dim 1–64" told a reader."""
+    result = run(*ARGS, "--backend=native,tests.test_refused:DeclaresMaxDim64", "--report=narrow.json",
+                 "--report=narrow.md")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "narrow.json").read_text())
+    # One dtype of three makes the run partial too: both say so.
+    assert report["verdict"] == "PASS"
+    assert report["verdict_label"] == "PASS (partial; not at hidden 4096, head_dim 128)"
+    assert report["selection"]["target_gaps"] == {"declares_max_dim_64": ["hidden 4096", "head_dim 128"]}
+    rows = {row["backend"]: row for row in report["pick"]["rows"]}
+    assert rows["declares_max_dim_64"]["scope"] == "partial; not at hidden 4096, head_dim 128"
+    assert rows["native"]["scope"] == "partial"  # the other kernel's pass is not narrowed by it
+    assert sum(s["checks"] for s in report["summaries"] if s["backend"] == "declares_max_dim_64") > 0
+    markdown = (pytester.path / "narrow.md").read_text()
+    assert "# RMSNorm conformance report: PASS (partial; not at hidden 4096, head_dim 128)" in markdown
+    assert "- declares_max_dim_64: hidden 4096, head_dim 128" in markdown
+    result.stdout.fnmatch_lines(["RMSNorm conformance: PASS (partial; not at hidden 4096, head_dim 128)*",
+                                 "Not checked at the contract's target dims*"])
+
+
 def test_wrong_bits_on_a_strided_weight_stay_a_numerics_failure(run, pytester):
     result = run("--pyargs", "rmsnorm_conformance.suites", "--device=cpu", "--dtype=float32",
                  "--backend=rmsnorm_conformance.zoo:StridedWeightReadContiguously", "--rule=axis_b.output",
@@ -134,6 +169,15 @@ def test_layouts_are_named_from_the_tensor():
     assert layout_of(torch.ones(16)[::2]) == "strided"
     assert layout_of(torch.ones(4, 9)[:, :8]) == "strided"
     assert layout_of(torch.ones(9)[1:]) == "offset"
+
+
+def test_limits_name_the_target_shapes_they_keep_out():
+    assert InputLimits().target_gaps() == []
+    assert InputLimits(max_dim=4096, dim_multiple_of=8).target_gaps() == []
+    assert InputLimits(min_dim=256).target_gaps() == ["head_dim 128"]
+    assert InputLimits(dim_multiple_of=256).target_gaps() == ["head_dim 128"]
+    assert InputLimits(max_dim=64, layouts=("strided",)).target_gaps() == ["hidden 4096", "head_dim 128",
+                                                                           "contiguous rows"]
 
 
 def test_limits_name_what_is_outside_them():
@@ -259,6 +303,8 @@ def test_the_rounding_class_tests_hold_a_kernel_to_the_shapes_it_declares(run, p
     assert report["verdict"] == "PASS" and report["totals"]["checks"] > 0
     assert {r["rows"] for r in report["rounding"]} == {256}  # (256, 128) ran; the rows of 4096 and 1000 did not
     assert any("max_dim=128" in e["reason"] for e in report["not_run"]), report["not_run"]
+    # head_dim 128 was checked, hidden 4096 was not: the pass names the one it never reached.
+    assert report["verdict_label"] == "PASS (partial; not at hidden 4096)"
 
 
 def test_a_declared_limit_met_in_a_test_body_skips_the_test_with_the_limit(run, pytester):

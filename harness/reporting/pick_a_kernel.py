@@ -360,7 +360,7 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         rows.append(PickRow(backend, device, verdict, checks, sorted(failed | expected), sorted(interface),
                             _rounding_label(c, backend, device), partners, required, unequal,
                             {d: margins[d] for d in DTYPE_ORDER if d in margins}, speed,
-                            bool(speed and where and row_type != where), declared, refused, c.pass_scope()))
+                            bool(speed and where and row_type != where), declared, refused, c.pass_scope(backend)))
     return sorted(rows, key=PickRow.sort_key)
 
 

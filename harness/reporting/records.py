@@ -246,12 +246,20 @@ class Collector:
         """Did the run leave out rules, dtypes, devices, tests or thresholds the full gate checks?"""
         return bool(self.selection.get("full_gate_adds"))
 
-    def pass_scope(self) -> str:
-        """What a pass of this run is short of the gate: the sweep's name where the sweep is not the gate
-        (``smoke``), ``partial`` where the run left out what the gate checks, else empty."""
+    def pass_scope(self, backend: str | None = None) -> str:
+        """What a pass of this run (of ``backend``'s rows, where one is named) is short of the gate: the sweep's
+        name where the sweep is not the gate (``smoke``), ``partial`` where the run left out what the gate checks,
+        and ``not at hidden 4096`` where a backend's declared limits kept the contract's target dims out; else empty."""
+        scopes = []
         if self.selection.get("sweep_is_gate") is False:
-            return str(self.selection.get("sweep"))
-        return "partial" if self.partial else ""
+            scopes.append(str(self.selection.get("sweep")))
+        elif self.partial:
+            scopes.append("partial")
+        gaps = self.selection.get("target_gaps") or {}
+        missing = [g for name, names in gaps.items() if backend in (None, name) for g in names]
+        if missing:
+            scopes.append("not at " + ", ".join(dict.fromkeys(missing)))
+        return "; ".join(scopes)
 
     def verdict_label(self) -> str:
         """The verdict as a report's headline shows it: a pass of a selection reads ``PASS (partial)``, and a pass
@@ -343,7 +351,8 @@ class Collector:
         if data.get("selection"):
             adds = self.selection.get("full_gate_adds", [])
             self.selection = {**data["selection"], **self.selection, "full_gate_adds": adds + [
-                a for a in data["selection"].get("full_gate_adds", []) if a not in adds]}
+                a for a in data["selection"].get("full_gate_adds", []) if a not in adds],
+                "target_gaps": {**data["selection"].get("target_gaps", {}), **self.selection.get("target_gaps", {})}}
             if data["selection"].get("sweep_is_gate") is False:  # one smoke run makes the merge a smoke run
                 self.selection.update(sweep=data["selection"].get("sweep"), sweep_is_gate=False)
         for i, entry in enumerate(data.get("expected", [])):

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.contract.refusals import ALIGNMENT_BYTES, LAYOUTS
+from rmsnorm_conformance.contract.rmsnorm import TARGET_DIMS
 
 # What a declared-limit skip's "Did not run" reason starts with, so reports can tell it from other skips.
 NOT_RUN_PREFIX = "not run: outside the declared limits"
@@ -78,6 +79,12 @@ class InputLimits:
         if self.dim_multiple_of > 1:
             parts.append(f"dim a multiple of {self.dim_multiple_of}")
         return "; ".join(parts)
+
+    def target_gaps(self) -> list[str]:
+        """The contract's target shapes these limits keep out, in its words ("hidden 4096", "contiguous rows"):
+        a kernel may honestly decline them, and its pass then says the model's own shapes were never checked."""
+        gaps = [f"{name} {dim}" for name, dim in TARGET_DIMS.items() if self.dim_outside(dim)]
+        return gaps + ([] if "contiguous" in self.layouts else ["contiguous rows"])
 
     def outside(self, names: Sequence[str], args: Sequence[Any]) -> str | None:
         """Why a call with ``args`` (tensor arguments named by ``names``, in order) is outside these limits, or
