@@ -647,6 +647,39 @@ def test_a_harness_module_swapped_in_sys_modules_at_import_fails_and_is_put_back
     assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
+MODULE_PLANTED_AT_IMPORT = """
+import sys
+import types
+
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+
+# A harness module a test imports only when it runs: planted under its name before the harness ever imports it.
+name = "rmsnorm_conformance.harness.checking.rounding"
+fake = types.ModuleType(name)
+fake.__file__ = sys.modules[__name__].__file__
+sys.modules[name] = fake
+
+
+class OnePlusWeight(NativeRMSNormOp):
+    name = "module_planted_at_import"
+
+    def forward(self, x, weight, eps=1e-6):
+        return super().forward(x, weight + 1, eps)
+"""
+
+
+def test_a_harness_module_planted_before_the_harness_imports_it_fails_and_is_put_back(gate, pytester):
+    """A kernel's module that puts its own module in sys.modules under the name of a harness module the run has not
+    imported yet (one a test imports when it runs): no snapshot held the real one, so nothing read it as replaced.
+    Every harness and contract module is now imported before any backend, and the plant is read as a swap."""
+    pytester.makepyfile(module_planted=MODULE_PLANTED_AT_IMPORT)
+    result, data = gate("--backend=module_planted:OnePlusWeight,native", "--rule=semantics.global_state,axis_b.output")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == "module_planted_at_import"]
+    assert any("sys.modules['rmsnorm_conformance.harness.checking.rounding']" in r for r in reasons), reasons
+    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
+
+
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
 def test_an_unencodable_error_message_still_gets_every_report_written(gate, pytester, workers):
     """A kernel's exception text that is no UTF-8 (a lone surrogate) ended the report's last write in one process,
