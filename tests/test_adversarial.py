@@ -680,6 +680,35 @@ def test_a_harness_module_planted_before_the_harness_imports_it_fails_and_is_put
     assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
+LAZY_NAME_SET_AT_IMPORT = """
+import rmsnorm_conformance.harness as harness
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+
+# The package resolves its names when first asked: set before the suites ask, this is what they would import.
+harness.assert_within = lambda *args, **kwargs: None
+
+
+class OnePlusWeight(NativeRMSNormOp):
+    name = "lazy_name_set_at_import"
+
+    def forward(self, x, weight, eps=1e-6):
+        return super().forward(x, weight + 1, eps)
+"""
+
+
+def test_a_lazy_harness_name_set_before_the_suites_import_it_fails_and_is_put_back(gate, pytester):
+    """The harness package exports its names lazily: one not yet asked for was in no snapshot, and a kernel's
+    module that set it first gave the suites its own ``assert_within`` (every tolerance check silent). The lazy
+    names are resolved before any backend now, and the replacement is read and put back after its import."""
+    pytester.makepyfile(lazy_name=LAZY_NAME_SET_AT_IMPORT)
+    result, data = gate("--backend=lazy_name:OnePlusWeight,native", "--rule=semantics.global_state,axis_b.output")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == "lazy_name_set_at_import"]
+    assert any("rmsnorm_conformance.harness.assert_within" in r for r in reasons), reasons
+    assert any("axis_b.output" in r for r in reasons), reasons  # the suites imported the real check: caught
+    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
+
+
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
 def test_an_unencodable_error_message_still_gets_every_report_written(gate, pytester, workers):
     """A kernel's exception text that is no UTF-8 (a lone surrogate) ended the report's last write in one process,

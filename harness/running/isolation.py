@@ -132,13 +132,18 @@ def _set_back(owner: Any, name: str, value: Any) -> None:
 
 
 def _import_all(parts: tuple[str, ...]) -> None:
-    """Import every module of the package's subpackages ``parts`` (the command-line ``__main__`` modules aside)."""
+    """Import every module of the package's subpackages ``parts`` (the command-line ``__main__`` modules aside),
+    and resolve every name a package exports lazily (``harness.assert_within``): a name not yet set is one a
+    backend could set first, and the suites' ``from ... import`` would take its value."""
     package = __name__.split(".", 1)[0]
     for part in parts:
         root = importlib.import_module(f"{package}.{part}")
-        for found in pkgutil.walk_packages(root.__path__, f"{root.__name__}."):
-            if not found.name.endswith(".__main__"):
-                importlib.import_module(found.name)
+        modules = [root] + [importlib.import_module(found.name)
+                            for found in pkgutil.walk_packages(root.__path__, f"{root.__name__}.")
+                            if not found.name.endswith(".__main__")]
+        for module in modules:
+            for name in getattr(module, "__all__", ()):
+                getattr(module, name)
 
 
 class HarnessWatch:
@@ -156,9 +161,10 @@ class HarnessWatch:
 
     def take(self) -> None:
         """What the functions are now: the originals, where no backend has been imported yet. Every module of the
-        harness and the contract is imported first (about 40 ms), the ones a test imports only when it runs too:
-        a backend could otherwise put its own module in ``sys.modules`` under such a name, before the harness first
-        imports it, and no snapshot would have held the real one."""
+        harness and the contract is imported first (about 40 ms), the ones a test imports only when it runs too,
+        and the harness package's lazy names resolved: a backend could otherwise put its own module in
+        ``sys.modules``, or its own function in the package, under a name the harness had not loaded yet, and no
+        snapshot would have held the real one."""
         if self._entries:
             return
         _import_all(("harness", "contract"))
