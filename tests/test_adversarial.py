@@ -614,6 +614,37 @@ def test_global_state_changed_at_import_fails_and_is_put_back(gate, pytester):
     assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
+COMPILE_REPLACED_AT_IMPORT = """
+import torch
+
+from rmsnorm_conformance.backends.native import NativeRMSNormOp
+
+torch.compile = lambda fn=None, *args, **kwargs: fn if fn is not None else (lambda f: f)
+
+
+class WrongWhenCompiled(NativeRMSNormOp):
+    name = "wrong_when_compiled"
+
+    def forward(self, x, weight, eps=1e-6):
+        out = super().forward(x, weight, eps)
+        return out * 2 if torch.compiler.is_compiling() else out
+"""
+
+
+def test_torch_compile_replaced_at_import_fails_and_the_compiled_path_still_runs(gate, pytester):
+    """A kernel wrong only when compiled, whose module replaced torch.compile with a function returning its argument:
+    the compiled checks compared eager with eager, and it passed them. torch.compile is watched now (with the other
+    ways the modes run a backend): the import fails global_state, and put back, the compiled path shows the bits."""
+    pytester.makepyfile(compile_replaced=COMPILE_REPLACED_AT_IMPORT)
+    result, data = gate("--backend=compile_replaced:WrongWhenCompiled", "--device=cpu",
+                        "--rule=semantics.global_state,axis_a.execution_mode")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("reason")]
+    assert any("importing wrong_when_compiled changed torch's global state" in r and "torch.compile" in r
+               for r in reasons), reasons
+    assert any("under torch.compile differ from the same rows run eagerly" in r for r in reasons), reasons
+
+
 MODULE_SWAPPED_AT_IMPORT = """
 import sys
 import types

@@ -52,8 +52,13 @@ def flushes_denormals() -> bool:
 # one (or one of torch.Tensor's Python-level attributes, all watched) would change what every later check computes:
 # a patched torch.sqrt or Tensor.float could make the reference agree with a wrong kernel.
 # The getters and setters this module reads and puts back the state with are watched too: a backend that replaced
-# torch.get_default_dtype along with the default dtype would otherwise hide the change it made.
-_WATCHED_FUNCTIONS = ("bincount", "bucketize", "cat", "empty", "equal", "full", "full_like", "isfinite", "isnan",
+# torch.get_default_dtype along with the default dtype would otherwise hide the change it made. So are the ways the
+# execution modes and the fresh process run a backend (compile, no_grad, enable_grad, inference_mode, load, save):
+# with torch.compile replaced by a function that returns its argument, a kernel wrong only when compiled passed the
+# compiled checks, eager against eager.
+_WATCHED_FUNCTIONS = ("bincount", "bucketize", "cat", "empty", "empty_strided", "equal", "finfo", "full",
+                      "full_like", "isfinite", "isnan", "randint", "compile", "no_grad", "enable_grad",
+                      "inference_mode", "load", "save",
                       "isneginf", "isposinf", "ones", "ones_like", "pow", "rand", "randn", "randperm", "reciprocal",
                       "rsqrt", "sqrt", "tensor", "where", "zeros", "zeros_like", "mul", "stack",
                       "get_default_dtype", "set_default_dtype", "is_grad_enabled", "set_grad_enabled",
@@ -109,6 +114,13 @@ watch_functions("json.JSONEncoder", json.JSONEncoder)
 watch_functions("builtins", builtins, _BUILTINS)
 watch_functions("os", os, [n for n in _OS if hasattr(os, n)])
 watch_functions("tempfile", tempfile, ("mkstemp",))
+# torch's own functions outside its top level that the checks run a backend or judge it with: opcheck (the interface
+# rule), CUDA-graph capture and the stream waits (the execution modes), is_compiling (what a compiled call asks).
+watch_functions("torch.library", torch.library, ("opcheck",))
+watch_functions("torch.compiler", torch.compiler, ("is_compiling",))
+watch_functions("torch.func", torch.func, ("functional_call",))
+watch_functions("torch.cuda", torch.cuda, ("graph", "CUDAGraph", "synchronize", "current_stream", "stream", "Stream",
+                                           "is_available", "device_count"))
 
 
 def run_functions() -> dict[str, Any]:
