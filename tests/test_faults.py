@@ -105,9 +105,23 @@ def test_out_of_memory_fails_the_kernel_that_asked_and_the_run_goes_on(gate):
     assert data["verdict"] == "FAIL" and data["complete"]
     assert _failed_rules(data, "asks_for_a_terabyte") == {"axis_a.batch_size"}
     detail = next(s["failing_detail"] for s in data["summaries"] if s["failures"])
-    assert "OutOfMemoryError" in detail and "the cache was emptied" in detail
+    assert "OutOfMemoryError" in detail and "out of memory on each of 3 tries" in detail
     assert _checks(data, "native") > 0 and not _failed_rules(data, "native")
     assert not [e for e in data["not_run"] if e["reason"].startswith(DEVICE_LOST)]
+
+
+def test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes(gate):
+    """Workers sharing a GPU can leave one's case a few MiB short while another peaks: a correct kernel failed a
+    check for it (kernels run 70, three backends on an H200 under 16 workers). Out of memory before a case recorded
+    anything is tried again (three tries, the cache emptied between them): a kernel short of memory once passes,
+    and its checks are counted once."""
+    args = ("--rule=axis_b.output", "--sweep=ci", "--max-examples=3", "--dtype=float32", "--device=cpu",
+            "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_output and not bounds")
+    result, data = gate("--backend=tests.hostile:OutOfMemoryOnEveryOtherCall", *args)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert data["verdict"] != "FAIL" and not _failed_rules(data, "out_of_memory_on_every_other_call")
+    _, plain = gate("--backend=native", *args)
+    assert _checks(data, "out_of_memory_on_every_other_call") == _checks(plain, "native") > 0
 
 
 @pytest.mark.parametrize(("spec", "rule", "env"), [
