@@ -120,6 +120,12 @@ def test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes(ga
     result, data = gate("--backend=tests.hostile:OutOfMemoryOnEveryOtherCall", *args)
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert data["verdict"] != "FAIL" and not _failed_rules(data, "out_of_memory_on_every_other_call")
+    # Not a finding, but said: how many cases of which rule were tried again.
+    (retried,) = data["retried"]
+    assert retried["backend"] == "out_of_memory_on_every_other_call" and retried["rule"] == "axis_b.output"
+    assert retried["count"] >= 1
+    result.stdout.fnmatch_lines(["Tried again after running out of memory*",
+                                 "- out_of_memory_on_every_other_call on cpu, float32, axis_b.output: * case*"])
     _, plain = gate("--backend=native", *args)
     assert _checks(data, "out_of_memory_on_every_other_call") == _checks(plain, "native") > 0
 

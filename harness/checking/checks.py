@@ -461,6 +461,8 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
             return
         # Out of memory before the case recorded anything: the same case again, with the memory given back.
         device_faults.start_clean(error, subject.device)
+        backend, device = subject.record_as or (subject.backend.name, str(subject.device))
+        subject.collector.add_retried(backend, device, subject.dtype_label, declared[0])
         time.sleep(OOM_PAUSE_S * attempt)
 
 

@@ -178,6 +178,17 @@ class Collector:
     # Inputs a backend raised on without declaring that it refuses them (checking/refusals.py), folded per
     # (backend, device, dtype, entry point, what stood out, exception): neither passed nor failed checks.
     refused: list[dict[str, Any]] = field(default_factory=list)
+    # Cases tried again after running out of memory (checking/checks.py), per (backend, device, dtype, rule): what
+    # they finally gave is in the checks; a kernel that needs more memory on a first try than after is worth a look.
+    retried: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_retried(self, backend: str, device: str, dtype: str, rule: str, count: int = 1) -> None:
+        """Count one case (or ``count``) tried again after running out of memory."""
+        for have in self.retried:
+            if (have["backend"], have["device"], have["dtype"], have["rule"]) == (backend, device, dtype, rule):
+                have["count"] += count
+                return
+        self.retried.append({"backend": backend, "device": device, "dtype": dtype, "rule": rule, "count": count})
 
     def add(self, check: Check) -> None:
         if 0 <= check.expected < len(self.expected):
@@ -315,6 +326,7 @@ class Collector:
             "parity": self.parity,
             "rounding": self.rounding,
             "refused": self.refused,
+            "retried": self.retried,
         }
 
     @classmethod
@@ -346,15 +358,12 @@ class Collector:
         self.not_started += data.get("not_started", 0)
         self.named_backends += [n for n in data.get("named_backends", []) if n not in self.named_backends]
         self.rounding += data.get("rounding", [])
+        for entry in data.get("retried", []):
+            self.add_retried(**entry)
         for entry in data.get("refused", []):
             self.add_refused(dict(entry))
         if data.get("selection"):
-            adds = self.selection.get("full_gate_adds", [])
-            self.selection = {**data["selection"], **self.selection, "full_gate_adds": adds + [
-                a for a in data["selection"].get("full_gate_adds", []) if a not in adds],
-                "target_gaps": {**data["selection"].get("target_gaps", {}), **self.selection.get("target_gaps", {})}}
-            if data["selection"].get("sweep_is_gate") is False:  # one smoke run makes the merge a smoke run
-                self.selection.update(sweep=data["selection"].get("sweep"), sweep_is_gate=False)
+            self._merge_selection(data["selection"])
         for i, entry in enumerate(data.get("expected", [])):
             if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
                     **self.expected[i], "breached": 0, "passed": 0}:
@@ -362,6 +371,16 @@ class Collector:
                 self.expected[i]["passed"] += entry["passed"]
             else:
                 self.expected.append(dict(entry))
+
+
+    def _merge_selection(self, other: dict[str, Any]) -> None:
+        """Another run's selection folded in: what either left out, and a smoke run makes the merge one."""
+        adds = self.selection.get("full_gate_adds", [])
+        self.selection = {**other, **self.selection,
+                          "full_gate_adds": adds + [a for a in other.get("full_gate_adds", []) if a not in adds],
+                          "target_gaps": {**other.get("target_gaps", {}), **self.selection.get("target_gaps", {})}}
+        if other.get("sweep_is_gate") is False:
+            self.selection.update(sweep=other.get("sweep"), sweep_is_gate=False)
 
 
 def _refused_key(entry: dict[str, Any]) -> tuple[str, ...]:

@@ -442,6 +442,16 @@ def partial_lines(c: Collector) -> list[str]:
     return lines
 
 
+def retried_lines(c: Collector) -> list[str]:
+    """The cases tried again after running out of memory: not findings (what they finally gave is in the checks),
+    but a kernel that needs more memory on a first try than on the next is worth a look."""
+    if not c.retried:
+        return []
+    return ["Tried again after running out of memory (the checks count what the last try gave):",
+            *(f"- {e['backend']} on {e['device']}, {e['dtype']}, {e['rule']}: {e['count']} "
+              f"case{'s' * (e['count'] != 1)}" for e in c.retried)]
+
+
 PICTURES_TITLE = "Pictures"
 
 
@@ -461,6 +471,7 @@ def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictur
     lines = [f"# RMSNorm conformance report: {c.verdict_label()}", ""]
     lines += [md_cell(line) for line in incomplete_lines(c)] + ([""] if c.incomplete else [])
     lines += [md_cell(line) for line in partial_lines(c)] + ([""] if partial_lines(c) else [])
+    lines += [md_cell(line) for line in retried_lines(c)] + ([""] if c.retried else [])
     lines += [f"{c.checks} checks, {c.failed_checks} failed, {c.warned_checks} interface warnings, "
               f"{sum(e['count'] for e in c.refused)} refused inputs; "
               f"{c.passed_tests} tests passed, {len(c.failed_tests())} failed, "
@@ -487,7 +498,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     # What a budget left out is listed whole under "Did not run" below: named once here, not listed twice.
     adds = [line.split(NOT_CHECKED)[0] + f"{NOT_CHECKED}listed under 'Did not run' below" if NOT_CHECKED in line
             else line for line in partial_lines(c)]
-    yield from _prose([*incomplete_lines(c), *adds], width)
+    yield from _prose([*incomplete_lines(c), *adds, *retried_lines(c)], width)
     env = c.environment
     yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
         env.get("contract version"), env.get("contract profile"), env.get("sweep"),
