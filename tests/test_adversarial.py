@@ -666,18 +666,6 @@ class OnePlusWeight(NativeRMSNormOp):
 """
 
 
-def test_a_harness_module_swapped_in_sys_modules_at_import_fails_and_is_put_back(gate, pytester):
-    """A kernel's module that puts its own copy of a harness module in sys.modules as it is imported: every later
-    import of it (the suites', at collection) would get the copy. Read after each backend's import, put back."""
-    pytester.makepyfile(module_swapped=MODULE_SWAPPED_AT_IMPORT)
-    result, data = gate("--backend=module_swapped:OnePlusWeight,native", "--rule=semantics.global_state,axis_b.output")
-    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
-    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == "module_swapped_at_import"]
-    assert any("sys.modules['rmsnorm_conformance.harness.checking.checks']" in r for r in reasons), reasons
-    assert any("axis_b.output" in r for r in reasons), reasons  # the suites imported the real checks: caught
-    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
-
-
 MODULE_PLANTED_AT_IMPORT = """
 import sys
 import types
@@ -699,18 +687,6 @@ class OnePlusWeight(NativeRMSNormOp):
 """
 
 
-def test_a_harness_module_planted_before_the_harness_imports_it_fails_and_is_put_back(gate, pytester):
-    """A kernel's module that puts its own module in sys.modules under the name of a harness module the run has not
-    imported yet (one a test imports when it runs): no snapshot held the real one, so nothing read it as replaced.
-    Every harness and contract module is now imported before any backend, and the plant is read as a swap."""
-    pytester.makepyfile(module_planted=MODULE_PLANTED_AT_IMPORT)
-    result, data = gate("--backend=module_planted:OnePlusWeight,native", "--rule=semantics.global_state,axis_b.output")
-    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
-    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == "module_planted_at_import"]
-    assert any("sys.modules['rmsnorm_conformance.harness.checking.rounding']" in r for r in reasons), reasons
-    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
-
-
 LAZY_NAME_SET_AT_IMPORT = """
 import rmsnorm_conformance.harness as harness
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
@@ -727,16 +703,29 @@ class OnePlusWeight(NativeRMSNormOp):
 """
 
 
-def test_a_lazy_harness_name_set_before_the_suites_import_it_fails_and_is_put_back(gate, pytester):
-    """The harness package exports its names lazily: one not yet asked for was in no snapshot, and a kernel's
-    module that set it first gave the suites its own ``assert_within`` (every tolerance check silent). The lazy
-    names are resolved before any backend now, and the replacement is read and put back after its import."""
-    pytester.makepyfile(lazy_name=LAZY_NAME_SET_AT_IMPORT)
-    result, data = gate("--backend=lazy_name:OnePlusWeight,native", "--rule=semantics.global_state,axis_b.output")
+@pytest.mark.parametrize(("source", "name", "replaced", "caught"), [
+    # A copy of a harness module put in sys.modules: every later import of it (the suites', at collection) would get
+    # the copy. Read after each backend's import, put back.
+    (MODULE_SWAPPED_AT_IMPORT, "module_swapped_at_import",
+     "sys.modules['rmsnorm_conformance.harness.checking.checks']", True),
+    # A module planted under the name of one the run had not imported yet (a test imports it when it runs): no
+    # snapshot held the real one. Every harness and contract module is imported before any backend now.
+    (MODULE_PLANTED_AT_IMPORT, "module_planted_at_import",
+     "sys.modules['rmsnorm_conformance.harness.checking.rounding']", False),
+    # A lazily exported name set before the suites asked for it: they imported the kernel's assert_within (every
+    # tolerance check silent). The lazy names are resolved before any backend now.
+    (LAZY_NAME_SET_AT_IMPORT, "lazy_name_set_at_import", "rmsnorm_conformance.harness.assert_within", True),
+], ids=["swapped", "planted", "lazy name"])
+def test_a_harness_name_replaced_at_import_fails_and_is_put_back(gate, pytester, source, name, replaced, caught):
+    """A kernel's module that replaces part of the harness as it is imported fails its tests, naming what it
+    replaced, and the harness's own is put back before the suites use it: native's checks are untouched, and
+    where the suites would have used the replacement the wrong kernel is caught (``caught``)."""
+    pytester.makepyfile(hostile_module=source)
+    result, data = gate("--backend=hostile_module:OnePlusWeight,native", "--rule=semantics.global_state,axis_b.output")
     assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
-    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == "lazy_name_set_at_import"]
-    assert any("rmsnorm_conformance.harness.assert_within" in r for r in reasons), reasons
-    assert any("axis_b.output" in r for r in reasons), reasons  # the suites imported the real check: caught
+    reasons = [o["reason"] for o in data["outcomes"].values() if o.get("backend") == name]
+    assert any(replaced in r for r in reasons), reasons
+    assert not caught or any("axis_b.output" in r for r in reasons), reasons
     assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
