@@ -163,9 +163,9 @@ class HarnessWatch:
     and every attribute of its own classes, of every harness and contract module (all imported by ``take`` when the
     run starts, before any backend is) and of the suites once collected, with the modules themselves in
     ``sys.modules``, and the standard library's functions ``run_functions`` watches. A backend that replaced one
-    could pass every check (``checks.assert_holds`` made a no-op) or write the report it likes. 2,280 names before the suites are collected:
-    too many to read around every call, as ``global_state`` is, so they are read at the end of each test and of the
-    run (``replaced``), and after a backend's import."""
+    could pass every check (``checks.assert_holds`` made a no-op) or write the report it likes. 2,297 names before
+    the suites are collected: too many to read around every call, as ``global_state`` is, so they are read at the end
+    of each test and of the run (``replaced``), and after a backend's import."""
 
     def __init__(self) -> None:
         self._entries: list[tuple[str, Any, str, Any, Any]] = []  # (shown as, owner, name, live namespace, value)
