@@ -440,6 +440,7 @@ def _in_weight_dtype(cases: Callable[[Subject], st.SearchStrategy[Any]]) -> Call
 
     return drawn
 
+
 # Out of memory is tried again, the cache emptied and a pause between tries: pytest-xdist workers share a GPU, and
 # one's peak can leave another's case a few MiB short (kernels run 70: three correct backends failed a check each on
 # an H200 shared by 16 workers, with 11-320 MiB free). A case that runs out of memory on every try fails, as before.
@@ -456,20 +457,21 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     what = f"{subject.backend.name} on {subject.device}, {subject.dtype_label}, {case!r}"
     seconds, cut_by_run = _seconds_allowed(subject, what)
     for attempt in range(1, OOM_TRIES + 1):
-        error = _run_once(subject, declared, case, check, what, seconds, cut_by_run, last=attempt == OOM_TRIES)
+        error = _run_once(subject, declared, case, check, what, seconds, cut_by_run, attempt=attempt)
         if error is None:
             return
         # Out of memory before the case recorded anything: the same case again, with the memory given back.
         device_faults.start_clean(error, subject.device)
-        backend, device = subject.record_as or (subject.backend.name, str(subject.device))
-        subject.collector.add_retried(backend, device, subject.dtype_label, declared[0])
+        if attempt == 1:  # counted once a case
+            backend, device = subject.record_as or (subject.backend.name, str(subject.device))
+            subject.collector.add_retried(backend, device, subject.dtype_label, declared[0])
         time.sleep(OOM_PAUSE_S * attempt)
 
 
 def _run_once(subject: Subject, declared: tuple[str, ...], case: Any, check: Callable[[], None], what: str,
-              seconds: float, cut_by_run: bool, *, last: bool) -> BaseException | None:
-    """One try of ``run_check``: the out-of-memory error, where it is not the ``last`` try and the case recorded
-    nothing before it (a try again would count its checks twice); else None, whatever the case gave."""
+              seconds: float, cut_by_run: bool, *, attempt: int) -> BaseException | None:
+    """Try ``attempt`` of ``run_check``: the out-of-memory error, where it is not the last try and the case
+    recorded nothing before it (a try again would count its checks twice); else None, whatever the case gave."""
     __tracebackhide__ = True
     records = subject.records
     subject._last_output = None
@@ -492,7 +494,8 @@ def _run_once(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     except (HypothesisException, UnsatisfiedAssumption):
         raise
     except Exception as exc:
-        return _raised(subject, declared, case, exc, retry=not last and subject.records == records)
+        return _raised(subject, declared, case, exc, tries=attempt,
+                       retry=attempt < OOM_TRIES and subject.records == records)
     except BaseException as exc:
         if not getattr(exc, "ended_by_timer", False):
             raise
@@ -504,7 +507,7 @@ def _run_once(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     return None
 
 
-def _raised(subject: Subject, declared: tuple[str, ...], case: Any, exc: Exception, *,
+def _raised(subject: Subject, declared: tuple[str, ...], case: Any, exc: Exception, *, tries: int,
             retry: bool) -> BaseException | None:
     """A case's exception: a refusal recorded as one; out of memory, where ``retry``, returned to be tried again;
     anything else a failure of the declared rule."""
@@ -517,7 +520,7 @@ def _raised(subject: Subject, declared: tuple[str, ...], case: Any, exc: Excepti
         return exc
     # The backend raised (or returned something that is not a tensor): a failure of this check,
     # with the exception, the case and a replay, never a quiet error outside the verdict.
-    detail, recorded = _record_raised(subject, declared[0], case, exc)
+    detail, recorded = _record_raised(subject, declared[0], case, exc, tries=tries)
     _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
     return None
 
@@ -556,7 +559,8 @@ def _record_failure(subject: Subject, rule_id: str, case: Any, detail: str) -> N
     subject.on_failure(rule_id, f"contract rule {rule_id}: {detail}", subject.replay_command(case, rule_id))
 
 
-def _record_raised(subject: Subject, rule_id: str, case: Any, exc: Exception) -> tuple[str, tuple[str, str | None]]:
+def _record_raised(subject: Subject, rule_id: str, case: Any, exc: Exception,
+                   tries: int = 1) -> tuple[str, tuple[str, str | None]]:
     """What the backend raised, recorded against the declared rule, and the device made clean for the next case:
     (the detail, the record's replay and expected breach). A device context lost before any backend call fails
     nobody's check: the test is skipped as not run."""
@@ -572,8 +576,8 @@ def _record_raised(subject: Subject, rule_id: str, case: Any, exc: Exception) ->
         subject.collector.add_not_run(subject.backend.name, str(subject.device), reason)
         pytest.skip(reason)
     if device_faults.out_of_memory(exc):
-        detail += (f" (out of memory on each of {OOM_TRIES} tries, the cache emptied between them; the run goes "
-                   "on)")
+        detail += (f" (out of memory on each of {tries} tries, the cache emptied between them; the run goes on)"
+                   if tries > 1 else " (out of memory: the cache was emptied and the run goes on)")
     recorded = subject.record(rule_id, case, _dim(case), False, detail)
     device_faults.start_clean(exc, subject.device)
     return detail, recorded

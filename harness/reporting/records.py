@@ -372,7 +372,6 @@ class Collector:
             else:
                 self.expected.append(dict(entry))
 
-
     def _merge_selection(self, other: dict[str, Any]) -> None:
         """Another run's selection folded in: what either left out, and a smoke run makes the merge one."""
         adds = self.selection.get("full_gate_adds", [])
