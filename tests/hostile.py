@@ -664,3 +664,19 @@ class OutOfMemoryOnEveryOtherCall(NativeRMSNormOp):
         if type(self).calls % 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB (the CPU twin)")
         return super().forward(x, weight, eps)
+
+
+
+class OutOfMemoryOnTheRunsFirstCall(NativeRMSNormOp):
+    """Native's numbers, but the run's first call (in whichever process makes it: a fresh process's first call, in
+    a first-call test) runs out of memory first; the file named by RMSNORM_TEST_OOM_MARKER says it happened."""
+
+    name = "out_of_memory_on_the_runs_first_call"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        marker = os.environ.get("RMSNORM_TEST_OOM_MARKER")
+        if marker and not os.path.exists(marker):
+            with open(marker, "w") as f:
+                f.write(str(os.getpid()))
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB (the CPU twin)")
+        return super().forward(x, weight, eps)

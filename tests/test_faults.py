@@ -130,6 +130,20 @@ def test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes(ga
     assert _checks(data, "out_of_memory_on_every_other_call") == _checks(plain, "native") > 0
 
 
+def test_a_first_call_out_of_memory_is_made_again_in_a_fresh_process(gate, pytester, monkeypatch):
+    """A first call that ran out of memory cannot be tried again in the process that made it: the case is made
+    again in a fresh process of its own, and a correct kernel passes (it read FAIL on axis_a.first_call before)."""
+    marker = pytester.path / "out-of-memory-once"
+    monkeypatch.setenv("RMSNORM_TEST_OOM_MARKER", str(marker))
+    result, data = gate("--backend=tests.hostile:OutOfMemoryOnTheRunsFirstCall", "--dtype=float32",
+                        "--device=cpu", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "test_first_call")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert marker.exists()  # it did run out of memory once
+    assert not _failed_rules(data, "out_of_memory_on_the_runs_first_call")
+    assert _checks(data, "out_of_memory_on_the_runs_first_call") > 0
+    assert [(e["rule"], e["count"]) for e in data["retried"]] == [("axis_a.first_call", 1)]
+
+
 @pytest.mark.parametrize(("spec", "rule", "env"), [
     ("WritesRowPastOutput", "semantics.bounds", {}),
     ("Int32OffsetWrap", "axis_b.output", {"RMSNORM_DEFECT_OFFSET_WRAP": str(1 << 16)}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 from rmsnorm_conformance.contract import rule as contract_rule
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import (
+    OOM_PAUSE_S,
+    OOM_TRIES,
     Subject,
     assert_bitwise,
     assert_holds,
@@ -57,7 +60,13 @@ from rmsnorm_conformance.harness.running.entry_points import (
     entry_points,
     missing_reason,
 )
-from rmsnorm_conformance.harness.running.fresh_process import first_call_plan, fresh_calls, interleaved
+from rmsnorm_conformance.harness.running.fresh_process import (
+    FreshCalls,
+    first_call_plan,
+    fresh_calls,
+    interleaved,
+    run_fresh,
+)
 from rmsnorm_conformance.harness.running.modes import sample_backend, sample_modes
 
 REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
@@ -318,6 +327,29 @@ def _within_limits(subject: Subject, cases: Sequence[FirstCallCase]) -> list[Fir
     return [c for c in cases if subject.backend.limits.dim_outside(c.batch.dim) is None]
 
 
+def _with_memory(subject: Subject, fresh: FreshCalls) -> FreshCalls:
+    """``fresh`` with the cases whose call ran out of memory made again, in a fresh process of their own (a first
+    call cannot be tried again in the process that made it), as ``run_check`` tries a case again: workers share a
+    GPU, and one's peak can leave another's process short. Short on every try, the error stays, saying so."""
+    for attempt in range(1, OOM_TRIES):
+        short = [c for c, error in fresh.case_errors.items() if "raised OutOfMemoryError" in error]
+        if fresh.error is not None or not short:
+            break
+        if attempt == 1:
+            subject.collector.add_retried(subject.backend.name, str(subject.device), subject.dtype_label,
+                                          "axis_a.first_call", count=len(short))
+        time.sleep(OOM_PAUSE_S * attempt)
+        again = run_fresh(subject.backend.spec, subject.device, short)
+        for c in short:
+            if c in again.outputs:
+                fresh.outputs[c] = again.outputs[c]
+                del fresh.case_errors[c]
+            else:
+                fresh.case_errors[c] = (f"{again.case_errors.get(c) or again.error} (in {attempt + 1} fresh "
+                                        "processes, each out of memory or failing)")
+    return fresh
+
+
 def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
     """Each threshold dim's first call through each entry point in a fresh process, against later calls."""
     refusals.check_dim_limits(subject.backend, case.entry, case.batch.dim)  # outside its declared limits: not run
@@ -326,8 +358,9 @@ def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
             reason = missing_reason(subject.backend, c.entry)
             if reason:
                 pytest.skip(reason)
-        memo["fresh"] = fresh_calls(subject.backend.spec, subject.device, _within_limits(subject, memo["plan"]),
-                                    _within_limits(subject, _first_calls_together(subject, memo)))
+        memo["fresh"] = _with_memory(subject, fresh_calls(
+            subject.backend.spec, subject.device, _within_limits(subject, memo["plan"]),
+            _within_limits(subject, _first_calls_together(subject, memo))))
     fresh = memo["fresh"]
     b = case.batch
     assert_holds(subject, case, ok=fresh.error is None, dim=b.dim,
