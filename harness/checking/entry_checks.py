@@ -332,7 +332,7 @@ def _with_memory(subject: Subject, fresh: FreshCalls) -> FreshCalls:
     call cannot be tried again in the process that made it), as ``run_check`` tries a case again: workers share a
     GPU, and one's peak can leave another's process short. Short on every try, the error stays, saying so."""
     for attempt in range(1, OOM_TRIES):
-        short = [c for c, error in fresh.case_errors.items() if "raised OutOfMemoryError" in error]
+        short = [c for c in fresh.case_errors if c in fresh.out_of_memory]
         if fresh.error is not None or not short:
             break
         if attempt == 1:
@@ -340,6 +340,8 @@ def _with_memory(subject: Subject, fresh: FreshCalls) -> FreshCalls:
                                           "axis_a.first_call", count=len(short))
         time.sleep(OOM_PAUSE_S * attempt)
         again = run_fresh(subject.backend.spec, subject.device, short)
+        fresh.out_of_memory.clear()
+        fresh.out_of_memory.update(again.out_of_memory)
         for c in short:
             if c in again.outputs:
                 fresh.outputs[c] = again.outputs[c]

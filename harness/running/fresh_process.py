@@ -88,6 +88,8 @@ class FreshCalls:
     outputs: dict[FirstCallCase, tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
     error: str | None = None
     case_errors: dict[FirstCallCase, str] = dataclasses.field(default_factory=dict)
+    # The cases among ``case_errors`` whose call ran out of memory: worth a process of their own again.
+    out_of_memory: set[FirstCallCase] = dataclasses.field(default_factory=set)
 
     def covers(self, cases: Sequence[FirstCallCase]) -> bool:
         return self.error is None and all(c in self.outputs or c in self.case_errors for c in cases)
@@ -118,7 +120,8 @@ def _calls(cases: Sequence[FirstCallCase], saved: list[dict[str, Any]]) -> Fresh
     """A process's result file (one dict per case, in order: "first" and "second", or "error") as FreshCalls."""
     outputs = {c: (got["first"], got["second"]) for c, got in zip(cases, saved, strict=True) if "error" not in got}
     errors = {c: got["error"] for c, got in zip(cases, saved, strict=True) if "error" in got}
-    return FreshCalls(outputs, case_errors=errors)
+    short = {c for c, got in zip(cases, saved, strict=True) if got.get("out_of_memory")}
+    return FreshCalls(outputs, case_errors=errors, out_of_memory=short)
 
 
 def fresh_calls(spec: str, device: torch.device, cases: Sequence[FirstCallCase],
@@ -189,7 +192,8 @@ def main(argv: list[str]) -> int:
             try:
                 got[i][key] = tuple(t.cpu() for t in call(caller, *c))
             except Exception as exc:  # this case's call failed; the other cases' calls go on
-                got[i] = {"error": f"its {key} call raised {type(exc).__name__}: {exc}"}
+                got[i] = {"error": f"its {key} call raised {type(exc).__name__}: {exc}",
+                          "out_of_memory": isinstance(exc, torch.OutOfMemoryError)}
     torch.save(got, result_path)
     return 0
 
