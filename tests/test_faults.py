@@ -130,6 +130,82 @@ def test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes(ga
     assert _checks(data, "out_of_memory_on_every_other_call") == _checks(plain, "native") > 0
 
 
+class _FakeCuda:
+    """torch.cuda as ``give_back_surplus`` sees it on a GPU of 140 GiB, with ``reserved`` bytes kept."""
+
+    def __init__(self, monkeypatch, reserved: int) -> None:
+        self.reserved, self.emptied = reserved, 0
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: self.reserved)
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda device=None: type("Props", (), {"total_memory": 140 << 30})())
+        monkeypatch.setattr(torch.cuda, "empty_cache", self.empty)
+
+    def empty(self) -> None:
+        self.emptied += 1
+        self.reserved = 0
+
+
+@pytest.mark.parametrize(("workers", "reserved_gib", "given_back"), [
+    (16, 68, True),    # kernels run 70: one of 16 workers kept 68 GiB of 140
+    (16, 9, True),     # over 140 / 16 = 8.75 GiB
+    (16, 8, False),    # within its share: the cache stays, the next case reuses it
+    (1, 68, False),    # alone on the GPU: nobody else needs it
+])
+def test_a_process_gives_back_what_it_keeps_beyond_its_share(monkeypatch, workers, reserved_gib, given_back):
+    """Between cases a worker keeps at most its share of the GPU reserved: the blocks its caching allocator kept
+    beyond that (grown batches, CUDA-graph pools) are given back for the other workers' checks."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(workers))
+    fake = _FakeCuda(monkeypatch, reserved_gib << 30)
+    assert device_faults.give_back_surplus(torch.device("cuda", 0)) is given_back
+    assert fake.emptied == int(given_back)
+    assert device_faults.give_back_surplus(torch.device("cpu")) is False  # a CPU keeps no device cache
+
+
+def test_giving_back_never_replaces_the_cases_own_error(monkeypatch):
+    """After a device fault the allocator can raise too: the surplus is then left, and the fault is reported."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "16")
+    _FakeCuda(monkeypatch, 68 << 30)
+
+    def lost() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lost)
+    assert device_faults.give_back_surplus(torch.device("cuda", 0)) is False
+
+
+def test_every_case_gives_back_its_surplus(gate, pytester):
+    """``run_check`` asks after each case, passed, failed or tried again (counted by a conftest that wraps both)."""
+    pytester.makeconftest("""
+        from pathlib import Path
+        from rmsnorm_conformance.harness.checking import checks
+        from rmsnorm_conformance.harness.running import device_faults
+
+        LOG = Path(__file__).parent / "calls.log"
+        give_back, run_check = device_faults.give_back_surplus, checks.run_check
+
+        def counted_give_back(device):
+            with LOG.open("a") as f:
+                f.write("give_back\\n")
+            return give_back(device)
+
+        def counted_run_check(*args, **kwargs):
+            with LOG.open("a") as f:
+                f.write("case\\n")
+            return run_check(*args, **kwargs)
+
+        device_faults.give_back_surplus = counted_give_back
+        checks.run_check = counted_run_check
+    """)
+    result, data = gate("--backend=native", "--rule=axis_b.output", "--sweep=ci", "--max-examples=3",
+                        "--dtype=float32", "--device=cpu", "-p", "no:cacheprovider", "-p", "no:xdist",
+                        "-k", "test_output and not bounds")
+    assert result.ret == 0 and data["verdict"] != "FAIL", result.stdout.str()[-3000:]
+    calls = (pytester.path / "calls.log").read_text().split()
+    assert calls.count("case") > 0 and calls.count("give_back") == calls.count("case")
+
+
 def test_a_first_call_out_of_memory_is_made_again_in_a_fresh_process(gate, pytester, monkeypatch):
     """A first call that ran out of memory cannot be tried again in the process that made it: the case is made
     again in a fresh process of its own, and a correct kernel passes (it read FAIL on axis_a.first_call before)."""

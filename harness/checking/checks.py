@@ -457,7 +457,10 @@ def run_check(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     what = f"{subject.backend.name} on {subject.device}, {subject.dtype_label}, {case!r}"
     seconds, cut_by_run = _seconds_allowed(subject, what)
     for attempt in range(1, OOM_TRIES + 1):
-        error = _run_once(subject, declared, case, check, what, seconds, cut_by_run, attempt=attempt)
+        try:
+            error = _run_once(subject, declared, case, check, what, seconds, cut_by_run, attempt=attempt)
+        finally:
+            device_faults.give_back_surplus(subject.device)  # what it kept beyond its share, others may need
         if error is None:
             return
         # Out of memory before the case recorded anything: the same case again, with the memory given back.

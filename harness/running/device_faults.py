@@ -128,6 +128,35 @@ def out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError)
 
 
+def fair_share(device: torch.device) -> int:
+    """The bytes of ``device`` one process may keep reserved between cases: its memory over the processes that
+    share it (pytest-xdist's workers on one GPU)."""
+    from rmsnorm_conformance.harness.drawing.budget import workers_per_gpu
+
+    return torch.cuda.get_device_properties(device).total_memory // workers_per_gpu()
+
+
+def give_back_surplus(device: torch.device) -> bool:
+    """After a case: where this process keeps more of ``device`` reserved than its fair share, give the cached
+    blocks back (True if it did).
+
+    PyTorch's caching allocator keeps every block it freed, and the budgets bound a case's peak, not what a process
+    keeps: batch sizes that grow from case to case each take a new segment, and each CUDA-graph capture takes a
+    private pool that only an allocation failure in the same process, or ``empty_cache``, gives back. Under 16
+    workers on an H200 one worker kept 68.22 GiB while three others' checks ran out of memory with 11-320 MiB free
+    (kernels run 70): a correct kernel failed for memory another process held and did not use."""
+    if device.type != "cuda" or not torch.cuda.is_initialized():  # implies available, without asking the driver
+        return False
+    try:  # never in place of the case's own error (a lost context raises here too)
+        if torch.cuda.memory_reserved(device) <= fair_share(device):
+            return False
+        gc.collect()  # a cycle may still hold a case's tensors
+        torch.cuda.empty_cache()
+    except Exception:
+        return False
+    return True
+
+
 def start_clean(error: BaseException, device: torch.device) -> None:
     """After a failed call (out of memory above all): drop the frames that hold its tensors and give the cached
     blocks back, so that the next check has the memory this one had."""
