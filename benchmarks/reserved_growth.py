@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from collections.abc import Callable
 
 import torch
@@ -35,17 +36,20 @@ def _captured(rows: int, dim: int) -> None:
     out.clone().sum().item()
 
 
-def _sequence(call: Callable[[int, int], None], sizes: list[tuple[int, int]], give_back: bool) -> list[float]:
+def _sequence(call: Callable[[int, int], None], sizes: list[tuple[int, int]], give_back: bool) -> dict:
+    """GiB reserved after each call, and the milliseconds each give-back took (none: not asked)."""
     from rmsnorm_conformance.harness.running import device_faults
 
     torch.cuda.empty_cache()
-    reserved = []
+    reserved, ms = [], []
     for rows, dim in sizes:
         call(rows, dim)
         if give_back:
+            start = time.perf_counter()
             device_faults.give_back_surplus(torch.device("cuda", 0))
+            ms.append(round((time.perf_counter() - start) * 1e3, 3))
         reserved.append(round(torch.cuda.memory_reserved() / GIB, 2))
-    return reserved
+    return {"reserved_gib": reserved, "give_back_ms": ms}
 
 
 def main() -> None:
