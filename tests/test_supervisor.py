@@ -114,6 +114,46 @@ def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_p
     assert json.loads(fresh.read_text())["verdict"] == "NOT RUN" and capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("gap_s", [0.01, 0.05])
+def test_a_sigterm_to_the_process_group_ends_the_run_with_its_report(tmp_path, gap_s):
+    """``timeout`` and CI runners send SIGTERM to the whole process group: the run and its supervisor each get it,
+    and the supervisor passes its own on, so the run gets two or more within milliseconds. Each raised a
+    KeyboardInterrupt of its own; the next one landed in pytest's handling of the first, and the run ended with the
+    report on disk still reading "the run started and has not finished"; one pending in the supervisor as the run
+    ended killed it (exit status -15). The run says it was terminated, and the exit status is INCOMPLETE's."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    report = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RMSNORM_CONFORMANCE_UNSUPERVISED", None)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+                             "rmsnorm_conformance.suites", "--backend=tests.hostile:Sleeps", "--device=cpu",
+                             "--dtype=float32", "--rule=axis_a.repeat", "--case-timeout=0", f"--report={report}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+    def running() -> list[str]:
+        try:
+            return json.loads(report.read_text()).get("unfinished", [])
+        except (OSError, ValueError):
+            return []
+
+    end = time.monotonic() + 120
+    while not any("test_repeat" in n for n in running()) and time.monotonic() < end:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    for _ in range(4):  # the group's SIGTERM, and more as a runner that insists sends them
+        os.killpg(proc.pid, signal.SIGTERM)
+        time.sleep(gap_s)
+    assert proc.wait(timeout=120) == INCOMPLETE_STATUS
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "INCOMPLETE" and data["incomplete"] == "terminated by SIGTERM", data["incomplete"]
+    assert any("test_repeat" in n for n in data["unfinished"])
+
+
 def test_a_supervisor_killed_takes_its_run_down_with_an_incomplete_report(tmp_path):
     """SIGKILL reaches the supervisor alone and it can pass nothing on: its run gets a SIGTERM from the kernel
     (the parent-death signal) and ends as a terminated run does, instead of running on alone."""

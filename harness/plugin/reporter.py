@@ -74,6 +74,7 @@ class Reporter:
         self._previous_sigint: Any = None
         self._sigint = False  # a SIGINT came (_interrupt)
         self._raised_again = False  # its KeyboardInterrupt raised again at a test's start
+        self._finishing = False  # the session's end: the report is being written, a SIGTERM raises nothing
         self._last_write = float("-inf")  # time.monotonic() of the last progress write
         self._write_pending = False  # a start not yet written (a pytest-xdist controller throttles its writes)
 
@@ -101,14 +102,21 @@ class Reporter:
 
     def _terminate(self, signum: int, frame: Any) -> None:
         """SIGTERM (a CI timeout, `timeout`): stop as Ctrl-C does, so the report is written and the exit is not 0;
-        and if the run has not ended ``SIGTERM_GRACE`` seconds later, end it then (``_end_after_sigterm``)."""
-        self.interrupted_by = "terminated by SIGTERM"
-        isolation.note_interrupt()
-        if self._term_timer is None:
+        and if the run has not ended ``SIGTERM_GRACE`` seconds later, end it then (``_end_after_sigterm``).
+
+        Raised once: a SIGTERM sent to the process group (``timeout``, a CI runner's cancel) reaches this process
+        and its supervisor, which passes it on, so two or more come milliseconds apart. Raised again, the next one
+        landed in pytest's own handling of the first, and the run ended without its last report (the report on disk
+        still said "the run started and has not finished"). Once the run is writing its report, none is raised."""
+        first = self._term_timer is None
+        if first:
+            self.interrupted_by = self.interrupted_by or "terminated by SIGTERM"
+            isolation.note_interrupt()
             self._term_timer = threading.Timer(SIGTERM_GRACE, self._end_after_sigterm)
             self._term_timer.daemon = True
             self._term_timer.start()
-        raise KeyboardInterrupt("SIGTERM")
+        if first and not self._finishing:
+            raise KeyboardInterrupt("SIGTERM")
 
     def _end_after_sigterm(self) -> None:
         """The run did not end after SIGTERM (its interrupt lost, or a kernel that does not return): the report is
@@ -183,10 +191,21 @@ class Reporter:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        # The SIGTERM handler stays until the report is written (a SIGTERM now is noted, not raised: _terminate),
+        # so that one arriving while it is written does not end the process with the report half done.
+        self._finishing = True
         if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._previous_sigint)
+        try:
+            self._finish(session)
+        finally:
+            if self._term_timer is not None:  # ended after SIGTERM with its report written: nothing left to force
+                self._term_timer.cancel()
+            if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _finish(self, session: pytest.Session) -> None:
+        """The verdict, the exit status and the last write of every report."""
         c = self.collector
         # What no test's end saw (a backend's thread, or code between tests): put back before the report is written.
         watch = self.config.stash.get(HARNESS_WATCH, None)
@@ -215,8 +234,6 @@ class Reporter:
                 self.written.append(str(write_report(c, path, bench=self.options.bench, plots=True)))
             except OSError as exc:  # one unwritable report must not lose the others
                 self.written.append(f"{path} could NOT be written: {exc.strerror or exc}")
-        if self._term_timer is not None:  # ended after SIGTERM with its report written: nothing left to force
-            self._term_timer.cancel()
 
     def _why_incomplete(self, session: pytest.Session) -> str:
         """Why the run did not finish, "" where it did: a signal, the run's deadline (--deadline) with tests

@@ -100,6 +100,10 @@ def supervise(config: pytest.Config) -> int:
                                      preexec_fn=lambda: _in_child(previous))
             returncode = _wait_passing_signals_on(child, status_file)
         finally:
+            # A SIGTERM still pending (the second of a process group's, come as the child ended) would otherwise end
+            # this process once unblocked, before it exits with the run's status: taken here, it was passed on.
+            while signal.sigtimedwait(_FORWARDED, 0) is not None:
+                pass
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         written = _read_status(status_file)
         status: int | None = written["exit"] if written is not None else None
@@ -156,6 +160,8 @@ def settle(returncode: int, status: int | None, reports: list[str], started: flo
     """The exit status of a supervised run: the verdict's (``status``) where the child wrote it, else the
     child's own, never 0; an ending before the verdict is said on stderr and in the reports the child left."""
     if status is not None:
+        if returncode in (-signal.SIGTERM, -signal.SIGINT):
+            return status  # stopped after its verdict (a SIGTERM to the process group came twice): the verdict's
         if returncode not in (0, status):
             return returncode  # it failed after its verdict too (a crash at exit): that stands
         if returncode != status:
