@@ -114,6 +114,19 @@ def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_p
     assert json.loads(fresh.read_text())["verdict"] == "NOT RUN" and capsys.readouterr().err == ""
 
 
+def test_a_run_ended_by_the_signal_passed_on_to_it_says_so(tmp_path, capsys):
+    """A SIGTERM that reached the run before its handler was in place (its first seconds) killed it: the report said
+    a backend had ended the process; the supervisor knows the signal was one it passed on."""
+    report = tmp_path / "r.json"
+    assert settle(-signal.SIGTERM, None, [str(report)], 0.0, passed_on=(signal.SIGTERM,)) == INCOMPLETE_STATUS
+    assert json.loads(report.read_text())["incomplete"] == "terminated by SIGTERM before the run could write a verdict"
+    report.unlink()
+    assert settle(-signal.SIGTERM, None, [str(report)], 0.0) == INCOMPLETE_STATUS  # a signal from elsewhere
+    assert "a backend ended the process" in json.loads(report.read_text())["incomplete"]
+    assert settle(-signal.SIGTERM, 1, [], 0.0, passed_on=(signal.SIGTERM,)) == 1  # after its verdict: the verdict's
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("gap_s", [0.01, 0.05])
 def test_a_sigterm_to_the_process_group_ends_the_run_with_its_report(tmp_path, gap_s):
     """``timeout`` and CI runners send SIGTERM to the whole process group: the run and its supervisor each get it,

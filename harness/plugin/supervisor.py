@@ -91,6 +91,7 @@ def supervise(config: pytest.Config) -> int:
     command = [sys.executable, *sys.orig_argv[1:]]
     with tempfile.TemporaryDirectory(prefix="rmsnorm-conformance-") as folder:
         status_file = Path(folder, "status.json")
+        passed_on: list[int] = []
         env = {**os.environ, STATUS_ENV: str(status_file)}
         started = time.time()
         # Blocked here and waited for below; the child starts with the mask this process had.
@@ -98,7 +99,7 @@ def supervise(config: pytest.Config) -> int:
         try:
             child = subprocess.Popen(command, env=env, cwd=config.invocation_params.dir,
                                      preexec_fn=lambda: _in_child(previous))
-            returncode = _wait_passing_signals_on(child, status_file)
+            returncode = _wait_passing_signals_on(child, status_file, passed_on)
         finally:
             # A SIGTERM still pending (the second of a process group's, come as the child ended) would otherwise end
             # this process once unblocked, before it exits with the run's status: taken here, it was passed on.
@@ -114,7 +115,7 @@ def supervise(config: pytest.Config) -> int:
                  f"call?): ended it, exiting with the verdict's status {status}")
             return status
     return settle(-signal.SIGKILL if returncode is None else returncode, status,
-                  config.getoption("--report") or [], started)
+                  config.getoption("--report") or [], started, passed_on=tuple(passed_on))
 
 
 def _in_child(mask: set[int | signal.Signals]) -> None:
@@ -128,15 +129,17 @@ def _in_child(mask: set[int | signal.Signals]) -> None:
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
-def _wait_passing_signals_on(child: subprocess.Popen, status_file: Path) -> int | None:
-    """Wait for ``child``; a signal another process sent to this one goes on to the child. One from the terminal
-    (sent by the kernel to the whole foreground process group: no sending process) reached the child already.
-    None: the child had not exited ``EXIT_GRACE`` seconds after writing its status, and was killed."""
+def _wait_passing_signals_on(child: subprocess.Popen, status_file: Path, passed_on: list[int]) -> int | None:
+    """Wait for ``child``; a signal another process sent to this one goes on to the child (and its number into
+    ``passed_on``). One from the terminal (sent by the kernel to the whole foreground process group: no sending
+    process) reached the child already. None: the child had not exited ``EXIT_GRACE`` seconds after writing its
+    status, and was killed."""
     verdict_at: float | None = None
     while child.poll() is None:
         info = signal.sigtimedwait(_FORWARDED, 0.2)
         if info is not None and info.si_pid != 0 and child.poll() is None:
             child.send_signal(info.si_signo)
+            passed_on.append(info.si_signo)
         if verdict_at is None:  # the file appears whole (written aside, then renamed: write_status)
             verdict_at = time.monotonic() if status_file.exists() else None
         elif time.monotonic() - verdict_at > EXIT_GRACE and child.poll() is None:
@@ -156,9 +159,11 @@ def _read_status(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def settle(returncode: int, status: int | None, reports: list[str], started: float) -> int:
+def settle(returncode: int, status: int | None, reports: list[str], started: float, *,
+           passed_on: tuple[int, ...] = ()) -> int:
     """The exit status of a supervised run: the verdict's (``status``) where the child wrote it, else the
-    child's own, never 0; an ending before the verdict is said on stderr and in the reports the child left."""
+    child's own, never 0; an ending before the verdict is said on stderr and in the reports the child left
+    (``passed_on``: the signals this process passed on to it, which name who ended it)."""
     if status is not None:
         if returncode in (-signal.SIGTERM, -signal.SIGINT):
             return status  # stopped after its verdict (a SIGTERM to the process group came twice): the verdict's
@@ -172,8 +177,12 @@ def settle(returncode: int, status: int | None, reports: list[str], started: flo
     ended = returncode if returncode > 0 else INCOMPLETE_STATUS
     if ended != returncode:  # a non-zero status of its own (a usage error, pytest's internal error) speaks for itself
         _say(f"the run's process {why} before its verdict: INCOMPLETE (exit status {ended})")
-    _replace_stale_reports(reports, started, f"the run's process {why} before its verdict (a backend ended the "
-                                             "process, at import or during a call): see the run's output")
+    if returncode < 0 and -returncode in passed_on:  # the signal sent to this run, before its handler was in place
+        name = signal.Signals(-returncode).name
+        _replace_stale_reports(reports, started, f"terminated by {name} before the run could write a verdict")
+    else:
+        _replace_stale_reports(reports, started, f"the run's process {why} before its verdict (a backend ended the "
+                                                 "process, at import or during a call): see the run's output")
     return ended
 
 
