@@ -127,13 +127,18 @@ def test_a_run_ended_by_the_signal_passed_on_to_it_says_so(tmp_path, capsys):
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("gap_s", [0.01, 0.05])
-def test_a_sigterm_to_the_process_group_ends_the_run_with_its_report(tmp_path, gap_s):
-    """``timeout`` and CI runners send SIGTERM to the whole process group: the run and its supervisor each get it,
-    and the supervisor passes its own on, so the run gets two or more within milliseconds. Each raised a
-    KeyboardInterrupt of its own; the next one landed in pytest's handling of the first, and the run ended with the
-    report on disk still reading "the run started and has not finished"; one pending in the supervisor as the run
-    ended killed it (exit status -15). The run says it was terminated, and the exit status is INCOMPLETE's."""
+@pytest.mark.parametrize(("signum", "said", "gap_s"), [
+    (signal.SIGTERM, "terminated by SIGTERM", 0.01),
+    (signal.SIGTERM, "terminated by SIGTERM", 0.05),
+    (signal.SIGINT, "interrupted by SIGINT (Ctrl-C)", 0.01),
+], ids=["SIGTERM 10 ms apart", "SIGTERM 50 ms apart", "SIGINT 10 ms apart"])
+def test_a_signal_to_the_process_group_ends_the_run_with_its_report(tmp_path, signum, said, gap_s):
+    """``timeout`` and CI runners send SIGTERM (a cancel: SIGINT first) to the whole process group: the run and its
+    supervisor each get it, and the supervisor passes its own on, so the run gets two or more within milliseconds.
+    Each raised a KeyboardInterrupt of its own; the next one landed in pytest's handling of the first: after
+    SIGTERM the report on disk still read "the run started and has not finished", after SIGINT the run exited with
+    status 1; one pending in the supervisor as the run ended killed it (exit status -15). The run says why it
+    stopped, and the exit status is INCOMPLETE's."""
     import os
     import subprocess
     import sys
@@ -158,12 +163,12 @@ def test_a_sigterm_to_the_process_group_ends_the_run_with_its_report(tmp_path, g
     while not any("test_repeat" in n for n in running()) and time.monotonic() < end:
         time.sleep(0.2)
     time.sleep(0.5)
-    for _ in range(4):  # the group's SIGTERM, and more as a runner that insists sends them
-        os.killpg(proc.pid, signal.SIGTERM)
+    for _ in range(4):  # the group's signal, and more as a runner that insists sends them
+        os.killpg(proc.pid, signum)
         time.sleep(gap_s)
     assert proc.wait(timeout=120) == INCOMPLETE_STATUS
     data = json.loads(report.read_text())
-    assert data["verdict"] == "INCOMPLETE" and data["incomplete"] == "terminated by SIGTERM", data["incomplete"]
+    assert data["verdict"] == "INCOMPLETE" and data["incomplete"] == said, data["incomplete"]
     assert any("test_repeat" in n for n in data["unfinished"])
 
 

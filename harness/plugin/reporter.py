@@ -30,6 +30,9 @@ CONTROLLER_WRITE_INTERVAL = 2.0
 # thread waits in a kernel's call, and the handler then waits for the call (a sleeping kernel: 3 runs in 5 did not
 # end on their own, tests/test_supervisor.py). A CI job that sent SIGTERM kills the run soon after.
 SIGTERM_GRACE = 10.0
+# A SIGINT this soon after the last one is the same interrupt again (the process group's, passed on by the
+# supervisor as well), not a user pressing Ctrl-C again.
+SIGNAL_ECHO_S = 1.0
 
 
 def write_usage_error(paths: list[str], message: str) -> None:
@@ -75,6 +78,7 @@ class Reporter:
         self._sigint = False  # a SIGINT came (_interrupt)
         self._raised_again = False  # its KeyboardInterrupt raised again at a test's start
         self._finishing = False  # the session's end: the report is being written, a SIGTERM raises nothing
+        self._last_sigint = float("-inf")  # time.monotonic() of the last SIGINT (_interrupt)
         self._last_write = float("-inf")  # time.monotonic() of the last progress write
         self._write_pending = False  # a start not yet written (a pytest-xdist controller throttles its writes)
 
@@ -115,7 +119,7 @@ class Reporter:
             self._term_timer = threading.Timer(SIGTERM_GRACE, self._end_after_sigterm)
             self._term_timer.daemon = True
             self._term_timer.start()
-        if first and not self._finishing:
+        if first and not self._finishing and not self._sigint:  # a SIGINT's stop is under way already
             raise KeyboardInterrupt("SIGTERM")
 
     def _end_after_sigterm(self) -> None:
@@ -134,8 +138,16 @@ class Reporter:
         turns one raised while it imports numpy into a warning: a Ctrl-C that landed there let the run go on to
         PASS with exit status 0. Now the verdict is INCOMPLETE whatever became of the exception, and the next test
         to start raises it again (``pytest_runtest_logstart``)."""
+        now = time.monotonic()
+        echo = now - self._last_sigint < SIGNAL_ECHO_S
+        self._last_sigint = now
         self.interrupted_by = self.interrupted_by or "interrupted by SIGINT (Ctrl-C)"
         self._sigint = True
+        if echo or self._finishing:
+            # The same interrupt again (a process group's SIGINT reaches this process and its supervisor, which
+            # passes it on), or one while the report is written: raised, it landed in pytest's handling of the
+            # first and the run ended with exit status 1. A Ctrl-C pressed again later raises as before.
+            return None
         previous = self._previous_sigint
         if callable(previous):
             return previous(signum, frame)
@@ -191,18 +203,19 @@ class Reporter:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        # The SIGTERM handler stays until the report is written (a SIGTERM now is noted, not raised: _terminate),
-        # so that one arriving while it is written does not end the process with the report half done.
+        # The signal handlers stay until the report is written (a SIGTERM or SIGINT now is noted, not raised), so
+        # that one arriving while it is written does not end the process with the report half done.
         self._finishing = True
-        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_sigint)
         try:
             self._finish(session)
         finally:
             if self._term_timer is not None:  # ended after SIGTERM with its report written: nothing left to force
                 self._term_timer.cancel()
-            if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
+            if threading.current_thread() is threading.main_thread():
+                if self._previous_sigterm is not None:
+                    signal.signal(signal.SIGTERM, self._previous_sigterm)
+                if self._previous_sigint is not None:
+                    signal.signal(signal.SIGINT, self._previous_sigint)
 
     def _finish(self, session: pytest.Session) -> None:
         """The verdict, the exit status and the last write of every report."""
