@@ -5,7 +5,7 @@
 # growing batches and CUDA-graph captures, with and without the give-back), then the RL command from an empty
 # folder with its reports, -v with a time on each line, and every process's GPU memory with its pytest-xdist worker
 # every 2 s. From the tree's root on a GPU machine (Liger-Kernel's wheel in .whl/, carried):
-#   OUT=<folder> bash reports/h200/kernels/run71/call.sh
+#   OUT=<folder> [RL_LIMIT=300] [GROWTH=0] bash reports/h200/kernels/run71/call.sh
 set -u
 R=${OUT:?OUT=folder}/run71
 mkdir -p "$R"
@@ -15,9 +15,11 @@ python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/whl71 . \
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
   >> "$R/call.log" 2>&1 && export PYTHONPATH=/tmp/site  # Liger-Kernel
 mv rmsnorm_conformance /tmp/rmsnorm_conformance_source  # the source folder would shadow the installed package
-( cd /tmp && timeout 120 python3 "$OLDPWD/benchmarks/reserved_growth.py" --out "$R/reserved.json" ) \
-  > "$R/reserved.log" 2>&1
-echo "reserved_growth: exit $?, $(( $(date +%s) - begin )) s" >> "$R/call.log"
+if [[ ${GROWTH:-1} != 0 ]]; then  # GROWTH=0 leaves it out (with little device time)
+  ( cd /tmp && timeout 120 python3 "$OLDPWD/benchmarks/reserved_growth.py" --out "$R/reserved.json" ) \
+    > "$R/reserved.log" 2>&1
+  echo "reserved_growth: exit $?, $(( $(date +%s) - begin )) s" >> "$R/call.log"
+fi
 ( while sleep 2; do
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | while IFS=', ' read -r pid mib; do
       echo "$(date +%s) $pid $mib $(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -m1 '^PYTEST_XDIST_WORKER=')"
