@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,6 +128,34 @@ def test_a_run_ended_by_the_signal_passed_on_to_it_says_so(tmp_path, capsys):
     capsys.readouterr()
 
 
+def _sleeping_run_under_way(tmp_path: Path, **popen: Any) -> tuple[Any, Path]:
+    """A supervised command-line run whose kernel sleeps in its calls, once its report says a test is under way
+    (the reporter and its signal handlers set up): the supervisor's process and the report's path."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    report = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RMSNORM_CONFORMANCE_UNSUPERVISED", None)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+                             "rmsnorm_conformance.suites", "--backend=tests.hostile:Sleeps", "--device=cpu",
+                             "--dtype=float32", "--rule=axis_a.repeat", "--case-timeout=0", f"--report={report}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
+
+    def running() -> list[str]:
+        try:
+            return json.loads(report.read_text()).get("unfinished", [])
+        except (OSError, ValueError):
+            return []
+
+    end = time.monotonic() + 120
+    while not any("test_repeat" in n for n in running()) and time.monotonic() < end:
+        time.sleep(0.2)
+    return proc, report
+
+
 @pytest.mark.parametrize(("signum", "said", "gap_s"), [
     (signal.SIGTERM, "terminated by SIGTERM", 0.01),
     (signal.SIGTERM, "terminated by SIGTERM", 0.05),
@@ -140,28 +169,9 @@ def test_a_signal_to_the_process_group_ends_the_run_with_its_report(tmp_path, si
     status 1; one pending in the supervisor as the run ended killed it (exit status -15). The run says why it
     stopped, and the exit status is INCOMPLETE's."""
     import os
-    import subprocess
-    import sys
     import time
 
-    report = tmp_path / "r.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RMSNORM_CONFORMANCE_UNSUPERVISED", None)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
-                             "rmsnorm_conformance.suites", "--backend=tests.hostile:Sleeps", "--device=cpu",
-                             "--dtype=float32", "--rule=axis_a.repeat", "--case-timeout=0", f"--report={report}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-    def running() -> list[str]:
-        try:
-            return json.loads(report.read_text()).get("unfinished", [])
-        except (OSError, ValueError):
-            return []
-
-    end = time.monotonic() + 120
-    while not any("test_repeat" in n for n in running()) and time.monotonic() < end:
-        time.sleep(0.2)
+    proc, report = _sleeping_run_under_way(tmp_path, start_new_session=True)
     time.sleep(0.5)
     for _ in range(4):  # the group's signal, and more as a runner that insists sends them
         os.killpg(proc.pid, signum)
@@ -175,27 +185,9 @@ def test_a_signal_to_the_process_group_ends_the_run_with_its_report(tmp_path, si
 def test_a_supervisor_killed_takes_its_run_down_with_an_incomplete_report(tmp_path):
     """SIGKILL reaches the supervisor alone and it can pass nothing on: its run gets a SIGTERM from the kernel
     (the parent-death signal) and ends as a terminated run does, instead of running on alone."""
-    import os
-    import subprocess
-    import sys
     import time
 
-    report = tmp_path / "r.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RMSNORM_CONFORMANCE_UNSUPERVISED", None)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
-                             "rmsnorm_conformance.suites", "--backend=tests.hostile:Sleeps", "--device=cpu",
-                             "--dtype=float32", "--rule=axis_a.repeat", "--case-timeout=0", f"--report={report}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    def running() -> list[str]:  # the tests the report says are under way (the reporter, its handlers, set up)
-        try:
-            return json.loads(report.read_text()).get("unfinished", [])
-        except (OSError, ValueError):
-            return []
-
-    end = time.monotonic() + 120
-    while not any("test_repeat" in n for n in running()) and time.monotonic() < end:
-        time.sleep(0.2)
+    proc, report = _sleeping_run_under_way(tmp_path)
     proc.kill()
     proc.wait()
     end = time.monotonic() + 60
