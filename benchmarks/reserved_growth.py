@@ -1,6 +1,6 @@
 """What a process keeps reserved on a GPU from case to case: PyTorch's caching allocator keeps the blocks it freed,
-so growing batches and CUDA-graph captures (each in a private pool) add up in one worker while its budget bounds
-only a case's peak. One process, three sequences of calls, ``torch.cuda.memory_reserved()`` after each call,
+so growing batches, captured in CUDA graphs or not, may add up in one worker while its budget bounds only a case's
+peak. One process, three sequences of calls, ``torch.cuda.memory_reserved()`` after each call,
 with and without ``device_faults.give_back_surplus`` between them (its share as under 16 workers):
 
     python benchmarks/reserved_growth.py --out reserved.json

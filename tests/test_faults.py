@@ -155,7 +155,7 @@ class _FakeCuda:
 ])
 def test_a_process_gives_back_what_it_keeps_beyond_its_share(monkeypatch, workers, reserved_gib, given_back):
     """Between cases a worker keeps at most its share of the GPU reserved: the blocks its caching allocator kept
-    beyond that (grown batches, CUDA-graph pools) are given back for the other workers' checks."""
+    beyond that (batches grown from case to case, captured or not) are given back for the other workers' checks."""
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(workers))
     fake = _FakeCuda(monkeypatch, reserved_gib << 30)
     assert device_faults.give_back_surplus(torch.device("cuda", 0)) is given_back
@@ -176,7 +176,8 @@ def test_giving_back_never_replaces_the_cases_own_error(monkeypatch):
 
 
 def test_every_case_gives_back_its_surplus(gate, pytester):
-    """``run_check`` asks after each case, passed, failed or tried again (counted by a conftest that wraps both)."""
+    """``run_check`` asks after each case (its ``finally``: whatever the case gave), counted here on passing cases by a
+    conftest that wraps both."""
     pytester.makeconftest("""
         from pathlib import Path
         from rmsnorm_conformance.harness.checking import checks
