@@ -51,6 +51,14 @@ def workers_per_gpu() -> int:
     return max(1, -(-workers // max(gpus, 1)))
 
 
+def fair_share(device: torch.device) -> int:
+    """The bytes of ``device`` one process may keep reserved between cases (``device_faults.give_back_surplus``):
+    its memory over the processes that share it. The budgets above bound a case's peak; this, what stays after."""
+    import torch
+
+    return torch.cuda.get_device_properties(device).total_memory // workers_per_gpu()
+
+
 def memory_elements(free_bytes: int, *, sharing: int = 1) -> int:
     """The largest power-of-two batch whose checks fit in ``free_bytes`` shared by ``sharing`` processes."""
     if free_bytes < 0 or sharing < 1:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rmsnorm_conformance.harness.drawing.budget import fair_share
 from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST
 
 # Set in the environment of a run on a machine without a GPU, this makes the probe report the context lost after
@@ -126,14 +127,6 @@ def watch(backend: str, device: torch.device, what: str) -> Iterator[None]:
 
 def out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError)
-
-
-def fair_share(device: torch.device) -> int:
-    """The bytes of ``device`` one process may keep reserved between cases: its memory over the processes that
-    share it (pytest-xdist's workers on one GPU)."""
-    from rmsnorm_conformance.harness.drawing.budget import workers_per_gpu
-
-    return torch.cuda.get_device_properties(device).total_memory // workers_per_gpu()
 
 
 def give_back_surplus(device: torch.device) -> bool:
