@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "missing_reason": "running.entry_points",
     "first_call_plan": "running.fresh_process",
     "run_fresh": "running.fresh_process",
+    "exception_text": "running",
     "ROUNDED_ENTRY_POINTS": "running.backend",
     "same_layout_copy": "running.backend",
     "EntryPoint": "running.entry_points",

@@ -21,6 +21,7 @@ from rmsnorm_conformance.harness import (
     assert_within,
     compare_bitwise,
     conformance,
+    exception_text,
     generate_tests,
     reference_fp32,
     strategies,
@@ -100,9 +101,9 @@ def _raises(fn, expected: type[BaseException] | tuple[type[BaseException], ...])
     try:
         fn()
     except expected as exc:
-        return True, str(exc)
+        return True, exception_text.message(exc)
     except Exception as exc:
-        return False, f"raised {type(exc).__name__}: {exc} (should be {want})"
+        return False, f"raised {exception_text.described(exc)} (should be {want})"
     return False, f"raised nothing (should be {want})"
 
 
@@ -171,7 +172,8 @@ def test_opcheck(subject, case):
         torch.library.opcheck(impl.op, args, test_utils=OPCHECK_TESTS)
         ok, what = True, ""
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:300]  # opcheck's advice follows
+        # opcheck's advice follows the first sentence
+        first = (exception_text.message(exc).strip().splitlines() or [""])[0].split(". ")[0][:300]
         ok, what = False, f"torch.library.opcheck({impl.op}) failed: {type(exc).__name__}: {first}"
     assert_holds(subject, case, ok=ok, dim=b.dim, what=what or "opcheck passed")
 
@@ -210,7 +212,7 @@ def test_empty_batch(subject, case):
             out = subject.forward(x, w, b.eps)
             got = f"dtype {out.dtype}, shape {tuple(out.shape)}"
         except Exception as exc:
-            got = f"raised {type(exc).__name__}: {exc}"
+            got = f"raised {exception_text.described(exc)}"
         want = f"dtype {x.dtype}, shape {shape}"
         assert_holds(subject, case, ok=got == want, dim=b.dim,
                      what=f"x of shape {shape} gave {got}, but should give {want}")

@@ -518,6 +518,34 @@ class RaisesUnencodableText(NativeRMSNormOp):
         return super().forward(x, weight + 1, eps)
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be shown")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("nor represented")
+
+
+class RaisesUnprintable(NativeRMSNormOp):
+    """Raises an exception whose str() raises: pytest's formatting of it (or of a failure chained to it, inside
+    Hypothesis) ended the run in an internal error, exit status 3, native's tests beside it unrun."""
+
+    name = "raises_unprintable"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        raise _Unprintable()
+
+
+class RaisesAHugeMessage(NativeRMSNormOp):
+    """Refuses every input with a message of 2 MB: it went whole into the log and the reports, once for each
+    refused case."""
+
+    name = "raises_a_huge_message"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        raise ValueError("rows too long " + "|x|" * 700_000)
+
+
 class ImpostorNative(NativeRMSNormOp):
     """Claims the name of the ground truth."""
 

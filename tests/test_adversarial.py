@@ -744,6 +744,60 @@ def test_an_unencodable_error_message_still_gets_every_report_written(gate, pyte
     assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
+def test_an_exception_that_cannot_be_shown_fails_its_backend_and_the_run_goes_on(gate, workers):
+    result, data = gate(f"--backend={H}:RaisesUnprintable,native", "--rule=axis_b.output,axis_a.batch_size",
+                        *workers)
+    out = result.stdout.str()
+    assert result.ret == 1 and "INTERNALERROR" not in out, out[-3000:]
+    assert data["verdict"] == "FAIL" and data["complete"]
+    mine = [s for s in data["summaries"] if s["backend"] == "raises_unprintable"]
+    native = [s for s in data["summaries"] if s["backend"] == "native"]
+    assert any(s["failures"] for s in mine) and not any(s["failures"] for s in native)
+    assert sum(s["checks"] for s in native) > 0
+    assert "_Unprintable: <its str() raised RuntimeError>" in json.dumps(data)
+
+
+def test_only_the_exceptions_that_cannot_be_shown_are_replaced_in_their_chain():
+    from rmsnorm_conformance.harness.running import exception_text
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    def chained(outer: BaseException) -> BaseException:
+        try:
+            try:
+                raise Unprintable()
+            except Unprintable:
+                raise outer  # noqa: B904 (the implicit context is what pytest and Hypothesis show)
+        except BaseException as exc:
+            return exc
+
+    fine = ValueError("fine")
+    assert exception_text.printable(fine) is fine
+    outer = chained(ValueError("outer"))
+    shown = exception_text.printable(outer)
+    assert shown is outer and outer.__suppress_context__  # kept, chained to the stand-in instead
+    assert isinstance(outer.__cause__, exception_text.UnshownException)
+    assert str(outer.__cause__) == "Unprintable: <its str() raised RuntimeError>"
+    assert outer.__cause__.__traceback__ is not None
+    head = chained(Unprintable())
+    assert isinstance(exception_text.printable(head), exception_text.UnshownException)
+    assert exception_text.printable(head, keep_first=True) is head
+    long = ValueError("x" * 10_000)
+    assert exception_text.message(long, limit=100).endswith("... (cut: 10,000 characters in all)")
+    assert not exception_text.readable(Unprintable()) and exception_text.readable(long)
+
+
+def test_a_huge_exception_message_is_cut_in_the_log_and_the_reports(gate, pytester):
+    result, data = gate(f"--backend={H}:RaisesAHugeMessage", "--rule=axis_b.output", "--report=r.md")
+    assert result.ret != 0 and data["verdict"] == "NOT RUN"  # every input refused: it ran no check
+    markdown = (pytester.path / "r.md").read_text()
+    assert "characters in all)" in markdown and len(markdown) < 1_000_000
+    assert len(result.stdout.str()) < 2_000_000
+
+
 def test_a_reused_output_buffer_fails_fresh_output_not_axis_a(gate):
     result, data = gate(f"--backend={H}:ReusedOutputBuffer", "--rule=axis_a.position,axis_a.permutation")
     assert result.ret == 1

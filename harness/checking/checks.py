@@ -35,7 +35,7 @@ from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, torch_dtype
 from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
 from rmsnorm_conformance.harness.reporting.records import Check, Collector
-from rmsnorm_conformance.harness.running import device_faults, isolation
+from rmsnorm_conformance.harness.running import device_faults, exception_text, isolation
 from rmsnorm_conformance.harness.running.backend import Backend, plain_tensors
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
@@ -524,7 +524,15 @@ def _raised(subject: Subject, declared: tuple[str, ...], case: Any, exc: Excepti
     # The backend raised (or returned something that is not a tensor): a failure of this check,
     # with the exception, the case and a replay, never a quiet error outside the verdict.
     detail, recorded = _record_raised(subject, declared[0], case, exc, tries=tries)
-    _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
+    try:
+        _fail(subject, declared[0], case, f"{subject.backend.name} {detail}", detail, recorded)
+    except (pytest.fail.Exception, pytest.xfail.Exception) as failed:
+        # Chained to the backend's exception, shown under it; Hypothesis formats that chain inside the test, before
+        # any hook of the run's could: one that cannot be shown (its str() raises) goes as exception_text shows it.
+        shown = exception_text.printable(exc)
+        if shown is exc:
+            raise
+        raise failed from shown
     return None
 
 
@@ -569,7 +577,7 @@ def _record_raised(subject: Subject, rule_id: str, case: Any, exc: Exception,
     nobody's check: the test is skipped as not run."""
     __tracebackhide__ = True
     where = traceback.extract_tb(exc.__traceback__)[-1]
-    detail = (f"raised {type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:"
+    detail = (f"raised {exception_text.described(exc)} (at {where.filename.rsplit('/', 1)[-1]}:"
               f"{where.lineno})")
     lost = device_faults.context_lost(subject.device, exc)
     if lost is not None:  # raised outside any backend call, on a context already gone: nobody's check fails

@@ -16,7 +16,7 @@ import torch
 
 from rmsnorm_conformance.harness.checking.bounds import ARGUMENT_NAMES, GuardedCall
 from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE as REFUSED
-from rmsnorm_conformance.harness.running import device_faults, isolation
+from rmsnorm_conformance.harness.running import device_faults, exception_text, isolation
 from rmsnorm_conformance.harness.running.backend import BackendError
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, describe_call, refused_feature
@@ -76,8 +76,11 @@ def check_dim_limits(backend: Any, method: str, dim: int) -> None:
 def refusal(method: str, args: Sequence[Any], guarded: GuardedCall, watched: list[tuple[int, torch.Tensor, Any]],
             error: BaseException) -> Refusal | None:
     """The refusal ``error`` stands for, or None if it is not one: a protocol breach, a device fault, running out
-    of memory, an exit refused, or a call that changed an input or wrote beside one before raising."""
+    of memory, an exit refused, a message that cannot be read (its ``str()`` raised: it names nothing), or a call
+    that changed an input or wrote beside one before raising."""
     if not isinstance(error, Exception) or isinstance(error, BackendError | isolation.ExitRefused):
+        return None
+    if not exception_text.readable(error):
         return None
     if device_faults.out_of_memory(error):
         return None
@@ -92,7 +95,7 @@ def refusal(method: str, args: Sequence[Any], guarded: GuardedCall, watched: lis
     names = argument_names(method)
     frames = traceback.extract_tb(error.__traceback__)
     where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
-    first = (str(error).strip().splitlines() or [""])[0]
+    first = (exception_text.message(error).strip().splitlines() or [""])[0]
     return Refusal(method, describe_call(names, args), refused_feature(names, args),
                    f"{type(error).__name__}: {first}{where}", error)
 

@@ -41,7 +41,7 @@ from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_com
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
-from rmsnorm_conformance.harness.running import device_faults, fresh_process, isolation, warm_up
+from rmsnorm_conformance.harness.running import device_faults, exception_text, fresh_process, isolation, warm_up
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name, plain_tensors
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
@@ -484,7 +484,7 @@ class Parity:
             self._put_back(backend, before, what)
             lost = device_faults.context_lost(self.device, exc)
             if lost is None:
-                raise AssertionError(f"{what}: {backend.name} raised {type(exc).__name__}: {exc}") from exc
+                raise AssertionError(f"{what}: {backend.name} raised {exception_text.described(exc)}") from exc
             detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
             device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
             pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
@@ -538,10 +538,27 @@ def _test_records(request: pytest.FixtureRequest, run: RunOptions) -> Collector:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    _make_printable(call)
     outcome = yield
     report = outcome.get_result()
     _fill_report(item, call, report)
     _make_encodable(report)
+
+
+_PYTEST_OUTCOMES = (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception, pytest.exit.Exception)
+
+
+def _make_printable(call: pytest.CallInfo) -> None:
+    """The test's exception, and each one chained to it, as pytest can print them, before it formats them: a
+    kernel's exception whose ``str()`` raised ended the run in pytest's internal error, the other backends' tests
+    unrun, and one of 10 MB went whole into the log (``exception_text``). pytest's own outcomes stay what they
+    are."""
+    if call.excinfo is None:
+        return
+    value = call.excinfo.value
+    shown = exception_text.printable(value, keep_first=isinstance(value, _PYTEST_OUTCOMES))
+    if shown is not value and shown.__traceback__ is not None:
+        call.excinfo = pytest.ExceptionInfo.from_exception(shown)
 
 
 def _make_encodable(report: pytest.TestReport) -> None:

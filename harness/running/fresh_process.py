@@ -30,7 +30,7 @@ import torch
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase
 from rmsnorm_conformance.harness.drawing.thresholds import Plan
-from rmsnorm_conformance.harness.running import torch_server
+from rmsnorm_conformance.harness.running import exception_text, torch_server
 from rmsnorm_conformance.harness.running.entry_points import call, entry_point
 
 try:
@@ -192,7 +192,7 @@ def main(argv: list[str]) -> int:
             try:
                 got[i][key] = tuple(t.cpu() for t in call(caller, *c))
             except Exception as exc:  # this case's call failed; the other cases' calls go on
-                got[i] = {"error": f"its {key} call raised {type(exc).__name__}: {exc}",
+                got[i] = {"error": f"its {key} call raised {exception_text.described(exc)}",
                           "out_of_memory": isinstance(exc, torch.OutOfMemoryError)}
     torch.save(got, result_path)
     return 0

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from rmsnorm_conformance.harness.running import exception_text
+
 try:
     import posix  # os._exit's other name
 except ImportError:  # not a POSIX system
@@ -611,7 +613,7 @@ def no_exit(name: str) -> Iterator[None]:
         raise ExitRefused(f"{name} raised KeyboardInterrupt during a call, with no Ctrl-C or SIGTERM received: a "
                           "kernel under test may not end the run") from None
     except _test_outcomes() as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
+        first = (exception_text.message(exc).strip().splitlines() or [""])[0]
         raise ExitRefused(f"{name} ended the test itself during a call ({type(exc).__name__}: {first}): a kernel "
                           "under test may not skip, xfail or exit a conformance test") from None
     finally:
