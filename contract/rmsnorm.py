@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.8.0"
+VERSION = "2.9.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6
@@ -45,10 +45,12 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
     Rule("axis_a.repeat", "repeat",
          "The same call twice gives the same bits."),
     Rule("axis_a.grad_mode", "grad mode",
-         "The same rows give the same bits with inputs that require grad (training), with plain inputs, under "
+         "The same rows give the same bits with inputs that require grad (training: x and the weight, x alone with "
+         "the weight frozen as under LoRA, the weight alone, the weight an nn.Parameter), with plain inputs, under "
          "torch.no_grad() and under torch.inference_mode() (sampling)."),
     Rule("axis_a.execution_mode", "execution mode",
          "The same call gives eager's bits under torch.compile, captured in a CUDA graph and replayed (on a GPU), "
+         "with another count of intra-op threads (on a CPU), "
          "under torch.no_grad() and under torch.inference_mode(), through every entry point (forward, "
          "forward_fp32, the fused add in place or not, offset, no weight), every output. The default gate holds a "
          "sample to it (1 and 17 rows at the target dims, the weight in x's dtype, and a few drawn cases); --modes "
@@ -132,7 +134,8 @@ INTERFACE_RULES: tuple[Rule, ...] = (
 
 GRADIENT_RULES: tuple[Rule, ...] = (
     Rule("gradients.dx_tolerance", "dx accuracy",
-         "dx lies within the profile's gradient bound of fp32 autograd through the reference. Besides atol and "
+         "dx, with the weight trained and with it frozen (x alone requiring grad, as under LoRA), lies within the "
+         "profile's gradient bound of fp32 autograd through the reference. Besides atol and "
          "rtol, the bound allows fp32 roundings of the terms dx sums, inv * (|g w| + |xhat| * mean(|g w xhat|)): "
          "in rows of small scale those terms cancel to a small dx, and any fp32 order is off by roundings of them."),
     Rule("gradients.dw_tolerance", "dw accuracy",

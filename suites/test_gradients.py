@@ -30,9 +30,11 @@ def _no_backward(subject):
     return f"{subject.backend.name} has no backward (its output does not require grad)"
 
 
-def _grads(subject, x, w, g, eps):
+def _grads(subject, x, w, g, eps, *, frozen_weight=False):
+    """dx and dw of ``g`` through the backend; ``frozen_weight``: the weight requires no grad (LoRA fine-tuning),
+    so dw is None, and a backward that branches on which inputs need a gradient takes its other path."""
     x = x.detach().requires_grad_(True)
-    w = w.detach().requires_grad_(True)
+    w = w.detach().requires_grad_(not frozen_weight)
     y = subject.forward(x, w, eps)
     with subject.isolated("backward"):
         y.backward(g)
@@ -64,6 +66,11 @@ def test_gradient_accuracy(subject, case):
     assert_within(subject, case, rule="gradients.dw_tolerance", actual=dw, reference=w32.grad,
                   bound=subject.profile.gradient_bound(b.weight_dtype), terms=dw_terms,
                   dim=b.dim, what=f"dw over {b.rows} rows is off fp32 autograd through the reference")
+    dx_frozen, _ = _grads(subject, x, w, g, b.eps, frozen_weight=True)
+    assert_within(subject, case, rule="gradients.dx_tolerance", actual=dx_frozen, reference=x32.grad,
+                  bound=subject.profile.gradient_bound(b.dtype), terms=dx_terms,
+                  dim=b.dim, what="dx with the weight frozen (x alone requiring grad, as under LoRA) is off fp32 "
+                                  "autograd through the reference")
 
 
 @conformance("gradients.dx_batch_invariance", GradientCase, _cases, skip_reason=_no_backward)

@@ -266,12 +266,17 @@ def test_input_errors(subject, case):
                                           f"{_names(expected)} {message!r} does not name {', '.join(names)}"))
 
 
+RING = 4  # output buffers a backend may cycle through that test_isolation still finds reused
+
+
 @conformance(("semantics.global_state", "semantics.fresh_output"), AccuracyCase, _small)
 def test_isolation(subject, case):
     """Every call of every test is watched for these two rules; this test makes the calls that show them most
-    plainly, through every entry point the backend offers: two calls of different batches in a row, then every
-    output of the first compared with a copy taken when it was returned, and each call's effect on torch's
-    global state."""
+    plainly, through every entry point the backend offers: a batch, then ``RING`` more of the same shape and one of
+    another, then every output of the first compared with a copy taken when it was returned, and each call's effect
+    on torch's global state. (Every other call is held to its last call's outputs alone: an output buffer kept per
+    shape and reused by the next call shows there, but a ring of two (double buffering, as a CUDA-graph or
+    inference engine keeps them) reuses a buffer only every other call, and passed.)"""
     b = case.batch
     for entry in ENTRY_POINTS.values():
         if not entry.offered_by(subject.backend):
@@ -280,9 +285,10 @@ def test_isolation(subject, case):
         first = subject.call(entry.name, *entry.args(rows, w, b.eps))
         first = tuple(first) if isinstance(first, tuple | list) else (first,)
         kept = [t.detach().clone() for t in first]
-        # Another batch of the same shape (a buffer kept per shape is reused by it), then one of another shape.
-        for rows in (b.rows, b.rows + 1):
-            other, _ = entry.inputs(b, subject.device, rows=rows, salt=13)
+        # More batches of the same shape (a buffer kept per shape, or a ring of up to RING of them, is reused by
+        # one of them), then one of another shape.
+        for salt, rows in enumerate([b.rows] * RING + [b.rows + 1], start=13):
+            other, _ = entry.inputs(b, subject.device, rows=rows, salt=salt)
             subject.call(entry.name, *entry.args(other, w, b.eps))
         for name, t, copy in zip(entry.outputs, first, kept, strict=True):
             assert_holds(subject, case, ok=compare_bitwise(t.detach(), copy).equal, rule="semantics.fresh_output",

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -58,6 +59,60 @@ class Bf16OnlyWrongBackward(NativeRMSNormOp):
             raise TypeError(f"bf16 only, got {x.dtype}")
         y = super().forward(x, weight, eps)
         return y * 3 - (y * 2).detach()  # same value, three times the gradient
+
+
+class BranchesOnAFrozenWeight(NativeRMSNormOp):
+    """Another reduction order where x requires grad and the weight does not (LoRA fine-tuning): its training bits
+    differ from its sampling bits there alone, and passed while x and the weight required grad together."""
+
+    name = "branches_on_a_frozen_weight"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad and not weight.requires_grad:
+            xf = x.float()
+            mean_square = (xf * xf).cumsum(-1)[..., -1:] / x.shape[-1]  # one element after another
+            return (xf * torch.rsqrt(mean_square + eps) * weight.float()).to(x.dtype)
+        return super().forward(x, weight, eps)
+
+
+class _GradientTimes(torch.autograd.Function):
+    """The identity forward (a copy, the same bits), its gradient scaled."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return g * ctx.scale, None
+
+
+class WrongDxWithAFrozenWeight(NativeRMSNormOp):
+    """dx 5 % too large where the weight is frozen (a backward that branches on ``ctx.needs_input_grad``): passed
+    while every gradient check made the weight require grad."""
+
+    name = "wrong_dx_with_a_frozen_weight"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        y = super().forward(x, weight, eps)
+        if torch.is_grad_enabled() and x.requires_grad and not weight.requires_grad:
+            return _GradientTimes.apply(y, 1.05)
+        return y
+
+
+class SplitsAcrossThreads(NativeRMSNormOp):
+    """Another reduction order where a batch has fewer rows than torch has intra-op threads (a row's sum split
+    over them): under pytest-xdist each worker had one thread on two cores, that path never ran, and it passed."""
+
+    name = "splits_across_threads"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        if x.numel() // max(x.shape[-1], 1) < torch.get_num_threads():
+            xf = x.float()
+            mean_square = (xf * xf).cumsum(-1)[..., -1:] / x.shape[-1]  # one element after another
+            return (xf * torch.rsqrt(mean_square + eps) * weight.float()).to(x.dtype)
+        return super().forward(x, weight, eps)
 
 
 class RaisesAboveRows(NativeRMSNormOp):
@@ -391,6 +446,55 @@ class ChangesDirectory(NativeRMSNormOp):
         return super().forward(x, weight, eps)
 
 
+class LowersTheFileSizeLimit(NativeRMSNormOp):
+    """Caps the size of every file the process writes at 64 bytes (the soft limit: the process may raise it again):
+    no report could be written, and native's first-call checks, whose fresh process writes its result to a file,
+    failed with "File too large"."""
+
+    name = "lowers_the_file_size_limit"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        return super().forward(x, weight, eps)
+
+
+class MasksEveryFileMode(NativeRMSNormOp):
+    """Sets the file-mode mask to 0o777: every file the run wrote after it (the reports) had mode 000."""
+
+    name = "masks_every_file_mode"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        os.umask(0o777)
+        return super().forward(x, weight, eps)
+
+
+class LeavesInferenceModeOn(NativeRMSNormOp):
+    """Enters inference mode and never leaves it: a state the harness cannot put back from outside (its guard is
+    the call's own), under which every later check in the process would run."""
+
+    name = "leaves_inference_mode_on"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        LeavesInferenceModeOn.guard = torch.inference_mode()
+        LeavesInferenceModeOn.guard.__enter__()
+        return super().forward(x, weight, eps)
+
+
+class FreezesTheClockAndHangs(NativeRMSNormOp):
+    """Ignores SIGALRM (the case deadline's timer), replaces time.monotonic with a constant (the watchdog's clock)
+    and sleeps for ever: the run hung past --case-timeout and --deadline."""
+
+    name = "freezes_the_clock_and_hangs"
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        time.monotonic = lambda: 0.0
+        while True:
+            time.sleep(0.5)
+
+
 class ForgesTheJsonReport(NativeRMSNormOp):
     """Replaces ``json.dumps`` with one that writes every verdict as PASS and leaves it: the JSON report of a run
     that failed read PASS, while its markdown and its exit status said FAIL."""
@@ -496,6 +600,29 @@ class ReusedOutputBuffer(NativeRMSNormOp):
         out = self._buffer[: y.numel()].view(y.shape)
         out.copy_(y)
         return out
+
+
+class ReusesTwoOutputBuffers(NativeRMSNormOp):
+    """Double-buffers its output per shape, without autograd (an inference engine's sampler kernel): call n's
+    output is overwritten by call n + 2 of the same shape. Every call was held to its last call's outputs alone,
+    and this passed."""
+
+    name = "reuses_two_output_buffers"
+    supports_backward = False
+
+    def __init__(self) -> None:
+        self._rings: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+        self._calls = 0
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        with torch.no_grad():
+            y = super().forward(x.detach(), weight.detach(), eps)
+            ring = self._rings.setdefault((tuple(y.shape), y.dtype, y.device),
+                                          [torch.empty_like(y), torch.empty_like(y)])
+            self._calls += 1
+            out = ring[self._calls % 2]
+            out.copy_(y)
+            return out
 
 
 class NastyName(NativeRMSNormOp):

@@ -432,8 +432,17 @@ def check_a_hang_in_native_code_is_ended_with_an_incomplete_report(run: Waited) 
     assert hang["rule"] == "axis_b.output" and "--replay=" in hang["replay"]
 
 
+def check_a_hang_that_stops_the_clocks_is_still_ended(run: Waited) -> None:
+    """SIGALRM ignored and time.monotonic frozen: the watchdog keeps its own clock, bound before any backend."""
+    assert run.seconds < 120, "the watchdog must end the hang"
+    assert run.ret == 1, run.out[-3000:]
+    assert run.data["verdict"] == "FAIL" and "hung past its deadline" in run.data["incomplete"]
+
+
 # check: the run's arguments (after FAST). Every run's backend that sleeps sleeps 600 s (HOSTILE_SLEEP).
 WAITING_RUNS: dict[Any, tuple[str, ...]] = {
+    check_a_hang_that_stops_the_clocks_is_still_ended: (
+        f"--backend={H}:FreezesTheClockAndHangs", "--rule=axis_b.output", "--case-timeout=1"),
     check_a_hung_case_times_out_and_the_run_goes_on: (
         f"--backend={H}:Sleeps,native", "--rule=axis_a.repeat,axis_b.output", "--case-timeout=3"),
     # The threshold plans (rows 1 to 2049) reach the hang for certain; native runs the sweeps only, which stay far
@@ -529,15 +538,20 @@ GLOBAL_STATE_LEAKS = {"SetsDefaultDtype": "default dtype", "DisablesGrad": "grad
                       "ChangesDirectory": "working directory",
                       "ForgesTheJsonReport": "the run's own functions replaced: json.dumps",
                       "MutesPytestOutcomes": "the run's own functions replaced: pytest.fail, pytest.skip",
-                      "LeavesSavedTensorHooks": "saved-tensor hooks (none, True) -> (hooks LeavesSavedTensorHooks"}
+                      "LeavesSavedTensorHooks": "saved-tensor hooks (none, True) -> (hooks LeavesSavedTensorHooks",
+                      "LowersTheFileSizeLimit": "resource limit RLIMIT_FSIZE",
+                      "MasksEveryFileMode": "file-mode mask"}
 
 
-def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subtests):
+def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, pytester, subtests):
     import tests.hostile as hostile
 
     backends = ",".join(f"{H}:{spec}" for spec in GLOBAL_STATE_LEAKS)
     result, data = gate(f"--backend={backends},native", "--rule=axis_b.output,gradients.dx_batch_invariance")
     assert result.ret == 1 and data["verdict"] == "FAIL"  # the JSON report too, written with json.dumps put back
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (pytester.path / "r.json").stat().st_mode & 0o777 == 0o666 & ~mask  # the mask put back, the mode usual
     for spec, what in GLOBAL_STATE_LEAKS.items():
         with subtests.test(backend=spec):
             name = getattr(hostile, spec).name
@@ -547,6 +561,28 @@ def test_global_state_leaks_fail_their_rule_and_spare_later_backends(gate, subte
     native = [s for s in data["summaries"] if s["backend"] == "native"]
     assert {s["rule"] for s in native} >= {"axis_b.output", "gradients.dx_batch_invariance"}
     assert not any(s["failures"] for s in native)
+
+
+def test_a_state_that_cannot_be_put_back_ends_its_process_and_spares_the_others(gate):
+    """Inference mode left on cannot be left from outside the kernel's own guard: under pytest-xdist the worker ends
+    after that test and a fresh one runs the rest, native passing; in one process the run stops INCOMPLETE (the
+    kernel's own row FAIL), with what did not run listed against its backends, never failed."""
+    spec = f"--backend={H}:LeavesInferenceModeOn,native"
+    rules = "--rule=axis_b.output,gradients.dx_batch_invariance"
+    result, data = gate(spec, rules, "-n", "2")
+    assert result.ret == 1 and data["verdict"] == "FAIL" and data["complete"], result.stdout.str()[-3000:]
+    failed = {s["rule"] for s in data["summaries"] if s["backend"] == "leaves_inference_mode_on" and s["failures"]}
+    assert "semantics.global_state" in failed
+    native = [s for s in data["summaries"] if s["backend"] == "native"]
+    assert {s["rule"] for s in native} >= {"axis_b.output", "gradients.dx_batch_invariance"}
+    assert not any(s["failures"] for s in native)
+
+    alone, data = gate(spec, rules, "-p", "no:xdist")
+    assert alone.ret == 2 and data["verdict"] == "INCOMPLETE" and not data["complete"]
+    assert "the process was left unusable after leaves_inference_mode_on's fault" in data["incomplete"]
+    assert "which the process cannot put back" in data["incomplete"]
+    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
+    assert any(e["reason"].startswith("not run: the process was left unusable") for e in data["not_run"])
 
 
 def test_a_kernel_that_silences_the_harness_checks_fails_the_test_it_ran_in(gate):
@@ -796,6 +832,30 @@ def test_a_huge_exception_message_is_cut_in_the_log_and_the_reports(gate, pytest
     markdown = (pytester.path / "r.md").read_text()
     assert "characters in all)" in markdown and len(markdown) < 1_000_000
     assert len(result.stdout.str()) < 2_000_000
+
+
+@pytest.mark.parametrize(("spec", "rule"), [("BranchesOnAFrozenWeight", "axis_a.grad_mode"),
+                                            ("WrongDxWithAFrozenWeight", "gradients.dx_tolerance")])
+def test_a_kernel_that_branches_on_a_frozen_weight_fails_there(gate, spec, rule):
+    result, data = gate(f"--backend={H}:{spec}", "--rule=axis_a.grad_mode,gradients.dx_tolerance")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    failed = [s for s in data["summaries"] if s["failures"]]
+    assert {s["rule"] for s in failed} == {rule}
+    assert all("frozen" in s["failing_detail"] or "frozen" in json.dumps(data["outcomes"]) for s in failed)
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
+def test_a_kernel_whose_bits_follow_the_thread_count_fails_execution_mode(gate, workers):
+    result, data = gate(f"--backend={H}:SplitsAcrossThreads", "--rule=axis_a.execution_mode", *workers)
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    assert "intra-op threads" in json.dumps(data["outcomes"])
+
+
+def test_a_ring_of_two_output_buffers_fails_fresh_output(gate):
+    result, data = gate(f"--backend={H}:ReusesTwoOutputBuffers,native", "--rule=semantics.fresh_output")
+    assert result.ret == 1 and data["verdict"] == "FAIL", result.stdout.str()[-2000:]
+    failed = {(s["backend"], s["rule"]) for s in data["summaries"] if s["failures"]}
+    assert failed == {("reuses_two_output_buffers", "semantics.fresh_output")}
 
 
 def test_a_reused_output_buffer_fails_fresh_output_not_axis_a(gate):

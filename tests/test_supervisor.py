@@ -45,6 +45,44 @@ KERNELS = {
         "    def forward(self, x, weight, eps=1e-6):\n"
         "        threading.Thread(target=time.sleep, args=(3600,), name='left-by-kernel').start()\n"
         "        return super().forward(x, weight, eps)\n"),
+    # Wrong (1 + weight); writes the supervisor's status file with status 0 on its first call, then stops its own
+    # process: the supervisor ended it after its grace and exited 0 with the report reading INCOMPLETE.
+    "forges_the_status": (
+        "import json, os, signal\n"
+        "from rmsnorm_conformance.backends.native import NativeRMSNormOp\n"
+        "from rmsnorm_conformance.harness.plugin import supervisor\n\n\n"
+        "class Kernel(NativeRMSNormOp):\n"
+        "    name = 'forges_the_status'\n\n"
+        "    def forward(self, x, weight, eps=1e-6):\n"
+        "        with open(supervisor._status_path, 'w') as status:\n"
+        "            json.dump({'exit': 0}, status)\n"
+        "        os.kill(os.getpid(), signal.SIGSTOP)\n"
+        "        return super().forward(x, weight + 1, eps)\n"),
+    # Correct; on its first call puts a plain file where the report's folder was: no report could be written, and
+    # the run ended with status 0 and none.
+    "removes_the_report_folder": (
+        "import os, shutil\n"
+        "from rmsnorm_conformance.backends.native import NativeRMSNormOp\n\n\n"
+        "class Kernel(NativeRMSNormOp):\n"
+        "    name = 'removes_the_report_folder'\n\n"
+        "    def forward(self, x, weight, eps=1e-6):\n"
+        "        if os.path.isdir('out'):\n"
+        "            shutil.rmtree('out')\n"
+        "            open('out', 'w').close()\n"
+        "        return super().forward(x, weight, eps)\n"),
+    # Hangs where no deadline inside its process can end it: SIGALRM and SIGTERM ignored, the watchdog's clock frozen.
+    "outlives_every_deadline": (
+        "import signal, time\n"
+        "from rmsnorm_conformance.backends.native import NativeRMSNormOp\n"
+        "from rmsnorm_conformance.harness.running import isolation\n\n\n"
+        "class Kernel(NativeRMSNormOp):\n"
+        "    name = 'outlives_every_deadline'\n\n"
+        "    def forward(self, x, weight, eps=1e-6):\n"
+        "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "        isolation._monotonic = lambda: 0.0\n"
+        "        while True:\n"
+        "            time.sleep(0.2)\n"),
 }
 STALE = {"format": "rmsnorm-conformance-report/1", "verdict": "PASS"}
 
@@ -97,6 +135,36 @@ def test_a_thread_a_kernel_leaves_running_does_not_hang_the_run_after_its_verdic
     ret, verdict, err = run("lingering_thread")
     assert (ret, verdict) == (0, "PASS"), err
     assert "had not exited 2 s after its verdict, held by threads still running (left-by-kernel" in err
+
+
+def test_a_status_a_kernel_forged_is_not_taken_for_the_verdict(run, monkeypatch):
+    monkeypatch.setenv("RMSNORM_CONFORMANCE_EXIT_GRACE", "2")
+    ret, verdict, err = run("forges_the_status")
+    assert ret == INCOMPLETE_STATUS and verdict == "INCOMPLETE", err
+    assert "the run's report was not written as the run says it wrote it" in err
+
+
+def test_a_report_that_could_not_be_written_never_ends_in_status_0(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{pytester.path}")
+    monkeypatch.delenv("RMSNORM_CONFORMANCE_UNSUPERVISED", raising=False)
+    pytester.makepyfile(removes_the_report_folder=KERNELS["removes_the_report_folder"])
+    (pytester.path / "out").mkdir()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites",
+                                           "--backend=removes_the_report_folder:Kernel", "--device=cpu",
+                                           "--dtype=float32", "--sweep=smoke", "--rule=semantics.plain_weight",
+                                           "--report=out/r.json", "--report=out/r.md", timeout=300)
+    assert result.ret == INCOMPLETE_STATUS, result.stderr.str()
+    out = result.stdout.str()
+    assert "out/r.json could NOT be written" in out and "did not finish: the report" in out
+    assert "the run's report was not written as the run says it wrote it" in result.stderr.str()
+
+
+def test_a_run_that_outlives_its_deadline_is_ended_by_its_supervisor(run, monkeypatch):
+    monkeypatch.setenv("RMSNORM_CONFORMANCE_DEADLINE_GRACE", "2")
+    ret, verdict, err = run("outlives_every_deadline", "--deadline=15", "--case-timeout=1")  # time to reach it
+    assert ret == INCOMPLETE_STATUS and verdict == "INCOMPLETE", err
+    assert "still running 2 s after its --deadline: sent it SIGTERM" in err
+    assert "still running 4 s after its --deadline: ended it" in err
 
 
 def test_the_exit_status_follows_the_verdict_and_never_reads_0_without_one(tmp_path, capsys):

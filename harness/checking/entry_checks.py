@@ -247,18 +247,29 @@ def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
 
 def check_grad_mode(subject: Subject, case: GradModeCase, memo: dict) -> None:
     """Training calls the norm on inputs that require grad, sampling under inference_mode (or no_grad): the
-    same rows must give the same bits in each."""
+    same rows must give the same bits in each. Which inputs require grad is tried each way a trainer has them: a
+    kernel that branches on ``ctx.needs_input_grad`` (a frozen weight under LoRA) changed its bits in training
+    there alone, and passed while both inputs were made to require grad together."""
     b = case.batch
     rows, w = _inputs(subject, case)
     plain = _call(subject, case, rows, w)
+    found: list[tuple[str, Outputs]] = []
     with torch.enable_grad():
-        training = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad_weight(w))
+        found.append(("inputs that require grad",
+                      _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad_weight(w))))
+        if w is not None:
+            found.append(("x requiring grad and the weight frozen (LoRA)",
+                          _call(subject, case, [_requiring_grad(t) for t in rows], _same_layout(w))))
+            found.append(("the weight requiring grad and x not", _call(subject, case, _same_layouts(rows),
+                                                                       _requiring_grad_weight(w))))
+            found.append(("the weight an nn.Parameter", _call(subject, case, [_requiring_grad(t) for t in rows],
+                                                              torch.nn.Parameter(_same_layout(w)))))
     with torch.no_grad():
-        no_grad = _call(subject, case, [_requiring_grad(t) for t in rows], _requiring_grad_weight(w))
+        found.append(("torch.no_grad()", _call(subject, case, [_requiring_grad(t) for t in rows],
+                                               _requiring_grad_weight(w))))
     with torch.inference_mode():
-        sampling = _call(subject, case, [t.clone() for t in rows], _clone(w))
-    for mode, out in (("inputs that require grad", training), ("torch.no_grad()", no_grad),
-                      ("torch.inference_mode()", sampling)):
+        found.append(("torch.inference_mode()", _call(subject, case, [t.clone() for t in rows], _clone(w))))
+    for mode, out in found:
         _assert_same(subject, case, actual=out, expected=plain,
                      what=f"{b.rows} rows with {mode} differ from the same rows with plain inputs")
 
@@ -288,6 +299,17 @@ def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) 
     for label, grad_mode in (("torch.no_grad()", torch.no_grad), ("torch.inference_mode()", torch.inference_mode)):
         with grad_mode():
             found.append((label, call(subject, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
+    if subject.device.type == "cpu":
+        # A CPU kernel may split a row's reduction over its threads (where rows are fewer than threads): under
+        # pytest-xdist each worker runs one thread a core it was dealt, one on two cores, and that path never ran.
+        threads = torch.get_num_threads()
+        other = 1 if threads > 1 else 2
+        torch.set_num_threads(other)
+        try:
+            found.append((f"{other} intra-op threads (not {threads})",
+                          call(subject, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
+        finally:
+            torch.set_num_threads(threads)
     for mode in sample_modes(subject.device):
         moded = dataclasses.replace(subject, backend=sample_backend(subject.backend, mode, subject.device),
                                     record_as=subject.record_as or (subject.backend.name, str(subject.device)))

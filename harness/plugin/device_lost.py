@@ -30,6 +30,9 @@ DEVICE_FAULTS = "rmsnorm_conformance.harness.running.device_faults"
 LISTED_TESTS = 20
 # Marks the report pytest-xdist makes for a worker that ended after a device fault (not a failure of its own).
 ENDED_PROPERTY = "rmsnorm_conformance_worker_ended"
+# Marks the report of the test after which its process ends (its device or its state lost): the controller then
+# reads that worker's end as expected, not as a crash.
+ENDS_PROCESS_PROPERTY = "rmsnorm_conformance_ends_process"
 # The name the run's reporter is registered under, on the controller (or the only process).
 REPORTER = "rmsnorm-conformance-reporter"
 
@@ -49,15 +52,15 @@ class DeviceLossGuard:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed and report.when == "call" and any(
-                name == FAILURE_PROPERTY and isinstance(value, dict) and value.get("rule") == "semantics.device_fault"
-                for name, value in report.user_properties):
+                (name == FAILURE_PROPERTY and isinstance(value, dict) and value.get("rule") == "semantics.device_fault")
+                or name == ENDS_PROCESS_PROPERTY for name, value in report.user_properties):
             self.faulted.add(report.nodeid)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         if crashitem in self.faulted:
-            report.longrepr = (f"{crashitem}: its worker ended after the device fault recorded above, as it must; a "
-                               "fresh worker runs the remaining tests")
+            report.longrepr = (f"{crashitem}: its worker ended after the fault recorded above, as it must; a fresh "
+                               "worker runs the remaining tests")
             report.user_properties.append((ENDED_PROPERTY, True))
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
@@ -73,6 +76,9 @@ class DeviceLossGuard:
         device_faults = _device_faults()
         if device_faults is not None and isinstance(error, device_faults.DeviceFault):
             outcome.get_result().longrepr = f"{item.name}: {error}"
+        loss = device_faults.lost() if device_faults is not None else None
+        if loss is not None and loss.nodeid in ("", item.nodeid) and call.when == "call":
+            outcome.get_result().user_properties.append((ENDS_PROCESS_PROPERTY, loss.said))
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
@@ -93,8 +99,6 @@ class DeviceLossGuard:
 
     def _stop(self, nodeid: str, loss: Lost) -> None:
         """One process: stop after this test; what did not run is listed against its own backend and device."""
-        from rmsnorm_conformance.harness.running.device_faults import NOT_RUN_REASON
-
         session = self.session
         if session is None:
             return
@@ -110,12 +114,12 @@ class DeviceLossGuard:
             for (backend, device), ids in sorted(by_subject.items()):
                 listed = ", ".join(ids[:LISTED_TESTS]) + (f" and {len(ids) - LISTED_TESTS} more"
                                                           if len(ids) > LISTED_TESTS else "")
-                reporter.collector.add_not_run(backend, device, f"{NOT_RUN_REASON} after {where} in "
+                reporter.collector.add_not_run(backend, device, f"{loss.not_run_reason} after {where} in "
                                                                 f"{nodeid}: {len(ids)} tests: {listed}")
             reporter.interrupted_by = (
-                f"the device was lost after {where} in {nodeid}: {loss.detail}; {len(remaining)} tests did not run "
+                f"{loss.said} after {where} in {nodeid}: {loss.detail}; {len(remaining)} tests did not run "
                 "(listed under 'Did not run'); run with pytest-xdist (-n 2 or more) to have a fresh worker run them")
-        session.shouldstop = f"the device was lost after {where} in {nodeid}"
+        session.shouldstop = f"{loss.said} after {where} in {nodeid}"
 
 
 def _device_faults() -> ModuleType | None:

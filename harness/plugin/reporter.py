@@ -70,6 +70,7 @@ class Reporter:
             c.add_not_run(backend, device, reason)
         c.environment = fingerprint(list(options.devices), options.environment(config))
         self.written: list[str] = []
+        self.final: dict[str, str | None] = {}  # each report's path: the verdict its last write holds, None: unwritten
         self.running: list[str] = []
         self.interrupted_by = ""
         self._previous_sigterm: Any = None
@@ -241,12 +242,30 @@ class Reporter:
             seed or ("derandomized" if self.options.settings.derandomize
                      else "random: printed by Hypothesis on failure"))
         c.environment["exit status"] = int(session.exitstatus)
+        unwritten = self._last_writes(plots=True)
+        if unwritten and not c.incomplete:
+            # A report the run was asked for and could not write (a full disk, its folder gone, a file-size limit a
+            # backend set): the run cannot end as if it had; those it could write say why and are written again.
+            c.incomplete = f"the report {'; '.join(unwritten)}"
+            session.exitstatus = exit_status(c.verdict(), session.exitstatus, bool(c.checks))
+            c.environment["exit status"] = int(session.exitstatus)
+            self.written.clear()
+            self._last_writes(plots=False)
+
+    def _last_writes(self, *, plots: bool) -> list[str]:
+        """Each report's last write; ``final`` says for each path the verdict written, or None. Returns what could
+        not be written, and why."""
+        c, unwritten = self.collector, []
         for path in self.options.reports:
             try:
                 # The last write: now the pictures are drawn beside a markdown report (never an error).
-                self.written.append(str(write_report(c, path, bench=self.options.bench, plots=True)))
+                self.written.append(str(write_report(c, path, bench=self.options.bench, plots=plots)))
+                self.final[path] = c.verdict_label()
             except OSError as exc:  # one unwritable report must not lose the others
                 self.written.append(f"{path} could NOT be written: {exc.strerror or exc}")
+                self.final[path] = None
+                unwritten.append(f"{path} could not be written ({exc.strerror or exc})")
+        return unwritten
 
     def _why_incomplete(self, session: pytest.Session) -> str:
         """Why the run did not finish, "" where it did: a signal, the run's deadline (--deadline) with tests

@@ -52,6 +52,10 @@ INCOMPLETE_STATUS = int(pytest.ExitCode.INTERRUPTED)
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 # Seconds a run's process has to exit once it has written its verdict's exit status (RMSNORM_CONFORMANCE_EXIT_GRACE).
 EXIT_GRACE = float(os.environ.get("RMSNORM_CONFORMANCE_EXIT_GRACE", "30"))
+# Seconds past --deadline after which this process sends the run SIGTERM (it then writes its report and ends), and
+# after which, again, it ends it (RMSNORM_CONFORMANCE_DEADLINE_GRACE): the run ends itself at its deadline, and this
+# is for a run that cannot (a kernel that stopped the clocks the run's own deadlines read).
+DEADLINE_GRACE = float(os.environ.get("RMSNORM_CONFORMANCE_DEADLINE_GRACE", "30"))
 
 
 # In a supervised run: where it writes its exit status. Taken out of the environment at once, so that the runs
@@ -99,7 +103,9 @@ def supervise(config: pytest.Config) -> int:
         try:
             child = subprocess.Popen(command, env=env, cwd=config.invocation_params.dir,
                                      preexec_fn=lambda: _in_child(previous))
-            returncode = _wait_passing_signals_on(child, status_file, passed_on)
+            deadline = config.getoption("--deadline", None) or 0.0
+            returncode = _wait_passing_signals_on(child, status_file, passed_on,
+                                                  time.monotonic() + deadline if deadline > 0 else None)
         finally:
             # A SIGTERM still pending (the second of a process group's, come as the child ended) would otherwise end
             # this process once unblocked, before it exits with the run's status: taken here, it was passed on.
@@ -107,15 +113,56 @@ def supervise(config: pytest.Config) -> int:
                 pass
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         written = _read_status(status_file)
+        reports = [str(Path(config.invocation_params.dir, p)) for p in config.getoption("--report") or []]
         status: int | None = written["exit"] if written is not None else None
+        if written is not None and status is not None:
+            status = _as_reports_say(status, written, reports)
         if returncode is None and status is not None:  # ended here, EXIT_GRACE after its verdict
             threads = (written or {}).get("threads") or []
             _say(f"the run's process had not exited {EXIT_GRACE:g} s after its verdict, held by threads still "
                  f"running ({', '.join(map(str, threads)) or 'none named'}: a backend's, left running after its "
                  f"call?): ended it, exiting with the verdict's status {status}")
             return status
-    return settle(-signal.SIGKILL if returncode is None else returncode, status,
-                  config.getoption("--report") or [], started, passed_on=tuple(passed_on))
+    return settle(-signal.SIGKILL if returncode is None else returncode, status, reports, started,
+                  passed_on=tuple(passed_on))
+
+
+def _as_reports_say(status: int, written: dict[str, Any], reports: list[str]) -> int:
+    """The verdict's exit status where each report on disk holds the verdict the run says it wrote there, and a 0
+    only where each of them passed; otherwise non-zero, with each report that does not hold what the run wrote
+    (not written: a full disk, its folder gone, a file-size limit; or changed since) replaced by an INCOMPLETE one
+    that says so. Without reports, the status as written."""
+    final = written.get("reports")
+    final = final if isinstance(final, dict) else {}
+    wrong = [p for p in reports if final.get(p) is None or final.get(p) != _headline(p)]
+    if wrong:
+        from rmsnorm_conformance.harness.reporting.records import Collector
+        from rmsnorm_conformance.harness.reporting.render import replace_reports
+
+        _say(f"the run's report was not written as the run says it wrote it ({', '.join(wrong)}): replaced by an "
+             "INCOMPLETE report" + (f", exiting with {INCOMPLETE_STATUS} in place of 0" if status == 0 else ""))
+        replace_reports(Collector(incomplete=f"the run's report at this path was not written, or was changed after "
+                                             f"it was (the run's own exit status was {status})"), wrong)
+        return status or INCOMPLETE_STATUS
+    if status == 0 and not all(str(final.get(p)).startswith(("PASS", "XFAIL")) for p in reports):
+        _say(f"the run asked for exit status 0 with reports that do not pass: exiting with {INCOMPLETE_STATUS}")
+        return INCOMPLETE_STATUS
+    return status
+
+
+def _headline(path: str) -> str | None:
+    """The verdict a report file holds (its JSON's ``verdict_label``, its markdown's first line), None where it
+    cannot be read."""
+    try:
+        if Path(path).suffix == ".json":
+            label = json.loads(Path(path).read_text()).get("verdict_label")
+            return label if isinstance(label, str) else None
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            first = handle.readline().rstrip("\n")
+    except (OSError, ValueError, AttributeError):
+        return None
+    prefix = "# RMSNorm conformance report: "
+    return first.removeprefix(prefix) if first.startswith(prefix) else None
 
 
 def _in_child(mask: set[int | signal.Signals]) -> None:
@@ -129,13 +176,27 @@ def _in_child(mask: set[int | signal.Signals]) -> None:
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
-def _wait_passing_signals_on(child: subprocess.Popen, status_file: Path, passed_on: list[int]) -> int | None:
+def _wait_passing_signals_on(child: subprocess.Popen, status_file: Path, passed_on: list[int],
+                             ends_at: float | None = None) -> int | None:
     """Wait for ``child``; a signal another process sent to this one goes on to the child (and its number into
     ``passed_on``). One from the terminal (sent by the kernel to the whole foreground process group: no sending
     process) reached the child already. None: the child had not exited ``EXIT_GRACE`` seconds after writing its
-    status, and was killed."""
+    status, and was killed. ``ends_at`` (``time.monotonic()``): the run's --deadline; ``DEADLINE_GRACE`` past it
+    the child gets SIGTERM, as from a CI job's timeout, and as long again after that, SIGKILL."""
     verdict_at: float | None = None
+    terminated = False
     while child.poll() is None:
+        if ends_at is not None and time.monotonic() > ends_at + DEADLINE_GRACE and child.poll() is None:
+            if not terminated:
+                _say(f"the run is still running {DEADLINE_GRACE:g} s after its --deadline: sent it SIGTERM")
+                child.send_signal(signal.SIGTERM)
+                passed_on.append(signal.SIGTERM)
+                terminated, ends_at = True, ends_at + DEADLINE_GRACE
+            else:
+                _say(f"the run is still running {2 * DEADLINE_GRACE:g} s after its --deadline: ended it")
+                child.kill()
+                child.wait()
+                return child.returncode
         info = signal.sigtimedwait(_FORWARDED, 0.2)
         if info is not None and info.si_pid != 0 and child.poll() is None:
             child.send_signal(info.si_signo)
@@ -208,7 +269,17 @@ def write_status(session: pytest.Session) -> None:
         return
     # The threads the interpreter will wait for at exit, named for the supervisor in case they never end.
     threads = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
-    with contextlib.suppress(OSError):  # unwritten, the supervisor reads an ending before the verdict: no false pass
-        temporary = Path(f"{path}.tmp")  # written whole, then renamed: the supervisor never reads half of it
-        temporary.write_text(json.dumps({"exit": int(session.exitstatus), "threads": threads}))
-        temporary.replace(path)
+    # The verdict each report's last write holds (None: not written), for the supervisor to find on disk.
+    reporter = session.config.pluginmanager.get_plugin("rmsnorm-conformance-reporter")
+    final = {str(Path(session.config.invocation_params.dir, p)): v
+             for p, v in (getattr(reporter, "final", None) or {}).items()}
+    # Unwritten, the supervisor reads an ending before the verdict: no false pass. Where the whole status cannot be
+    # written (a file-size limit a backend set and the process could not raise again), the exit status alone: the
+    # supervisor then replaces each report, whose own last write failed the same way.
+    for status in ({"exit": int(session.exitstatus), "threads": threads, "reports": final},
+                   {"exit": int(session.exitstatus)}):
+        with contextlib.suppress(OSError):
+            temporary = Path(f"{path}.tmp")  # written whole, then renamed: the supervisor never reads half of it
+            temporary.write_text(json.dumps(status))
+            temporary.replace(path)
+            return

@@ -91,9 +91,20 @@ def draw(c: Collector, bench: dict[str, Any] | None, directory: str | Path, stem
     return out
 
 
+def temporary_beside(path: Path) -> tuple[int, str]:
+    """A new temporary file beside ``path``, to be renamed onto it once written (so that a reader never sees half
+    a file), with the mode any file the process makes gets: mkstemp makes it for its owner alone (0600), and a
+    report is read by whoever reads the run's output (a CI job's upload step, another user)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    mask = os.umask(0o022)  # read by setting it: os has no getter
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
+    return fd, tmp
+
+
 def _save(fig: Any, path: Path) -> None:
     """Atomically, as the report itself is written: a reader never sees half a PNG."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = temporary_beside(path)
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=_DPI, bbox_inches="tight")

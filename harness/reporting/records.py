@@ -19,6 +19,9 @@ SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 # How checks read that could not run because another backend's device fault took the device: never FAIL. A "Did
 # not run" entry whose reason starts so makes its backend's row, and the run, INCOMPLETE rather than PASS.
 DEVICE_LOST = "not run: the device was lost"
+# How a check reads that could not run because a backend left this process in a state that could not be put back
+# (a resource limit lowered past what the process may raise again): its later tests run in a fresh process.
+PROCESS_LOST = "not run: the process was left unusable"
 _TARGET_DIM_NAMES = {v: k for k, v in TARGET_DIMS.items()}
 # The rule a test failed by a refused input (under --strict-interface) is recorded under: no contract rule's.
 REFUSED_RULE = "refused"
@@ -246,8 +249,8 @@ class Collector:
                 if not self.checks_of(name) and name not in lost and name not in failed]
 
     def device_lost(self) -> list[dict[str, str]]:
-        """The "Did not run" entries of checks a lost device kept from running."""
-        return [e for e in self.not_run if e["reason"].startswith(DEVICE_LOST)]
+        """The "Did not run" entries of checks a lost device (or a process left unusable) kept from running."""
+        return [e for e in self.not_run if e["reason"].startswith((DEVICE_LOST, PROCESS_LOST))]
 
     def failed_tests(self) -> list[str]:
         return [nodeid for nodeid, o in self.outcomes.items() if o["outcome"] in ("failed", "error")]

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shlex
-import tempfile
 import textwrap
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
@@ -25,7 +24,7 @@ from tabulate import tabulate
 from rmsnorm_conformance.contract import AXIS_A_VARIANTS, TARGET_DIMS, rule
 from rmsnorm_conformance.harness.checking.known_failures import entry_status
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
-from rmsnorm_conformance.harness.reporting.plots import Pictures
+from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
 from rmsnorm_conformance.harness.reporting.records import Collector, Summary, finite_tree, fold_refused
 
@@ -72,7 +71,7 @@ def write_report(c: Collector, path: str | Path, *, bench: dict[str, Any] | None
         except Exception as exc:  # draw never raises by design; the report must not depend on that
             pictures = Pictures(notes=[f"Pictures were not drawn: {type(exc).__name__}: {exc}."])
     text = render_report(c, path, bench=bench, pictures=pictures, progress=progress)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = temporary_beside(path)
     try:
         # A kernel's exception may carry text that is no UTF-8 (a lone surrogate): escaped, never a report lost.
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from rmsnorm_conformance.harness.drawing.budget import fair_share
-from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST
+from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST, PROCESS_LOST
 
 # Set in the environment of a run on a machine without a GPU, this makes the probe report the context lost after
 # an error that reads like a context-poisoning CUDA error: the CPU twins of device faults use it, so CI exercises
@@ -55,12 +55,24 @@ class DeviceFault(BaseException):
 
 @dataclass(frozen=True)
 class Lost:
-    """Why this process's device context is gone: the fault, the backend that caused it (or "") and the test."""
+    """Why this process's device context is gone (or, ``process``, the process itself left in a state that could not
+    be put back): the fault, the backend that caused it (or "") and the test."""
 
     detail: str
     backend: str = ""
     device: str = ""
     nodeid: str = ""
+    process: bool = False
+
+    @property
+    def said(self) -> str:
+        """What was lost, in a sentence's words."""
+        return "the process was left unusable" if self.process else "the device was lost"
+
+    @property
+    def not_run_reason(self) -> str:
+        """How the checks it kept from running read under "Did not run"."""
+        return PROCESS_LOST if self.process else NOT_RUN_REASON
 
 
 _LOST: list[Lost] = []

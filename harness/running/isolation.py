@@ -35,6 +35,10 @@ except ImportError:  # not a POSIX system
 
 # The real exit, kept before any backend call can see os._exit replaced (see no_exit): the watchdog needs it.
 _REAL_EXIT = os._exit
+# The clock and the sleep the watchdog keeps time with, bound before any backend is imported: a hung kernel that
+# had replaced time.monotonic with a constant (and ignored SIGALRM) stopped the watchdog's clock, and the run hung
+# past --case-timeout and --deadline. A replacement is also put back after the call (``watch_functions``).
+_monotonic, _sleep = time.monotonic, time.sleep
 
 
 # The smallest normal float32's bits shifted down: a subnormal, built from its bits so that no flushing mode in force
@@ -74,7 +78,7 @@ _FUNCTION_KEYS = tuple(f"torch.{name}" for name in _WATCHED_FUNCTIONS)
 _TENSOR = "torch.Tensor."
 _MISSING = object()
 # The handlers that make Ctrl-C and a CI's SIGTERM end the run with an INCOMPLETE report, not a silent one.
-_WATCHED_SIGNALS = ("SIGINT", "SIGTERM")
+_WATCHED_SIGNALS = ("SIGINT", "SIGTERM", "SIGALRM")  # SIGALRM: the case deadline's timer (``deadline``)
 
 
 def torch_functions() -> dict[str, Any]:
@@ -116,6 +120,7 @@ watch_functions("json.JSONEncoder", json.JSONEncoder)
 watch_functions("builtins", builtins, _BUILTINS)
 watch_functions("os", os, [n for n in _OS if hasattr(os, n)])
 watch_functions("tempfile", tempfile, ("mkstemp",))
+watch_functions("time", time, ("monotonic", "time", "sleep", "perf_counter"))  # the deadlines' clock
 # torch's own functions outside its top level that the checks run a backend or judge it with: opcheck (the interface
 # rule), CUDA-graph capture and the stream waits (the execution modes), is_compiling (what a compiled call asks).
 watch_functions("torch.library", torch.library, ("opcheck",))
@@ -351,6 +356,57 @@ def _working_directory() -> str | None:
         return None
 
 
+def _umask() -> str | None:
+    """The process's file-mode mask ("0o22"), read without changing it where the kernel shows it (Linux), else
+    None: one a backend leaves at 0o777 writes every later report unreadable (mode 000)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return oct(int(line.split()[1], 8))
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# Limits a backend could lower and the run then live under: a file-size cap of 64 bytes left every report unwritten
+# (and failed native's first-call checks, whose fresh process writes its result to a file); an address-space or
+# open-file cap fails later backends' allocations and files.
+_LIMITS = ("RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_CPU", "RLIMIT_NPROC", "RLIMIT_STACK")
+
+
+_LIMIT = "resource limit "  # a state entry per limit: "resource limit RLIMIT_FSIZE": (soft, hard)
+
+
+class _Limit(tuple):
+    """A (soft, hard) resource limit that counts as unchanged where it was raised (no limit: -1): a library that
+    raises its open-file limit harms nothing; a lowered one is the change."""
+
+    def allows(self, other: tuple[int, int]) -> bool:
+        """Whether ``other`` is at least this limit, soft and hard."""
+        return all(o < 0 or (0 <= a <= o) for a, o in zip(self, other, strict=True))
+
+
+def _resource_limits() -> dict[str, _Limit]:
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return {}
+    return {_LIMIT + name: _Limit(resource.getrlimit(getattr(resource, name)))
+            for name in _LIMITS if hasattr(resource, name)}
+
+
+def _set_resource_limits(state: dict[str, Any]) -> None:
+    """The limits as they were, where the process may raise them again (a lowered hard limit stays: only a
+    privileged process may raise it; the failure names it either way)."""
+    import resource
+
+    for key, now in _resource_limits().items():
+        if key in state and not _same(state[key], now):
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(getattr(resource, key[len(_LIMIT):]), state[key])
+
+
 def _replaced(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The names whose object is not the same one, or that came or went."""
     if len(before) == len(after) and all(after.get(name, _MISSING) is value for name, value in before.items()):
@@ -398,6 +454,8 @@ def global_state() -> dict[str, Any]:
         "recursion limit": _Floor(sys.getrecursionlimit()),
         "trace and profile functions": _interpreter_hooks(),
         "working directory": _working_directory(),
+        "file-mode mask": _umask(),
+        **_resource_limits(),
     }
     if hasattr(torch, "get_default_device"):
         state["default device"] = str(torch.get_default_device())
@@ -411,6 +469,8 @@ def global_state() -> dict[str, Any]:
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, _Floor):
         return b >= a
+    if isinstance(a, _Limit):
+        return a.allows(b)
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and bool(torch.equal(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -490,8 +550,12 @@ def _restore_process(state: dict[str, Any]) -> None:
 
 
 def _restore_interpreter(state: dict[str, Any]) -> None:
-    """The recursion limit (where it was lowered), the trace and profile functions and the working directory."""
+    """The recursion limit (where it was lowered), the trace and profile functions, the working directory, the
+    file-mode mask and the resource limits."""
     sys.setrecursionlimit(max(sys.getrecursionlimit(), state["recursion limit"]))
+    if state["file-mode mask"] is not None and _umask() != state["file-mode mask"]:
+        os.umask(int(state["file-mode mask"], 8))
+    _set_resource_limits(state)
     if state["working directory"] is not None and _working_directory() != state["working directory"]:
         with contextlib.suppress(OSError):
             os.chdir(state["working directory"])
@@ -653,7 +717,7 @@ class Watchdog:
 
     def arm(self, seconds: float, what: str) -> None:
         with self._lock:
-            self._deadline = time.monotonic() + seconds + min(self.MAX_GRACE, max(5.0, seconds))
+            self._deadline = _monotonic() + seconds + min(self.MAX_GRACE, max(5.0, seconds))
             self._what = what
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="rmsnorm-conformance-watchdog",
@@ -666,9 +730,9 @@ class Watchdog:
 
     def _watch(self) -> None:
         while True:
-            time.sleep(1.0)
+            _sleep(1.0)
             with self._lock:
-                late = self._deadline is not None and time.monotonic() > self._deadline
+                late = self._deadline is not None and _monotonic() > self._deadline
                 what = self._what
             if late:
                 message = f"hung past its deadline in native code: {what}"
