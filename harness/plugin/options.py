@@ -23,6 +23,7 @@ from hypothesis import settings
 from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
+from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep, sweep_settings
 from rmsnorm_conformance.harness.plugin.controller import RUN_ENDS_AT, WORKER_RUN_ENDS_AT
 from rmsnorm_conformance.harness.plugin.parity_gate import (
@@ -91,6 +92,7 @@ class RunOptions:
                      + ("" if self.shrink else ", failing cases not shrunk (--no-shrink)"),
             "backends": ", ".join(b.name for b in self.backends) or "none",
             "command": run_command(config),
+            "shapes drawn": drawn_shapes(),
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
             **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
             "execution modes": (describe_sample(tuple(d.type for d in self.devices)) + " on a sample"
@@ -99,6 +101,13 @@ class RunOptions:
                                          dict.fromkeys(p.mode for p in self.parity_pairs if p.mode)),
             **({"adapted kernels": adapted_notes(self.backends)} if adapted_notes(self.backends) else {}),
         }
+
+
+def drawn_shapes() -> str:
+    """The widest rows and the head counts the sweeps draw: a kernel's path for wider rows or more heads is not
+    checked, and the report says so rather than let a PASS read as covering it."""
+    return (f"dims 1 to {MAX_DIM} (edges {', '.join(map(str, EDGE_DIMS))}); QK-norm heads "
+            f"{', '.join(map(str, HEAD_COUNTS))}; wider rows and more heads are not checked")
 
 
 def watch_test_framework() -> None:
