@@ -263,7 +263,7 @@ def check_grad_mode(subject: Subject, case: GradModeCase, memo: dict) -> None:
             found.append(("the weight requiring grad and x not", _call(subject, case, _same_layouts(rows),
                                                                        _requiring_grad_weight(w))))
             found.append(("the weight an nn.Parameter", _call(subject, case, [_requiring_grad(t) for t in rows],
-                                                              torch.nn.Parameter(_same_layout(w)))))
+                                                              torch.nn.Parameter(same_layout_copy(w.detach())))))
     with torch.no_grad():
         found.append(("torch.no_grad()", _call(subject, case, [_requiring_grad(t) for t in rows],
                                                _requiring_grad_weight(w))))
