@@ -474,9 +474,13 @@ def test_vllm_fp8_entry_points_call_its_quant_ops(monkeypatch, fake_vllm):
         return per_token(input if residual is None else residual, weight, epsilon)
 
     monkeypatch.setattr(sys.modules["vllm._custom_ops"], "rms_norm_dynamic_per_token_quant", dynamic, raising=False)
-    monkeypatch.setattr(adapter, "_c_ops", lambda: types.SimpleNamespace(
-        rms_norm_static_fp8_quant=static, fused_add_rms_norm_static_fp8_quant=fused_static))
     backend = load_backend("vllm")
+    # Into the namespace the adapter's methods read: under pytest-xdist an earlier test in the same worker may have
+    # imported the adapter's module again, and the loaded class may be the earlier module's.
+    namespace = type(backend.impl).forward_fp8_static.__globals__
+    assert namespace["__name__"] == adapter.__name__
+    monkeypatch.setitem(namespace, "_c_ops", lambda: types.SimpleNamespace(
+        rms_norm_static_fp8_quant=static, fused_add_rms_norm_static_fp8_quant=fused_static))
     assert all(backend.offers(m) for m in ("forward_fp8_static", "forward_fp8_dynamic", "fused_add_fp8_static",
                                            "fused_add_fp8_dynamic"))
     assert backend.fp8_rounding_classes == {"forward_fp8_static": "through_x_dtype",
