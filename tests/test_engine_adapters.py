@@ -475,8 +475,10 @@ def test_vllm_fp8_entry_points_call_its_quant_ops(monkeypatch, fake_vllm):
 
     monkeypatch.setattr(sys.modules["vllm._custom_ops"], "rms_norm_dynamic_per_token_quant", dynamic, raising=False)
     backend = load_backend("vllm")
-    # Into the namespace the adapter's methods read: under pytest-xdist an earlier test in the same worker may have
-    # imported the adapter's module again, and the loaded class may be the earlier module's.
+    # Into the namespace the adapter's methods read: the module the package attribute names and the one the loaded
+    # class was defined in can be two (an in-process pytester run earlier in the same worker drops the modules it
+    # imported from sys.modules, not the package's attribute); under pytest-xdist this test once called vLLM's real
+    # op that way.
     namespace = type(backend.impl).forward_fp8_static.__globals__
     assert namespace["__name__"] == adapter.__name__
     monkeypatch.setitem(namespace, "_c_ops", lambda: types.SimpleNamespace(
