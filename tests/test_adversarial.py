@@ -577,6 +577,14 @@ def test_a_state_that_cannot_be_put_back_ends_its_process_and_spares_the_others(
     assert {s["rule"] for s in native} >= {"axis_b.output", "gradients.dx_batch_invariance"}
     assert not any(s["failures"] for s in native)
 
+    # Where its backward probe is the first call (the gradient rules alone), the probe's test fails, every time it is
+    # asked (Hypothesis runs a failing example again: a cached answer had turned the failure into a skip).
+    probed, data = gate(spec, "--rule=gradients.dx_batch_invariance", "-n", "2")
+    assert probed.ret == 1 and data["verdict"] == "FAIL", probed.stdout.str()[-3000:]
+    failed = [o for o in data["outcomes"].values() if o.get("backend") == "leaves_inference_mode_on"]
+    assert any(o["outcome"] == "failed" for o in failed) and "backward probe left" in probed.stdout.str(), failed
+    assert not any(s["failures"] for s in data["summaries"] if s["backend"] == "native")
+
     alone, data = gate(spec, rules, "-p", "no:xdist")
     assert alone.ret == 2 and data["verdict"] == "INCOMPLETE" and not data["complete"]
     assert "the process was left unusable after leaves_inference_mode_on's fault" in data["incomplete"]

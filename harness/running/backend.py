@@ -90,6 +90,7 @@ class Backend:
         self.import_changes: list[str] = []
         self._backward: bool | None = getattr(impl, "supports_backward", None)
         self._probed: dict[tuple[str, str], bool] = {}
+        self._probe_left = ""  # what a backward probe left that the process could not put back (then every ask fails)
         validate_declarations(impl, self.name)
         self.dtype_pairs: tuple[tuple[torch.dtype, torch.dtype], ...] = self._declared_pairs()
         self.fused_add_in_place = self._declared_flag("fused_add_in_place")
@@ -275,6 +276,8 @@ class Backend:
         differentiable output? (A bf16-only backend must not look backward-less because an fp32 probe raised.)"""
         if self._backward:
             return True
+        if self._probe_left:  # asked again (Hypothesis runs a failing example again): the same failure, never a skip
+            raise BackendError(self._probe_left)
         key = (str(device), str(dtype))
         if key not in self._probed:
             from rmsnorm_conformance.harness.running import device_faults
@@ -307,7 +310,8 @@ class Backend:
                     detail = (f"{self.name}'s backward probe left {'; '.join(kept)}, which the process cannot put "
                               "back")
                     device_faults.declare_lost(device_faults.Lost(detail, self.name, str(device), process=True))
-                    raise BackendError(f"{detail}: this process ends after this test")
+                    self._probe_left = f"{detail}: this process ends after this test"
+                    raise BackendError(self._probe_left)
         # Declared without a backward, it is still held to the gradient rules where its output carries a gradient:
         # a training loop would use that grad_fn whatever the declaration says.
         return self._probed[key]
