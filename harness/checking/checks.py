@@ -149,11 +149,8 @@ class Subject:
             yield
         diff = isolation.put_back(before)
         if diff:
-            kept = isolation.changed(before, isolation.global_state())
-            if kept:  # beyond what the process may put back: no later check here may run under it
-                device_faults.declare_lost(device_faults.Lost(
-                    f"{self.backend.name}.{what} left {'; '.join(kept)}, which the process cannot put back",
-                    self.backend.name, str(self.device), self.nodeid, process=True))
+            kept = device_faults.lost_where_kept(before, f"{self.backend.name}.{what}", self.backend.name,
+                                                 str(self.device), self.nodeid)
             assert_holds(self, self.current_case, ok=False, rule="semantics.global_state", dim=_dim(self.current_case),
                          what=f"{self.backend.name}.{what} left torch's global state changed: {'; '.join(diff)}"
                               + (" (not put back: this process ends after this test)" if kept else ""))

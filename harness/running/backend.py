@@ -281,13 +281,7 @@ class Backend:
         key = (str(device), str(dtype))
         if key not in self._probed:
             from rmsnorm_conformance.harness.running import device_faults
-            from rmsnorm_conformance.harness.running.isolation import (
-                ExitRefused,
-                changed,
-                global_state,
-                no_exit,
-                restore,
-            )
+            from rmsnorm_conformance.harness.running.isolation import ExitRefused, global_state, no_exit, restore
 
             state = global_state()  # a probe must leave no trace, whatever the backend does to torch's state
             try:
@@ -305,12 +299,10 @@ class Backend:
                 self._probed[key] = False
             finally:
                 restore(state)
-                kept = changed(state, global_state())
-                if kept:  # beyond what the process may put back: the backends probed after it here would feel it
-                    detail = (f"{self.name}'s backward probe left {'; '.join(kept)}, which the process cannot put "
-                              "back")
-                    device_faults.declare_lost(device_faults.Lost(detail, self.name, str(device), process=True))
-                    self._probe_left = f"{detail}: this process ends after this test"
+                kept = device_faults.lost_where_kept(state, f"{self.name}'s backward probe", self.name, str(device))
+                if kept:  # the backends probed after it here would feel it
+                    self._probe_left = (f"{self.name}'s backward probe left {'; '.join(kept)}, which the process "
+                                        "cannot put back: this process ends after this test")
                     raise BackendError(self._probe_left)
         # Declared without a backward, it is still held to the gradient rules where its output carries a gradient:
         # a training loop would use that grad_fn whatever the declaration says.

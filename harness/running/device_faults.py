@@ -17,6 +17,7 @@ import os
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -86,6 +87,20 @@ def lost() -> Lost | None:
 def declare_lost(loss: Lost) -> None:
     if not _LOST:
         _LOST.append(loss)
+
+
+def lost_where_kept(before: dict[str, Any], what: str, backend: str, device: str, nodeid: str = "") -> list[str]:
+    """What of the global state ``before`` a backend's code (``what``) left changed after it was put back
+    (``isolation.restore``): beyond what the process may put back (a hard resource limit lowered, inference mode
+    left on), so no later check in this process may run under it. Where anything is, the process is declared lost
+    (``Lost.process``): it ends after this test, as after a device fault."""
+    from rmsnorm_conformance.harness.running import isolation
+
+    kept = isolation.changed(before, isolation.global_state())
+    if kept:
+        declare_lost(Lost(f"{what} left {'; '.join(kept)}, which the process cannot put back", backend, device,
+                          nodeid, process=True))
+    return kept
 
 
 def looks_poisoning(error: BaseException) -> bool:
