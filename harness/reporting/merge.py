@@ -4,7 +4,7 @@ Rows are backends on devices; columns are the contract's rules, then max ULP, wo
 benchmark file is given, bandwidth against a device copy. A failing cell points to a footnote holding its
 minimal configuration and replay command.
 
-    rmsnorm-conformance merge reports/cpu/*.json reports/h200/*.json --bench reports/h200/bench.json \\
+    rmsnorm-conformance merge reports/cpu/*.json reports/gpu/*.json --bench reports/gpu/bench.json \\
         --out reports/matrix.md
 """
 
