@@ -116,7 +116,8 @@ class Matrix:
         headers = ["backend", "device", *(_column(r.id, r.title) for r in rules), "max ULP (B)", "margin"]
         if bench is not None:
             headers.append("fwd GB/s bf16 4096 | 128 (x copy)")
-        out = ["# Conformance matrix", "", *([f"Command: `{command}`", ""] if command else []), *(pick or []), "## Rules per backend and device", "",
+        heading = ["# Conformance matrix", "", *([f"Command: `{command}`", ""] if command else [])]
+        out = [*heading, *(pick or []), "## Rules per backend and device", "",
                "Each cell: `ok N` (N checks, all passed), `FAIL [k]` (see note k), `xfail [k]` (a breach the "
                "known-failure manifest expects), `–` (not checked). max ULP is Axis-B output's worst, in the "
                "output dtype; margin is the worst error over its allowance across Axis-B and semantics "
