@@ -15,7 +15,7 @@ import pytest
 # Options whose presence on the command line makes a run a conformance run from the start.
 CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
                        "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes",
-                       "bench_json", "deadline")
+                       "bench_json", "deadline", "strict_known_failures", "write_known_failures")
 # Fixtures only conformance tests ask for: a test outside the shipped suites that takes one is a conformance test.
 CONFORMANCE_FIXTURES = ("subject", "parity")
 

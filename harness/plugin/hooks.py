@@ -115,8 +115,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "it). The verdict is the same either way.")
     group.addoption(
         "--known-failures", default=None, metavar="PATH",
-        help="a manifest (TOML or JSON) of expected breaches per backend, device and rule: they xfail "
-             "instead of failing the run.")
+        help="a manifest (TOML or JSON) of expected breaches per backend, device, dtype and rule (and, optionally, "
+             "case): each such breach is reported as expected, and any other still fails the run, also in the same "
+             "test; a test whose only breaches are listed xfails.")
+    group.addoption(
+        "--strict-known-failures", action="store_true", default=False,
+        help="fail the run on a --known-failures entry whose checks all passed (as pytest's strict xfail fails an "
+             "xpass): the manifest then lists exactly what is still broken.")
+    group.addoption(
+        "--write-known-failures", default=None, metavar="PATH",
+        help="write every breach of this run to PATH as a known-failures manifest (TOML): the baseline a gate "
+             "adopts with --known-failures=PATH, so that only new breaches fail it.")
     group.addoption(
         "--replay", default=None, metavar="CASE",
         help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")

@@ -75,6 +75,8 @@ class RunOptions:
     reports: tuple[str, ...]
     replay_case: Any = None
     manifest: Manifest | None = None
+    strict_known_failures: bool = False  # a manifest entry checked and never breached fails the run
+    write_known_failures: str | None = None  # where the run's breaches are written as a manifest
     named_backends: tuple[str, ...] = ()  # named with --backend: each must run a check
     parity_pairs: tuple[ParityPair, ...] = ()
     bench: dict[str, Any] | None = None  # --bench-json's data, for the report's speed columns and pictures
@@ -185,6 +187,8 @@ def resolve(config: pytest.Config) -> RunOptions:
         contract_profile=config.getoption("--contract-profile"),
         strict_interface=bool(config.getoption("--strict-interface")), reports=reports, replay_case=replay_case,
         manifest=manifest, named_backends=tuple(names) if option else (),
+        strict_known_failures=bool(config.getoption("--strict-known-failures")),
+        write_known_failures=_writable_baseline(config.getoption("--write-known-failures")),
         parity_pairs=tuple(_resolve_parity(backends, devices, config.getoption("--require-parity"),
                                            config.getoption("--modes"))),
         bench=bench, not_run=tuple(not_run), mode_sample=sample_on(config.getoption("--modes")))
@@ -252,6 +256,20 @@ def _load_known_failures(path: str | None) -> Manifest | None:
         return load_manifest(path)
     except (OSError, ValueError) as exc:
         raise pytest.UsageError(f"--known-failures: {exc}") from exc
+
+
+def _writable_baseline(path: str | None) -> str | None:
+    """--write-known-failures's path, its folder made: a baseline that cannot be written is an error now, not after a
+    run of an hour."""
+    if not path:
+        return None
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(f"--write-known-failures={path}: cannot be written: {exc.strerror or exc}") from None
+    return path
 
 
 def _unique_names(backends: list[Backend]) -> list[str]:
