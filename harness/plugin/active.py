@@ -659,7 +659,7 @@ def _expected_only(report: pytest.TestReport, records: Collector) -> None:
             f"  smallest failing configuration: {s.failing_case}\n  replay: {s.replay}" for s in broken)
     elif report.passed and met:
         report.outcome = "skipped"
-        report.wasxfail = "expected breach: " + "; ".join(  # type: ignore[attr-defined]
+        report.wasxfail = "expected breach: " + "; ".join(
             f"{e['rule']} on {e['backend']}, {e['device']} ({e['reason']})" for e in met)
 
 
