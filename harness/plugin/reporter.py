@@ -16,8 +16,8 @@ import pytest
 
 from rmsnorm_conformance.contract import VERSION
 from rmsnorm_conformance.harness.checking.known_failures import Breach, baseline_toml, entry_status, manifest_rows
-from rmsnorm_conformance.harness.plugin.options import HARNESS_WATCH, RunOptions
 from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
+from rmsnorm_conformance.harness.plugin.run_options import HARNESS_WATCH, RunOptions
 from rmsnorm_conformance.harness.plugin.selection import selection
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
 from rmsnorm_conformance.harness.reporting.records import Collector, Summary
@@ -97,7 +97,7 @@ class Reporter:
         c = self.collector
         if options.manifest is not None:
             c.expected = manifest_rows(options.manifest)
-        c.strict_known_failures = options.strict_known_failures
+        c.strict_known_failures = options.options.strict_known_failures
         c.named_backends = list(options.named_backends)
         for backend, device, reason in options.not_run:
             c.add_not_run(backend, device, reason)
@@ -215,7 +215,7 @@ class Reporter:
         self._write_reports()
 
     def _distributed(self) -> bool:
-        return getattr(self.config.option, "dist", "no") != "no"
+        return self.options.options.dist != "no"
 
     def _write_reports(self) -> None:
         self._last_write = time.monotonic()
@@ -271,13 +271,13 @@ class Reporter:
         for name in c.named_but_not_run():
             c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
                                        "reasons above): nothing about it was shown to hold")
-        seed = self.config.getoption("--hypothesis-seed", None)
+        seed = self.options.options.hypothesis_seed
         c.environment["hypothesis seed"] = (
             seed or ("derandomized" if self.options.settings.derandomize
                      else "random: printed by Hypothesis on failure"))
         c.environment["exit status"] = int(session.exitstatus)
-        if self.options.write_known_failures:
-            self.baseline_note = write_baseline(c, self.options.write_known_failures)
+        if self.options.options.write_known_failures:
+            self.baseline_note = write_baseline(c, self.options.options.write_known_failures)
         unwritten = self._last_writes(plots=True)
         if unwritten and not c.incomplete:
             # A report the run was asked for and could not write (a full disk, its folder gone, a file-size limit a
@@ -325,7 +325,7 @@ class Reporter:
         c = self.collector
         if not (c.conformance_tests or c.checks or c.parity):
             return
-        verbose = self.config.getoption("verbose", 0) > 0
+        verbose = self.options.options.verbose > 0
         terminalreporter.write_sep("=", "rmsnorm conformance report")
         width = getattr(terminalreporter, "_tw", None)
         for line in render_terminal(c, verbose=verbose, width=width.fullwidth if width is not None else 120):
