@@ -56,10 +56,9 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                     pytest.skip(f"--replay runs the case in the sweep test of {rule_id}")
                 cases: list[Any] = [subject.replay_case]
             else:
-                sweep = request.config.getoption("--sweep")
+                sweep = subject.sweep
                 offered = tuple(entries(subject.backend))
-                budget, source = _budget(subject, request.config.getoption("--max-elements"), budget_share, room,
-                                         sweep, offered)
+                budget, source = _budget(subject, subject.max_elements_option, budget_share, room, sweep, offered)
                 made = plan(subject.dtype, subject.device, budget, source, offered, dims=subject.threshold_dims)
                 cases = _planned_cases(subject, made, sweep)
             memo: dict[Any, Any] = {"plan": cases}
@@ -83,8 +82,8 @@ def _plan_for(subject: Any, config: pytest.Config, plan: PlanMaker, room: Callab
               entries: Sequence[str], budget_share: int) -> list[Any]:
     """The cases ``plan`` makes for ``entries`` under ``budget_share``, as a test of those entry points makes them
     for this subject; none where the sweep's scope leaves them all out."""
-    sweep = config.getoption("--sweep")
-    budget, source = _budget(subject, config.getoption("--max-elements"), budget_share, room, sweep, entries)
+    sweep = subject.sweep
+    budget, source = _budget(subject, subject.max_elements_option, budget_share, room, sweep, entries)
     made = plan(subject.dtype, subject.device, budget, source, tuple(entries), dims=subject.threshold_dims)
     scope = _scope(sweep)
     return [subject.with_weight_dtype(c) for c in made.cases if scope is None or scope.covers(c)]
