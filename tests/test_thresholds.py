@@ -313,3 +313,27 @@ def test_a_budget_that_leaves_thresholds_out_says_so_in_the_report(pytester, mon
     assert any("beyond the element budget of 4096 (--max-elements)" in r and "dim 4096: 1, 2, 3" in r
                for r in reasons), reasons
     assert data["verdict"] == "PASS" and data["totals"]["checks"] > 0
+
+
+def test_a_models_own_dims_are_checked_and_the_report_lists_the_shapes(pytester, monkeypatch):
+    """--dims adds a model's own dims: the explicit checks run at them (here Axis-B's few rows at every threshold
+    dim), and the report's environment lists the dims and head counts the run checked."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu",
+        "--dtype=float32", "-k", "test_output_at_threshold_dims", "--dims=6144,96", "--report=dims.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    data = json.loads((pytester.path / "dims.json").read_text())
+    shapes = data["environment"]["shapes checked"]
+    assert "the model's own (--dims): 6144, 96" in shapes and "16384, 16385, 6144, 96" in shapes
+    assert "with H 8, 32, 40, 64, 128" in shapes
+    checked = {d for s in data["summaries"] if s["rule"] == "axis_b.output" for d in s.get("dims", [])}
+    assert {6144, 96, 14848, 16385} <= checked, data["summaries"]
+
+
+def test_dims_that_are_not_whole_numbers_are_a_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites",
+                                           "--backend=native", "--device=cpu", "--dims=4096,wide", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dims=4096,wide: 'wide' is not a dim*--dims=6144,128*"])
