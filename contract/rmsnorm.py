@@ -40,7 +40,8 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
     Rule("axis_a.leading_dims", "leading dims",
          "[B, S, D] equals the flattened [B*S, D]; QK-norm's [T, H, 128] equals [T*H, 128]."),
     Rule("axis_a.strided_rows", "strided rows",
-         "A view whose rows sit in a wider buffer, or a column-major layout, equals a contiguous copy; a weight "
+         "A view whose rows sit in a wider buffer, a column-major layout, or a 3-D view whose last dim is strided (a "
+         "transposed [B, D, S] activation seen as [B, S, D]) equals a contiguous copy; a weight "
          "that is a strided view or an offset slice of a larger tensor equals a contiguous weight."),
     Rule("axis_a.repeat", "repeat",
          "The same call twice gives the same bits."),
