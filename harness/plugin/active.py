@@ -405,7 +405,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    manifest=run.manifest, strict_interface=run.strict_interface,
                    case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample,
                    shrink=run.shrink, sweep=run.sweep, max_elements_option=run.options.max_elements,
-                   record_all=bool(run.options.write_known_failures))
+                   record_all=bool(run.options.write_known_failures), model_dims=run.model_dims)
     config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
     return made
 

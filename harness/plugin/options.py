@@ -116,6 +116,12 @@ class Options:
         help="how hard Hypothesis searches in conformance tests (and only there): "
              + "; ".join(f"{k}: {v.description}" for k, v in SWEEPS.items()) + ".",
         default_text="ci when $CI is set, else dev")
+    dims: str | None = _declare(
+        None, kind=JOINED, metavar="DIMS",
+        help="a model's own last dims (its hidden size, head_dim, ...) as a comma list, e.g. 6144,128: the sweeps "
+             "draw them beside the contract's, and the explicit checks (row thresholds, accuracy, 3-D views, first "
+             "calls, the execution-mode sample) run at each.",
+        default_text="the contract's dims only")
     max_examples: int | None = _declare(
         None, type=int, metavar="N",
         help="examples per conformance test, overriding the sweep's count.")
