@@ -12,6 +12,7 @@ is one (the backends loaded, the devices asked) is ``run_options.RunOptions``.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -413,10 +414,10 @@ def pyproject_table(config: pytest.Config, problems: list[str]) -> tuple[dict[st
     where = f"[tool.{TABLE}] in {path.name}"
     if not path.is_file():
         return {}, where
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    else:  # pragma: no cover - Python 3.10: tomli, a dependency there
+        import tomli as tomllib
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, ValueError) as exc:
