@@ -48,6 +48,7 @@ class Declared:
     choices: tuple[str, ...] | None = None
     default_text: str = ""  # the help's "(default: ...)", where the field's default does not say it
     activates: bool = True  # given, it makes the run a conformance run (activation.py)
+    in_files: bool = True  # settable in a configuration file; not what is for one command (a case to replay)
 
 
 def _declare(default: Any, help: str, **how: Any) -> Any:
@@ -141,12 +142,12 @@ class Options:
         help="fail the run on a --known-failures entry that was checked and never breached (as pytest's strict "
              "xfail fails an xpass): the manifest then lists exactly what is still broken.")
     write_known_failures: str | None = _declare(
-        None, metavar="PATH",
+        None, metavar="PATH", in_files=False,
         help="write every breach of this run to PATH as a known-failures manifest (TOML): the baseline a gate "
              "adopts with --known-failures=PATH, so that only new breaches fail it. Each case then runs to its end, "
              "so that one run lists every rule it breaks.")
     replay: str | None = _declare(
-        None, metavar="CASE",
+        None, metavar="CASE", in_files=False,
         help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")
     case_timeout: float = _declare(
         DEFAULT_CASE_TIMEOUT, type=float, metavar="SECONDS",
@@ -258,7 +259,7 @@ def add_options(parser: pytest.Parser, *, conftests_loaded: bool = False) -> Non
             if how.choices is not None:
                 attrs.update(choices=list(how.choices), metavar=None)
         group.addoption(prefixed(name), **attrs)
-        if name != "replay":  # a case to replay is for one command, not a project's configuration
+        if how.in_files:
             parser.addini(dest(name), f"as {prefixed(name)} (or {short(name)}) on the command line.",
                           type=INI_TYPES.get(how.kind, "string"), default=None)  # type: ignore[arg-type]
     parser.addini(dest("workers"), WORKERS_HELP, type="string", default=None)
@@ -398,14 +399,16 @@ def file_settings(config: pytest.Config) -> tuple[dict[str, tuple[Any, str]], li
     table, where = pyproject_table(config, problems)
     kinds = {name: how for name, _, how in declared()}
     for key, value in table.items():
-        if (key != "workers" and key not in kinds) or key == "replay":
-            known = sorted(k for k in [*kinds, "workers"] if k != "replay")
+        if key == "backends":  # backends' declared capabilities (running/adapters.py), not an option
+            continue
+        if key != "workers" and (key not in kinds or not kinds[key].in_files):
+            known = sorted(k for k in [*kinds, "workers"] if k == "workers" or kinds[k].in_files)
             problems.append(f"{where}: unknown key {key!r}; known: {', '.join(known)}")
             continue
         settings[key] = (value, where)
     inifile = config.inipath.name if config.inipath is not None else "ini"
     for key in [*kinds, "workers"]:
-        if key == "replay":
+        if key != "workers" and not kinds[key].in_files:
             continue
         try:
             value = config.getini(dest(key))
@@ -543,7 +546,7 @@ def reference() -> str:
     for name, default, how in declared():
         text = how.help.replace("{names}", "native, triton, cuda, or an installed adapter's entry-point name")
         repeats = REPEATS.get(how.kind, "")
-        key = "command line only" if name == "replay" else f"`{dest(name)}` / `{name}`"
+        key = f"`{dest(name)}` / `{name}`" if how.in_files else "command line only"
         shown = default_words(default, how).removeprefix("Default: ").removesuffix(".") or "–"
         lines.append(f"| `{prefixed(name)}` | `{short(name)}` | {key} | {shown} | "
                      f"{' '.join(p for p in (text, repeats) if p).replace('|', '/')} |")
