@@ -2,6 +2,7 @@
 failing check, and the wall time of the run that tests/test_detection.py makes for it. A measurement, not a test.
 
     python benchmarks/detection.py [--seeds 10] [--max-examples 100] [--out reports/cpu/detection.md]
+    python benchmarks/detection.py --seeds 0 --out reports/cpu/detection.md   (the ci runs alone)
     python benchmarks/detection.py --sweep smoke --seeds 0 --out reports/cpu/smoke.md
 
 Two measurements per defect, each on the suite test of the rule the defect breaks, in all three dtypes:
@@ -214,9 +215,20 @@ def _fmt(values: list[int | None], cap: int) -> tuple[str, str]:
     return (f"{median:g}" if median <= cap else f">{cap}"), worst
 
 
+def environment_header() -> list[str]:
+    """Where the table was measured: the report's environment fingerprint (date, versions, device) as a list."""
+    import torch
+
+    from rmsnorm_conformance.harness.reporting.environment import fingerprint
+
+    env = fingerprint([torch.device("cpu")], {"CPU cores": str(os.cpu_count())})
+    return [f"- **{key}:** {value}" for key, value in env.items()]
+
+
 def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: float) -> str:
     from tabulate import tabulate
 
+    seeded = args.seeds > 0
     table = []
     for r in rows:
         ci, test = "not caught", "–"
@@ -226,31 +238,45 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: 
             ci = f"{r['ci']['examples']} {unit} ({r['ci']['dtype']})"
             if r["ci"]["run_before"]:
                 ci += f", after {r['ci']['run_before']} passing"
-        median, worst = _fmt(r["seeded"], args.max_examples)
-        within = sum(v is not None and v <= CI_EXAMPLES for v in r["seeded"])
-        table.append([r["name"], f"`{r['breaks']}`", test, ci, median, worst,
-                      f"{within}/{len(r['seeded'])}", ", ".join(r["dtypes"]) or "–", f"{r['ci']['wall']:.1f}"])
-    headers = ["defect", "breaks", "ci: caught by", "ci: to the first failure (dtype)", "sweep alone: median",
-               "sweep alone: worst", f"seeds caught within {CI_EXAMPLES}", "dtypes that caught it", "ci wall (s)"]
-    command = (f"python benchmarks/detection.py --seeds {args.seeds} --max-examples {args.max_examples}"
+        row = [r["name"], f"`{r['breaks']}`", test, ci]
+        if seeded:
+            median, worst = _fmt(r["seeded"], args.max_examples)
+            within = sum(v is not None and v <= CI_EXAMPLES for v in r["seeded"])
+            row += [median, worst, f"{within}/{len(r['seeded'])}", ", ".join(r["dtypes"]) or "–"]
+        table.append([*row, f"{r['ci']['wall']:.1f}"])
+    headers = ["defect", "breaks", "ci: caught by", "ci: to the first failure (dtype)"]
+    if seeded:
+        headers += ["sweep alone: median", "sweep alone: worst", f"seeds caught within {CI_EXAMPLES}",
+                    "dtypes that caught it"]
+    headers.append("ci wall (s)")
+    command = (f"python benchmarks/detection.py --seeds {args.seeds}"
+               + (f" --max-examples {args.max_examples}" if seeded else "")
                + (f" --out {args.out}" if args.out else ""))
+    caught = sum(r["ci"]["caught"] for r in rows)
+    described = (
+        f"*sweep alone*: the rule's Hypothesis sweeps without the explicit checks, "
+        f"`--hypothesis-seed=0..{args.seeds - 1}` instead of derandomization, no shrinking, at most "
+        f"{args.max_examples} examples a sweep; a seed's count is the fewest examples any sweep needed; *seeds "
+        f"caught within 12* counts the seeds whose count fits in one ci sweep; `>N` means the random draws did not "
+        "reach the defect, which only the explicit checks do. An example is one drawn configuration; Hypothesis "
+        "always tries the simplest configuration first, so a count of 1 in every seed means that configuration "
+        "already shows the defect." if seeded else
+        "The seeded runs (each rule's sweeps alone over several Hypothesis seeds) are left out: `--seeds N` adds "
+        "them.")
     return "\n".join([
         "# Detection power: examples the suites need to catch each planted defect", "",
         f"Command: `{command}`", "",
+        *environment_header(), "",
         "Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks, in float32, "
         "bfloat16 and float16. *ci*: the derandomized `ci` sweep as tests/test_detection.py runs it (`--rule`, "
-        "`-x`): the "
-        "Hypothesis sweeps and the explicit checks beside them (thresholds, QK-norm shapes, first calls); "
-        "which test failed first, the examples (or, in an explicit test, the cases) it ran to the first "
-        "failure, and the wall time of that run with pytest start-up. *sweep alone*: the rule's Hypothesis "
-        f"sweeps without the explicit checks, `--hypothesis-seed=0..{args.seeds - 1}` instead of "
-        f"derandomization, no shrinking, at most {args.max_examples} examples a sweep; a seed's count is the "
-        "fewest examples any sweep needed; *seeds caught within 12* counts the seeds whose count fits in one ci "
-        "sweep; `>N` means the random draws did not reach the defect, which only the explicit checks do. An "
-        "example is one drawn configuration; Hypothesis always tries the simplest configuration first, so a "
-        "count of 1 in every seed means that configuration already shows the defect.", "",
+        "`-x`, `--no-shrink`): the Hypothesis sweeps and the explicit checks beside them (thresholds, QK-norm "
+        "shapes, 3-D views, accuracy at the threshold dims, first calls); which test failed first, the examples "
+        "(or, in an explicit test, the cases) it ran to the first failure, and the wall time of that run with "
+        f"pytest start-up. {described}", "",
+        f"Caught under ci: {caught} of {len(rows)}.", "",
         tabulate(table, headers, tablefmt="github"), "",
-        f"Sum of the ci wall times: {total_ci_wall:.0f} s on {os.cpu_count()} CPU cores.", "",
+        f"Sum of the ci wall times: {total_ci_wall:.0f} s on {os.cpu_count()} CPU cores, shared with other work "
+        "(the wall times are not a benchmark).", "",
     ])
 
 
@@ -271,6 +297,7 @@ def render_profile(rows: list[dict[str, Any]], args: argparse.Namespace, total_w
     return "\n".join([
         f"# Detection under --sweep={args.sweep}: which planted defects it catches", "",
         f"Command: `{command}`", "",
+        *environment_header(), "",
         f"Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks under "
         f"`--sweep={args.sweep}` as tests/test_detection.py runs them under `ci` (`--rule`, `-x`, "
         "`--strict-interface` for an interface rule): caught means the run failed in that rule. *Examples to the "
