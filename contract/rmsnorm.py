@@ -81,8 +81,10 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
     Rule("semantics.dtype_routing", "dtype routing",
          "forward returns x.dtype, forward_fp32 returns float32; shape and device are those of x."),
     Rule("semantics.shape_guard", "shape guard",
-         "A weight that is not 1-D of size x.shape[-1] makes the call raise: it is never broadcast, reshaped "
-         "or read out of bounds."),
+         "A weight that is not 1-D of size x.shape[-1] makes the call raise, or, where it broadcasts against x "
+         "as that 1-D weight would (a (1, D) weight), gives x's shape and the 1-D weight's values within the "
+         "output bound: it is never reshaped, truncated or read out of bounds into other values or shapes. Not "
+         "raising at all is interface.shape_error's concern, which warns."),
     Rule("semantics.purity", "purity",
          "Inputs are unchanged, nothing outside the output is written, and the output aliases no input."),
     Rule("semantics.bounds", "guard zones",
