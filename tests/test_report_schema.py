@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.harness.reporting.records import FORMAT, SCHEMA_PATH, Check, Collector
 from rmsnorm_conformance.harness.reporting.render import render_report
+from rmsnorm_conformance.harness.vocabulary.records import FORMAT, SCHEMA_PATH, Check, Collector
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_PATH.read_text())

@@ -29,11 +29,11 @@ from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin.activation import asks_for_conformance, explicit, targets_suites
 from rmsnorm_conformance.harness.plugin.controller import register as register_controller
 from rmsnorm_conformance.harness.plugin.device_lost import DeviceLossGuard
+from rmsnorm_conformance.harness.plugin.state import WARM_UPS
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
 if TYPE_CHECKING:
-    import subprocess
 
     from rmsnorm_conformance.harness.checking.checks import Subject
     from rmsnorm_conformance.harness.plugin.active import Parity
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 
 # The name the run's hooks (active.py) are registered under once the run is a conformance run.
 ACTIVE = "rmsnorm-conformance-run"
-# pytest-xdist's controller: the backends' preparation it started while the workers start (running/warm_up.py).
-WARM_UPS = pytest.StashKey[list["subprocess.Popen"]]()
 
 
 class JoinedList(argparse.Action):
@@ -162,7 +160,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(DeviceLossGuard(config), "rmsnorm-conformance-device-loss")
     if explicit(config) or targets_suites(config):
         _warm_up_early(config)
-        if not hasattr(config, "workerinput") and register_controller(config).defer:
+        if not hasattr(config, "workerinput") and register_controller(config, activate).defer:
             return  # resolved once xdist has started the workers (controller.py)
         activate(config)
 
