@@ -69,6 +69,8 @@ class Subject:
     strict_interface: bool = False
     case_timeout: float = 0.0
     run_ends_at: float = 0.0  # time.time() at which the run's --deadline passes (0: none)
+    sweep: str = ""  # the run's sweep (--sweep, or its default): its scope may leave out explicit cases
+    max_elements_option: int | None = None  # --max-elements as given; None: each budget's own default
     current_case: Any = None
     # The last call's method and its outputs, each with a fingerprint taken at once: the next call must not
     # change them (fresh_output).

@@ -15,8 +15,8 @@ import pytest
 
 from rmsnorm_conformance.contract import VERSION
 from rmsnorm_conformance.harness.checking.known_failures import entry_status, manifest_rows
-from rmsnorm_conformance.harness.plugin.options import RunOptions
 from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
+from rmsnorm_conformance.harness.plugin.run_options import RunOptions
 from rmsnorm_conformance.harness.plugin.selection import selection
 from rmsnorm_conformance.harness.plugin.state import DECLARED_RULES, HARNESS_WATCH
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
@@ -182,7 +182,7 @@ class Reporter:
         self._write_reports()
 
     def _distributed(self) -> bool:
-        return getattr(self.config.option, "dist", "no") != "no"
+        return self.options.options.dist != "no"
 
     def _write_reports(self) -> None:
         self._last_write = time.monotonic()
@@ -238,7 +238,7 @@ class Reporter:
         for name in c.named_but_not_run():
             c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
                                        "reasons above): nothing about it was shown to hold")
-        seed = self.config.getoption("--hypothesis-seed", None)
+        seed = self.options.options.hypothesis_seed
         c.environment["hypothesis seed"] = (
             seed or ("derandomized" if self.options.settings.derandomize
                      else "random: printed by Hypothesis on failure"))
@@ -290,7 +290,7 @@ class Reporter:
         c = self.collector
         if not (c.conformance_tests or c.checks or c.parity):
             return
-        verbose = self.config.getoption("verbose", 0) > 0
+        verbose = self.options.options.verbose > 0
         terminalreporter.write_sep("=", "rmsnorm conformance report")
         width = getattr(terminalreporter, "_tw", None)
         for line in render_terminal(c, verbose=verbose, width=width.fullwidth if width is not None else 120):

@@ -18,12 +18,15 @@ if TYPE_CHECKING:
     import subprocess
 
     from rmsnorm_conformance.harness.checking.checks import Subject
-    from rmsnorm_conformance.harness.plugin.options import RunOptions
+    from rmsnorm_conformance.harness.plugin.options import Options
+    from rmsnorm_conformance.harness.plugin.run_options import RunOptions
     from rmsnorm_conformance.harness.running.hangs import HangLedger
     from rmsnorm_conformance.harness.running.isolation import HarnessWatch
     from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 # --- config.stash: the run's --------------------------------------------------------------------------------------
+# The options as given, with their defaults, read once a process (options.of).
+GIVEN_OPTIONS: pytest.StashKey[Options] = pytest.StashKey()
 # The run's resolved options, in every process (active.run_options).
 OPTIONS: pytest.StashKey[RunOptions] = pytest.StashKey()
 # The harness's own functions as the run found them, before any backend was imported (isolation.HarnessWatch):
