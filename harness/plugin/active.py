@@ -409,7 +409,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
                    manifest=run.manifest, strict_interface=run.strict_interface,
                    case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample,
-                   shrink=run.shrink, sweep=run.sweep, max_elements_option=run.options.max_elements)
+                   shrink=run.shrink, sweep=run.sweep, max_elements_option=run.options.max_elements,
+                   record_all=bool(run.options.write_known_failures))
     config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
     return made
 
@@ -447,7 +448,8 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
                        nodeid=request.node.nodeid, replay=replay, on_failure=on_failure, max_elements=max_elements,
                        replay_case=run.replay_case, manifest=run.manifest, case_timeout=run.case_timeout,
                        run_ends_at=run.run_ends_at, shrink=run.shrink, sweep=run.sweep,
-                       max_elements_option=run.options.max_elements, strict_interface=run.strict_interface)
+                       max_elements_option=run.options.max_elements, strict_interface=run.strict_interface,
+                       record_all=bool(run.options.write_known_failures))
 
     left, right = make(*sides[0]), make(*sides[1])
     left.other = right
@@ -652,10 +654,29 @@ def _fill_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
         report.longrepr = report.longreprtext + "\n\n" + "\n".join(str(n) for n in notes)
     records = item.stash.get(RECORDS, None)
     if records is not None:
+        _expected_only(report, records)
         report.user_properties.append((RECORDS_PROPERTY, records.to_json()))
     failure = item.stash.get(FAILURE, None)
     if failure is not None and report.failed:
         report.user_properties.append((FAILURE_PROPERTY, failure))
+
+
+def _expected_only(report: pytest.TestReport, records: Collector) -> None:
+    """A test that passed every check but those the known-failure manifest expects reads as xfailed, naming the
+    entries it met; one with an unexpected breach failed on it (with its replay) whatever else it met. Under
+    --write-known-failures a breach does not end its test: the test fails here, listing each rule it broke."""
+    met = [e for e in records.expected if e["breached"]]
+    broken = [s for s in records.summaries.values() if s.failures]
+    if report.passed and broken:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(
+            f"contract rule {s.rule} broken by backend {s.backend!r} on {s.device}, {s.dtype} in {s.failures} "
+            f"checks (every case ran to its end: --write-known-failures)\n  {s.failing_detail}\n"
+            f"  smallest failing configuration: {s.failing_case}\n  replay: {s.replay}" for s in broken)
+    elif report.passed and met:
+        report.outcome = "skipped"
+        report.wasxfail = "expected breach: " + "; ".join(
+            f"{e['rule']} on {e['backend']}, {e['device']} ({e['reason']})" for e in met)
 
 
 def _attach_subject(item: pytest.Item, report: pytest.TestReport, subject: dict) -> None:

@@ -127,8 +127,18 @@ class Options:
              "it). The verdict is the same either way.")
     known_failures: str | None = _declare(
         None, metavar="PATH",
-        help="a manifest (TOML or JSON) of expected breaches per backend, device and rule: they xfail instead of "
-             "failing the run.")
+        help="a manifest (TOML or JSON) of expected breaches per backend, device, dtype and rule (and, optionally, "
+             "case): each such breach is reported as expected, and any other still fails the run, also in the same "
+             "test; a test whose only breaches are listed xfails.")
+    strict_known_failures: bool = _declare(
+        False, kind=FLAG,
+        help="fail the run on a --known-failures entry that was checked and never breached (as pytest's strict "
+             "xfail fails an xpass): the manifest then lists exactly what is still broken.")
+    write_known_failures: str | None = _declare(
+        None, metavar="PATH",
+        help="write every breach of this run to PATH as a known-failures manifest (TOML): the baseline a gate "
+             "adopts with --known-failures=PATH, so that only new breaches fail it. Each case then runs to its end, "
+             "so that one run lists every rule it breaks.")
     replay: str | None = _declare(
         None, metavar="CASE",
         help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")

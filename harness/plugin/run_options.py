@@ -170,6 +170,7 @@ def resolve(config: pytest.Config) -> RunOptions:
         raise pytest.UsageError(f"--max-examples={max_examples}: must be at least 1")
     replay_case = _parse_replay(opts.replay)
     manifest = _load_known_failures(opts.known_failures)
+    _check_baseline(opts.write_known_failures)
     backends, not_run = _resolve_backends(config, opts.backend, devices)
     names = _unique_names(backends)
     return RunOptions(
@@ -244,6 +245,19 @@ def _load_known_failures(path: str | None) -> Manifest | None:
         return load_manifest(path)
     except (OSError, ValueError) as exc:
         raise pytest.UsageError(f"--known-failures: {exc}") from exc
+
+
+def _check_baseline(path: str | None) -> None:
+    """--write-known-failures's path, its folder made: a baseline that cannot be written is an error now, not after
+    a run of an hour."""
+    if not path:
+        return
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(f"--write-known-failures={path}: cannot be written: {exc.strerror or exc}") from None
 
 
 def _unique_names(backends: list[Backend]) -> list[str]:
