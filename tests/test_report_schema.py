@@ -1,4 +1,4 @@
-"""The JSON report's format is versioned and published as a JSON Schema (harness/reporting/report.schema.json,
+"""The JSON report's format is versioned and published as a JSON Schema (harness/vocabulary/report.schema.json,
 shipped in the wheel): reports of every section, and of a real run, validate against it with jsonschema."""
 
 from __future__ import annotations
