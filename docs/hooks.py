@@ -45,6 +45,9 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
                   if f.abs_src_path is None or not Path(f.abs_src_path).resolve().is_relative_to(docs_dir)])
     for path in _repository_files():
         site.append(File(path, str(ROOT), config.site_dir, config.use_directory_urls))
+    if not any(f.src_uri == "README.md" for f in site):  # the home page while README.md is left out
+        home = "# rmsnorm-conformance\n\n[The documentation](docs/index.md)\n"
+        site.append(File.generated(config, "index.md", content=home))
     for name, text in family_pages().items():
         site.append(File.generated(config, f"docs/rules/{name}.md", content=text))
     return site

@@ -34,10 +34,11 @@ def suites_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
-def targets_suites(config: pytest.Config) -> bool:
-    """Do the run's arguments name the conformance suites (by package or by path)?"""
+def targets_suites(config: pytest.Config, targets: list[str] | None = None) -> bool:
+    """Do the run's arguments (or ``targets``, where pytest has not decided them yet) name the conformance suites
+    (by package or by path)?"""
     suites = suites_dir()
-    for arg in config.args:
+    for arg in config.args if targets is None else targets:
         target = arg.split("::", 1)[0]
         if target.startswith("rmsnorm_conformance"):
             return True

@@ -33,7 +33,14 @@ from typing import Any
 import pytest
 
 from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.state import HANGS, LEDGER_PATH, RUN_ENDS_AT, WORKER_HANGS, WORKER_RUN_ENDS_AT
+from rmsnorm_conformance.harness.plugin.state import (
+    HANGS,
+    LEDGER_PATH,
+    RUN_ENDS_AT,
+    WORKER_GIVEN,
+    WORKER_HANGS,
+    WORKER_RUN_ENDS_AT,
+)
 
 SWITCH = "RMSNORM_CONFORMANCE_EARLY_WORKERS"
 NAME = "rmsnorm-conformance-controller"
@@ -81,6 +88,7 @@ class Controller:
         if ledger is not None and ledger.path is None:  # resolved at configure (the switch off)
             ledger.path = path
         node.workerinput[WORKER_HANGS] = str(path)
+        node.workerinput[WORKER_GIVEN] = sorted(options.of(config).given)
         tests_to_the_dead_wait(node)
         ends_at = config.stash.get(RUN_ENDS_AT, 0.0)
         if ends_at:

@@ -11,6 +11,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 from hypothesis import settings
 
 from rmsnorm_conformance.contract import DTYPES
+from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_DIMS
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
 from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
@@ -79,6 +81,7 @@ class RunOptions:
     not_run: tuple[tuple[str, str, str], ...] = ()
     mode_sample: bool = True  # the execution-mode sample (axis_a.execution_mode); off with --modes=none
     shrink: bool = True  # Hypothesis shrinks a failing case to the simplest one; off with --no-shrink
+    model_dims: tuple[int, ...] = ()  # --dims: a model's own last dims, drawn and checked beside the contract's
 
     def environment(self, config: pytest.Config) -> dict[str, str]:
         """The run's settings as the report's environment table shows them."""
@@ -89,7 +92,7 @@ class RunOptions:
                      + ("" if self.shrink else ", failing cases not shrunk (--no-shrink)"),
             "backends": ", ".join(b.name for b in self.backends) or "none",
             "command": run_command(config),
-            "shapes drawn": drawn_shapes(),
+            "shapes checked": checked_shapes(self.model_dims, self.sweep),
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
             **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
             "execution modes": (describe_sample(tuple(d.type for d in self.devices)) + " on a sample"
@@ -100,11 +103,22 @@ class RunOptions:
         }
 
 
-def drawn_shapes() -> str:
-    """The widest rows and the head counts the sweeps draw: a kernel's path for wider rows or more heads is not
-    checked, and the report says so rather than let a PASS read as covering it."""
-    return (f"dims 1 to {MAX_DIM} (edges {', '.join(map(str, EDGE_DIMS))}); QK-norm heads "
-            f"{', '.join(map(str, HEAD_COUNTS))}; wider rows and more heads are not checked")
+def checked_shapes(model_dims: tuple[int, ...] = (), sweep: str = "ci") -> str:
+    """The dims and QK-norm head counts the run checks, drawn and explicit: a kernel's path for wider rows or more
+    heads than these is not checked, and the report says so rather than let a PASS read as covering it."""
+    scope = SWEEPS[sweep].scope if sweep in SWEEPS else None
+    explicit = [d for d in (*THRESHOLD_DIMS, *model_dims) if scope is None or d not in THRESHOLD_DIMS
+                or d in scope.threshold_dims]
+    heads = [h for h in QK_NORM_HEADS if scope is None or h in scope.qk_heads]
+    own = f"; the model's own (--dims): {', '.join(map(str, model_dims))}" if model_dims else ""
+    return (f"dims drawn 1 to {MAX_DIM} (edges {_listed(EDGE_DIMS)}){own}; explicit cases (row thresholds, "
+            f"accuracy, 3-D views with a strided last dim) at dims {_listed(dict.fromkeys(explicit))}; QK-norm "
+            f"[T, H, 128] with H {_listed(heads)} (drawn: {_listed(HEAD_COUNTS)}); wider rows and more heads are "
+            "not checked")
+
+
+def _listed(numbers: Iterable[int]) -> str:
+    return ", ".join(map(str, numbers))
 
 
 def watch_test_framework() -> None:
@@ -153,6 +167,8 @@ def resolve(config: pytest.Config) -> RunOptions:
     if threads is not None:  # before any backend call: the global-state snapshots start from this
         torch.set_num_threads(threads)
     opts = options.of(config)
+    if opts.problems:
+        raise pytest.UsageError("the configuration file: " + "; ".join(opts.problems))
     devices = _resolve_devices(opts.device)
     reports = opts.report
     _check_reports(reports)
@@ -182,7 +198,25 @@ def resolve(config: pytest.Config) -> RunOptions:
         strict_interface=opts.strict_interface, reports=reports, replay_case=replay_case,
         manifest=manifest, named_backends=tuple(names) if opts.backend else (),
         parity_pairs=tuple(_resolve_parity(backends, devices, list(opts.require_parity), opts.modes)),
-        bench=bench, not_run=tuple(not_run), mode_sample=sample_on(opts.modes))
+        bench=bench, not_run=tuple(not_run), mode_sample=sample_on(opts.modes), model_dims=_parse_dims(opts.dims))
+
+
+# The widest dim --dims takes: a row of a million elements, past any model's hidden size.
+MAX_MODEL_DIM = 1 << 20
+
+
+def _parse_dims(option: str | None) -> tuple[int, ...]:
+    """--dims parsed: whole numbers from 1 to MAX_MODEL_DIM, each once, in the order given."""
+    dims: list[int] = []
+    for word in (option or "").split(","):
+        word = word.strip()
+        if not word:
+            continue
+        if not word.isdigit() or not 1 <= int(word) <= MAX_MODEL_DIM:
+            raise pytest.UsageError(f"--dims={option}: {word!r} is not a dim; give whole numbers from 1 to "
+                                    f"{MAX_MODEL_DIM} as a comma list, e.g. --dims=6144,128")
+        dims.append(int(word))
+    return tuple(dict.fromkeys(dims))
 
 
 def _resolve_devices(option: str | None) -> tuple[torch.device, ...]:

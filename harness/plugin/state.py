@@ -53,3 +53,4 @@ SUBJECT = pytest.StashKey[dict]()
 # --- workerinput: what the controller hands each worker at its start (controller.py) ------------------------------
 WORKER_HANGS = "rmsnorm_conformance_hangs"
 WORKER_RUN_ENDS_AT = "rmsnorm_conformance_run_ends_at"
+WORKER_GIVEN = "rmsnorm_conformance_given"  # the options given on the controller's command line
