@@ -111,9 +111,10 @@ class Options:
     modes: str | None = _declare(
         None, metavar="MODES",
         help="also run each backend's forward under these execution modes over the full sweep and require bitwise "
-             "parity with eager: a comma list of compile, cudagraph (skipped with the reason where a mode cannot "
-             "run). Without it a sample of every entry point runs under torch.compile, no_grad, inference_mode and, "
-             "on a GPU, CUDA-graph replay (axis_a.execution_mode); none turns that sample off.")
+             "parity with eager: a comma list of compile, cudagraph, deterministic (skipped with the reason where a "
+             "mode cannot run). Without it a sample of every entry point runs under torch.compile, deterministic "
+             "algorithms, no_grad, inference_mode, on a CPU 1, 2, 4 and the machine's count of threads, and on a "
+             "GPU CUDA-graph replay (axis_a.execution_mode); none turns that sample off.")
     sweep: str = _declare(
         "", choices=tuple(sorted(SWEEPS)),
         help="how hard Hypothesis searches in conformance tests (and only there): "
