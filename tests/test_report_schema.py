@@ -1,4 +1,4 @@
-"""The JSON report's format is versioned and published as a JSON Schema (harness/reporting/report.schema.json,
+"""The JSON report's format is versioned and published as a JSON Schema (harness/vocabulary/report.schema.json,
 shipped in the wheel): reports of every section, and of a real run, validate against it with jsonschema."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from rmsnorm_conformance.harness.reporting.records import FORMAT, SCHEMA_PATH, Check, Collector
 from rmsnorm_conformance.harness.reporting.render import render_report
+from rmsnorm_conformance.harness.vocabulary.records import FORMAT, SCHEMA_PATH, Check, Collector
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
