@@ -55,10 +55,9 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                     pytest.skip(f"--replay runs the case in the sweep test of {rule_id}")
                 cases: list[Any] = [subject.replay_case]
             else:
-                sweep = request.config.getoption("--sweep")
+                sweep = subject.sweep
                 offered = tuple(entries(subject.backend))
-                budget, source = _budget(subject, request.config.getoption("--max-elements"), budget_share, room,
-                                         sweep, offered)
+                budget, source = _budget(subject, subject.max_elements_option, budget_share, room, sweep, offered)
                 cases = _planned_cases(subject, plan(subject.dtype, subject.device, budget, source, offered), sweep)
             memo: dict[Any, Any] = {"plan": cases}
             if subject.replay_case is None:
@@ -81,8 +80,8 @@ def _plan_for(subject: Any, config: pytest.Config, plan: PlanMaker, room: Callab
               entries: Sequence[str], budget_share: int) -> list[Any]:
     """The cases ``plan`` makes for ``entries`` under ``budget_share``, as a test of those entry points makes them
     for this subject; none where the sweep's scope leaves them all out."""
-    sweep = config.getoption("--sweep")
-    budget, source = _budget(subject, config.getoption("--max-elements"), budget_share, room, sweep, entries)
+    sweep = subject.sweep
+    budget, source = _budget(subject, subject.max_elements_option, budget_share, room, sweep, entries)
     made = plan(subject.dtype, subject.device, budget, source, tuple(entries))
     scope = _scope(sweep)
     return [subject.with_weight_dtype(c) for c in made.cases if scope is None or scope.covers(c)]
