@@ -136,7 +136,7 @@ def _wrong_weights(x):
 def test_shape_guard(subject, case):
     """The essential guard: a wrong-shaped weight makes the call raise (any exception), never broadcasts."""
     b = case.batch
-    x, _ = subject.inputs(b)
+    x, _ = _taken(subject, b)
     for bad in _wrong_weights(x):
         try:
             with subject.judging_exceptions():

@@ -116,6 +116,12 @@ class Options:
         help="how hard Hypothesis searches in conformance tests (and only there): "
              + "; ".join(f"{k}: {v.description}" for k, v in SWEEPS.items()) + ".",
         default_text="ci when $CI is set, else dev")
+    target_dims: str | None = _declare(
+        None, kind=JOINED, metavar="NAME=DIM",
+        help="the model's own dims the verdict requires to be checked, as a comma list of NAME=DIM (or plain dims), "
+             "e.g. hidden=5120,head_dim=128: a backend that refuses one of them, or declares limits that keep it out, "
+             "reads INCOMPLETE naming it, never PASS.",
+        default_text="the contract's, hidden=4096,head_dim=128")
     max_examples: int | None = _declare(
         None, type=int, metavar="N",
         help="examples per conformance test, overriding the sweep's count.")
