@@ -40,7 +40,8 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
     Rule("axis_a.leading_dims", "leading dims",
          "[B, S, D] equals the flattened [B*S, D]; QK-norm's [T, H, 128] equals [T*H, 128]."),
     Rule("axis_a.strided_rows", "strided rows",
-         "A view whose rows sit in a wider buffer, or a column-major layout, equals a contiguous copy; a weight "
+         "A view whose rows sit in a wider buffer, a column-major layout, or a 3-D view whose last dim is strided (a "
+         "transposed [B, D, S] activation seen as [B, S, D]) equals a contiguous copy; a weight "
          "that is a strided view or an offset slice of a larger tensor equals a contiguous weight."),
     Rule("axis_a.repeat", "repeat",
          "The same call twice gives the same bits."),
@@ -50,8 +51,8 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
          "torch.no_grad() and under torch.inference_mode() (sampling)."),
     Rule("axis_a.execution_mode", "execution mode",
          "The same call gives eager's bits under torch.compile, captured in a CUDA graph and replayed (on a GPU), "
-         "with another count of intra-op threads (on a CPU), "
-         "under torch.no_grad() and under torch.inference_mode(), through every entry point (forward, "
+         "under torch.use_deterministic_algorithms(True), with 1, 2, 4 and the machine's count of intra-op threads "
+         "(on a CPU), under torch.no_grad() and under torch.inference_mode(), through every entry point (forward, "
          "forward_fp32, the fused add in place or not, offset, no weight), every output. The default gate holds a "
          "sample to it (1 and 17 rows at the target dims, the weight in x's dtype, and a few drawn cases); --modes "
          "widens the compiled and captured forward to the full sweep, --modes=none turns the sample off."),
@@ -80,8 +81,10 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
     Rule("semantics.dtype_routing", "dtype routing",
          "forward returns x.dtype, forward_fp32 returns float32; shape and device are those of x."),
     Rule("semantics.shape_guard", "shape guard",
-         "A weight that is not 1-D of size x.shape[-1] makes the call raise: it is never broadcast, reshaped "
-         "or read out of bounds."),
+         "A weight that is not 1-D of size x.shape[-1] makes the call raise, or, where it broadcasts against x "
+         "as that 1-D weight would (a (1, D) weight), gives x's shape and the 1-D weight's values within the "
+         "output bound: it is never reshaped, truncated or read out of bounds into other values or shapes. Not "
+         "raising at all is interface.shape_error's concern, which warns."),
     Rule("semantics.purity", "purity",
          "Inputs are unchanged, nothing outside the output is written, and the output aliases no input."),
     Rule("semantics.bounds", "guard zones",
@@ -142,9 +145,11 @@ GRADIENT_RULES: tuple[Rule, ...] = (
          "dw lies within the profile's gradient bound of fp32 autograd through the reference, with the same "
          "allowance for roundings of its terms, sum(|g xhat|) over the rows."),
     Rule("gradients.dx_batch_invariance", "dx batch invariance",
-         "dx of rows [0:b] computed alone equals dx of the same rows inside a larger batch, bitwise."),
+         "dx of rows [0:b] computed alone equals dx of the same rows inside a larger batch, bitwise, with the "
+         "weight trained and with it frozen (requires_grad=False, as under LoRA)."),
     Rule("gradients.dw_determinism", "dw determinism",
-         "dw is bitwise identical run to run for the same inputs."),
+         "dw is bitwise identical run to run for the same inputs, and on a CPU with 1, 2, 4 and the machine's count "
+         "of intra-op threads, at drawn batches and at the large-batch thresholds."),
 )
 
 # Checked only when a run asks for it (--require-parity, --modes): then it gates like any numerics rule.
@@ -330,6 +335,9 @@ THRESHOLD_ROWS: tuple[int, ...] = (
     1023, 1024, 1025, 2047, 2048, 2049, 4096, 8192, 16384,  # prefill batches: split reductions, new tiles
     32767, 32768,                  # Liger-Kernel packs 16 rows per program from 32768 rows at dim <= 256
     65536, 131072,                 # long-context prefill at head_dim 128 (QK-norm sees tokens x heads rows)
+    # Past 2^18 rows, where a GPU's memory holds them: a 16K-token prefill chunk of 128 query heads is 2^21 rows of
+    # head_dim, and kernels that put rows on a grid axis of at most 65535 blocks tile them in further launches.
+    262144, 524288, 1048576, 2097152,
 )
 # 32-bit offsets: a kernel that forms row * row_stride in int32 reads and writes the wrong rows once an offset
 # passes 2^31 elements. Checked on rows near the end of a contiguous batch past 2^31 elements (524,304 rows of
@@ -341,10 +349,15 @@ INT32_OFFSET_ROWS_CHECKED = 16
 # Launch grids sized by the GPU: k x its SM count.
 THRESHOLD_SM_MULTIPLES: tuple[int, ...] = (1, 2, 3, 4)
 DEFAULT_SM_COUNT = 132  # an H200's: the SM count the multiples use where no GPU is present
-# The target dims, Qwen3-14B/32B's hidden 5120, and 8192 (70B-class hidden).
-THRESHOLD_DIMS: tuple[int, ...] = (4096, 128, 5120, 8192)
-# QK-norm heads of 128: 8 key/value heads, 32 (Qwen3-8B), 40 (Qwen3-14B) and 64 (Qwen3-32B) query heads.
-QK_NORM_HEADS: tuple[int, ...] = (8, 32, 40, 64)
+# Hidden sizes past 8192: Falcon-180B's 14848, Llama-3.1-405B's 16384, and 16384's odd neighbours (a one-element
+# tail past a power-of-two block, and a row one short of it). Kernels keep a path of their own for rows this wide
+# (a split row, another block loop).
+WIDE_DIMS: tuple[int, ...] = (14848, 16383, 16384, 16385)
+# The target dims, Qwen3-14B/32B's hidden 5120, 8192 (70B-class hidden) and the wide dims.
+THRESHOLD_DIMS: tuple[int, ...] = (4096, 128, 5120, 8192, *WIDE_DIMS)
+# QK-norm heads of 128: 8 key/value heads, and 32 (Qwen3-8B), 40 (Qwen3-14B), 64 (Qwen3-32B) and 128 query heads
+# (DeepSeek-V3's and Llama-3.1-405B's count: a QK-norm model of their width).
+QK_NORM_HEADS: tuple[int, ...] = (8, 32, 40, 64, 128)
 QK_NORM_TOKENS: tuple[int, ...] = (1, 2, 3, 16, 17, 257, 2048)
 
 ALL_RULES: tuple[Rule, ...] = (AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES
@@ -369,12 +382,23 @@ GRADIENT_TERM_ROUNDINGS = 256
 _TERMS_WHY = (" Plus 256 fp32 roundings of the terms: correct fp32 backwards in other orders reached 15 (tree orders) "
               "and 146 (every sum left to right, dim 16384), margins of at most 0.08; one fp16 rounding of the terms "
               "is 32 times more (benchmarks/calibrate_gradients.py).")
+# Measured against Hugging Face's eager modules under autograd, weight in x's dtype (benchmarks/hf_gradients.py,
+# reports/cpu/hf-gradients.md), and kept: loosened for them, the bound would pass a planted defect as well.
+_EAGER_WHY = (" Hugging Face's LlamaRMSNorm (and Qwen3RMSNorm, the same code) under autograd fails it: {llama}. Its "
+              "backward rounds g * w and each g * xhat to x's dtype before the sums, 1-4 roundings in x's dtype of "
+              "the terms; the zoo's LowPrecisionGradientSum, which rounds dx's two terms so, reaches {zoo}, so a "
+              "bound that passed Llama's dx would pass that defect. GemmaRMSNorm, fp32 inside and rounded once, "
+              "passes at {gemma} (reports/cpu/hf-gradients.md).")
 _GRADIENTS: dict[str, Tolerance] = {
     "float32": Tolerance(1e-4, 1e-4, "fp32 dw sums thousands of rows; 1e-4 is ~800 ULP of slack." + _TERMS_WHY,
                          GRADIENT_TERM_ROUNDINGS),
-    "bfloat16": Tolerance(5e-2, 2e-2, "one bf16 rounding (2^-8 relative) of a value with cancellation." + _TERMS_WHY,
+    "bfloat16": Tolerance(5e-2, 2e-2, "one bf16 rounding (2^-8 relative) of a value with cancellation." + _TERMS_WHY
+                          + _EAGER_WHY.format(llama="dx margin 12.5, dw 2.8", zoo="dx margin 9.4",
+                                              gemma="0.19 and 0.18"),
                           GRADIENT_TERM_ROUNDINGS),
-    "float16": Tolerance(5e-3, 2e-3, "one fp16 rounding (2^-11 relative) of a value with cancellation." + _TERMS_WHY,
+    "float16": Tolerance(5e-3, 2e-3, "one fp16 rounding (2^-11 relative) of a value with cancellation." + _TERMS_WHY
+                         + _EAGER_WHY.format(llama="dx margin 2.6, dw 1.7", zoo="dx margin 3.8",
+                                             gemma="0.24 and 0.21"),
                          GRADIENT_TERM_ROUNDINGS),
 }
 

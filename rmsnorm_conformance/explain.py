@@ -31,7 +31,7 @@ FAMILY_TITLES: dict[str, str] = {
 SEVERITY_EFFECT: dict[str, str] = {
     "numerics": "a breach fails the run",
     "interface": "a breach is a warning in the report, with its detail and replay; it fails the run only under "
-                 "--strict-interface",
+                 "`--strict-interface`",
 }
 # Where the zoo's planted defects live: the import spec a --backend takes is MODULE:CLASS.
 ZOO = "rmsnorm_conformance.zoo"
@@ -149,7 +149,7 @@ def family_page(name: str, rules: list[Rule], defects: dict[str, list[Defect]], 
     head = [f"# {family_title(name)}", "",
             f"Generated from `contract/` and `zoo/` (`rmsnorm-conformance explain {name}` prints the same). "
             "The words around these rules, and the bounds, are in [CONTRACT.md](../../CONTRACT.md).", ""]
-    return "\n".join(head) + "\n".join(explain(r, defects.get(r.id, []), tests.get(r.id, []), "##")
+    return "\n".join(head) + "\n" + "\n".join(explain(r, defects.get(r.id, []), tests.get(r.id, []), "##")
                                        for r in rules)
 
 

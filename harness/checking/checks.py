@@ -21,6 +21,7 @@ from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
 from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 from rmsnorm_conformance.harness.checking import bounds, refusals
 from rmsnorm_conformance.harness.checking.comparison import (
     BitwiseResult,
@@ -90,6 +91,7 @@ class Subject:
     record_all: bool = False
     records: int = 0  # checks recorded so far: a case that ran out of memory is tried again only if it recorded none
     failed: bool = False  # a gating breach was recorded and the test went on (``record_all``)
+    model_dims: tuple[int, ...] = ()  # a model's own dims (--dims): drawn by the sweeps, checked at the thresholds
 
     def __post_init__(self) -> None:
         self.weight_dtype = self.weight_dtype or self.dtype
@@ -97,6 +99,11 @@ class Subject:
     def __repr__(self) -> str:
         # What Hypothesis prints in a falsifying example: which subject, not its whole state.
         return f"Subject({self.backend.name!r}, {self.device}, {self.dtype_label})"
+
+    @property
+    def threshold_dims(self) -> tuple[int, ...]:
+        """The dims the explicit cases run at: the contract's threshold dims, then the model's own (``--dims``)."""
+        return tuple(dict.fromkeys((*THRESHOLD_DIMS, *self.model_dims)))
 
     @property
     def dtype_label(self) -> str:

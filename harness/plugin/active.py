@@ -406,7 +406,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     device_option = str(request.param[1])
 
     def replay(rule_id: str, case: Any) -> str:
-        return replay_command(backend, device_option, dtype, rule_id, case, run.contract_profile)
+        return replay_command(backend, device_option, dtype, rule_id, case, run.contract_profile,
+                              run.options.flag)
 
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
@@ -418,7 +419,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
                    manifest=run.manifest, strict_interface=run.strict_interface,
                    case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample,
                    shrink=run.shrink, sweep=run.sweep, max_elements_option=run.options.max_elements,
-                   record_all=bool(run.options.write_known_failures))
+                   record_all=bool(run.options.write_known_failures), model_dims=run.model_dims)
     config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
     return made
 
@@ -449,7 +450,7 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
     def replay(rule_id: str, case: Any) -> str:
-        return parity_replay_command(pair, dtype, case)
+        return parity_replay_command(pair, dtype, case, run.options.flag)
 
     def make(backend: Any, device: torch.device) -> Subject:
         return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,

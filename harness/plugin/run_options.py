@@ -11,6 +11,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 from hypothesis import settings
 
 from rmsnorm_conformance.contract import DTYPES, TARGET_DIMS
+from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_DIMS
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
 from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
@@ -84,7 +86,8 @@ class RunOptions:
     not_run: tuple[tuple[str, str, str], ...] = ()
     mode_sample: bool = True  # the execution-mode sample (axis_a.execution_mode); off with --modes=none
     shrink: bool = True  # Hypothesis shrinks a failing case to the simplest one; off with --no-shrink
-    # --target-dims: the model's dims (name -> dim) a backend must be checked at to pass; the contract's by default.
+    model_dims: tuple[int, ...] = ()  # --dims: a model's own last dims, drawn and checked beside the contract's
+    # --target-dims: the model's dims (name, dim) a backend must be checked at to pass; the contract's by default.
     target_dims: tuple[tuple[str, int], ...] = tuple(TARGET_DIMS.items())
 
     def environment(self, config: pytest.Config) -> dict[str, str]:
@@ -96,7 +99,7 @@ class RunOptions:
                      + ("" if self.shrink else ", failing cases not shrunk (--no-shrink)"),
             "backends": ", ".join(b.name for b in self.backends) or "none",
             "command": run_command(config),
-            "shapes drawn": drawn_shapes(),
+            "shapes checked": checked_shapes(self.model_dims, self.sweep),
             "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
             **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
             "execution modes": (describe_sample(tuple(d.type for d in self.devices)) + " on a sample"
@@ -107,11 +110,22 @@ class RunOptions:
         }
 
 
-def drawn_shapes() -> str:
-    """The widest rows and the head counts the sweeps draw: a kernel's path for wider rows or more heads is not
-    checked, and the report says so rather than let a PASS read as covering it."""
-    return (f"dims 1 to {MAX_DIM} (edges {', '.join(map(str, EDGE_DIMS))}); QK-norm heads "
-            f"{', '.join(map(str, HEAD_COUNTS))}; wider rows and more heads are not checked")
+def checked_shapes(model_dims: tuple[int, ...] = (), sweep: str = "ci") -> str:
+    """The dims and QK-norm head counts the run checks, drawn and explicit: a kernel's path for wider rows or more
+    heads than these is not checked, and the report says so rather than let a PASS read as covering it."""
+    scope = SWEEPS[sweep].scope if sweep in SWEEPS else None
+    explicit = [d for d in (*THRESHOLD_DIMS, *model_dims) if scope is None or d not in THRESHOLD_DIMS
+                or d in scope.threshold_dims]
+    heads = [h for h in QK_NORM_HEADS if scope is None or h in scope.qk_heads]
+    own = f"; the model's own (--dims): {', '.join(map(str, model_dims))}" if model_dims else ""
+    return (f"dims drawn 1 to {MAX_DIM} (edges {_listed(EDGE_DIMS)}){own}; explicit cases (row thresholds, "
+            f"accuracy, 3-D views with a strided last dim) at dims {_listed(dict.fromkeys(explicit))}; QK-norm "
+            f"[T, H, 128] with H {_listed(heads)} (drawn: {_listed(HEAD_COUNTS)}); wider rows and more heads are "
+            "not checked")
+
+
+def _listed(numbers: Iterable[int]) -> str:
+    return ", ".join(map(str, numbers))
 
 
 def watch_test_framework() -> None:
@@ -160,6 +174,8 @@ def resolve(config: pytest.Config) -> RunOptions:
     if threads is not None:  # before any backend call: the global-state snapshots start from this
         torch.set_num_threads(threads)
     opts = options.of(config)
+    if opts.problems:
+        raise pytest.UsageError("the configuration file: " + "; ".join(opts.problems))
     devices = _resolve_devices(opts.device)
     reports = opts.report
     _check_reports(reports)
@@ -180,6 +196,7 @@ def resolve(config: pytest.Config) -> RunOptions:
     _check_baseline(opts.write_known_failures)
     backends, not_run = _resolve_backends(config, opts.backend, devices)
     names = _unique_names(backends)
+    target_dims = parse_target_dims(opts.target_dims)
     return RunOptions(
         options=opts, backends=tuple(backends), devices=devices, dtypes=dtypes, rules=rules, sweep=sweep,
         settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(opts.replay), shrink=opts.shrink),
@@ -190,7 +207,34 @@ def resolve(config: pytest.Config) -> RunOptions:
         manifest=manifest, named_backends=tuple(names) if opts.backend else (),
         parity_pairs=tuple(_resolve_parity(backends, devices, list(opts.require_parity), opts.modes)),
         bench=bench, not_run=tuple(not_run), mode_sample=sample_on(opts.modes),
-        target_dims=parse_target_dims(opts.target_dims))
+        model_dims=_model_dims(opts.dims, target_dims), target_dims=target_dims)
+
+
+def _model_dims(option: str | None, target_dims: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
+    """--dims, and the --target-dims that are not the contract's: a target dim is drawn and checked as a model's own
+    dim is, so that the verdict can say whether it was."""
+    own = [dim for _, dim in target_dims if dim not in TARGET_DIMS.values()]
+    return tuple(dict.fromkeys((*_parse_dims(option), *own)))
+
+
+
+# The widest dim --dims takes: a row of a million elements, past any model's hidden size.
+MAX_MODEL_DIM = 1 << 20
+
+
+def _parse_dims(option: str | None) -> tuple[int, ...]:
+    """--dims parsed: whole numbers from 1 to MAX_MODEL_DIM, each once, in the order given."""
+    dims: list[int] = []
+    for word in (option or "").split(","):
+        word = word.strip()
+        if not word:
+            continue
+        if not word.isdigit() or not 1 <= int(word) <= MAX_MODEL_DIM:
+            raise pytest.UsageError(f"--dims={option}: {word!r} is not a dim; give whole numbers from 1 to "
+                                    f"{MAX_MODEL_DIM} as a comma list, e.g. --dims=6144,128")
+        dims.append(int(word))
+    return tuple(dict.fromkeys(dims))
+
 
 
 # The widest target dim --target-dims takes: a row of a million elements, past any model's hidden size.
