@@ -111,8 +111,8 @@ def _defects() -> list[type]:
 
 
 def _rule_tests() -> dict[str, list[str]]:
-    """rule -> ``module.py::test`` of every suite test declaring it (harness/checking/rule_index.py)."""
-    from rmsnorm_conformance.harness.checking.rule_index import rule_tests
+    """rule -> ``module.py::test`` of every suite test declaring it (suites/rule_index.py)."""
+    from rmsnorm_conformance.suites.rule_index import rule_tests
 
     return rule_tests()
 

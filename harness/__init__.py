@@ -88,7 +88,7 @@ _EXPORTS: dict[str, str] = {
     "generate_tests": "checking.entry_checks",
     "variant_group": "checking.entry_checks",
     # reporting
-    "Collector": "reporting.records",
+    "Collector": "vocabulary.records",
 }
 
 __all__ = sorted(_EXPORTS)

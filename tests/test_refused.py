@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running.adapters import adapt, rmsnorm_backend
 from rmsnorm_conformance.harness.running.backend import Backend, DeclarationError
 from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, InputLimits, layout_of
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 from rmsnorm_conformance.zoo import DeclaresMaxDim4096
 
 # What these runs check needs no large batch: the threshold plans and sweeps at a CPU budget's 1/32.

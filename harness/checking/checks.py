@@ -35,10 +35,10 @@ from rmsnorm_conformance.harness.checking.comparison import (
 from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, torch_dtype
 from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running import device_faults, exception_text, isolation
 from rmsnorm_conformance.harness.running.backend import Backend, plain_tensors
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
 # Rules every backend call is held to, whichever test makes the call.

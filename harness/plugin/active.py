@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,34 +33,39 @@ from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin import options as given_options
 from rmsnorm_conformance.harness.plugin import worker_exit
-from rmsnorm_conformance.harness.plugin.controller import HANGS, LEDGER_PATH, WORKER_HANGS
 from rmsnorm_conformance.harness.plugin.device_lost import ENDED_PROPERTY
-from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
 from rmsnorm_conformance.harness.plugin.outcomes import (
     FAILURE_PROPERTY,
     RECORDS_PROPERTY,
+    RULES_PROPERTY,
     SUBJECT_PROPERTY,
     subject_from_id,
 )
 from rmsnorm_conformance.harness.plugin.outcomes import where as test_params
 from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
-from rmsnorm_conformance.harness.plugin.run_options import HARNESS_WATCH, RunOptions, resolve
+from rmsnorm_conformance.harness.plugin.run_options import RunOptions, resolve
+from rmsnorm_conformance.harness.plugin.state import (
+    DECLARED_RULES,
+    FAILURE,
+    HANGS,
+    HARNESS_WATCH,
+    INTERRUPTS,
+    LEDGER_PATH,
+    OPTIONS,
+    RECORDS,
+    RUNNING,
+    SUBJECT,
+    WARM_UPS,
+    WORKER_HANGS,
+)
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
-from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running import device_faults, exception_text, fresh_process, isolation, warm_up
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name, plain_tensors
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
 from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
-
-OPTIONS = pytest.StashKey[RunOptions]()
-# The report key ({"backend", "device"}) and subject of the test running now, for the watchdog.
-RUNNING = pytest.StashKey[tuple[dict, Subject]]()
-INTERRUPTS = pytest.StashKey[Callable[[], None]]()  # puts SIGINT's handler back (isolation.watch_interrupts)
-RECORDS = pytest.StashKey[Collector]()
-FAILURE = pytest.StashKey[dict]()
-SUBJECT = pytest.StashKey[dict]()
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 
 def run_options(config: pytest.Config) -> RunOptions:
@@ -222,7 +226,8 @@ class CrashesOnTheLedger:
         options, ledger = self.config.stash.get(OPTIONS, None), self.config.stash.get(HANGS, None)
         if options is None or ledger is None:
             return
-        subject = subject_from_id(crashitem, test_params(crashitem), options.backends)
+        subject = subject_from_id(crashitem, test_params(crashitem), options.backends,
+                                  self.config.stash.get(DECLARED_RULES, {}))
         where = crashitem.rsplit("/", 1)[-1]
         if subject:
             ledger.note(subject["backend"], subject["device"], where, "crashed its process")
@@ -716,6 +721,9 @@ def _attach_subject(item: pytest.Item, report: pytest.TestReport, subject: dict)
     if report.nodeid.startswith("::"):
         subject = {**subject, "suite": item.path.stem}
     report.user_properties.append((SUBJECT_PROPERTY, subject))
+    marker = item.get_closest_marker("conformance")
+    if report.when == "setup" and marker is not None:
+        report.user_properties.append((RULES_PROPERTY, list(marker.kwargs.get("rules", ()))))
 
 
 def _junit_properties(item: pytest.Item, subject: dict) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from rmsnorm_conformance.harness.drawing.budget import (
     INTERPRETED_SWEEP_ELEMENTS,
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep
+from rmsnorm_conformance.harness.plugin.state import GIVEN_OPTIONS, WORKER_GIVEN
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
@@ -335,18 +336,12 @@ def has_short_name(config: pytest.Config, name: str) -> bool:
     return argument is not None and short(name) in argument.names()
 
 
-# The key each process keeps its Options under, once read.
-OPTIONS = pytest.StashKey[Options]()
-# The key under which a pytest-xdist controller hands its workers the options given on its command line.
-WORKER_GIVEN = "rmsnorm_conformance_given"
-
-
 def of(config: pytest.Config) -> Options:
     """The run's options, read once a process, at its configure at the earliest (pytest-xdist settles ``-n`` and
     ``--dist`` in its ``pytest_cmdline_main``)."""
-    if OPTIONS not in config.stash:
-        config.stash[OPTIONS] = read(config)
-    return config.stash[OPTIONS]
+    if GIVEN_OPTIONS not in config.stash:
+        config.stash[GIVEN_OPTIONS] = read(config)
+    return config.stash[GIVEN_OPTIONS]
 
 
 def read(config: pytest.Config) -> Options:

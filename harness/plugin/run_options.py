@@ -28,7 +28,6 @@ from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
 from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, sweep_settings
 from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.controller import RUN_ENDS_AT, WORKER_RUN_ENDS_AT
 from rmsnorm_conformance.harness.plugin.options import Options
 from rmsnorm_conformance.harness.plugin.parity_gate import (
     ParityPair,
@@ -37,6 +36,7 @@ from rmsnorm_conformance.harness.plugin.parity_gate import (
     parse_parity,
     sample_on,
 )
+from rmsnorm_conformance.harness.plugin.state import HARNESS_WATCH, RUN_ENDS_AT, WORKER_RUN_ENDS_AT
 from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
 from rmsnorm_conformance.harness.running.adapters import adapted_notes
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
@@ -48,11 +48,6 @@ from rmsnorm_conformance.harness.running.devices import (
 from rmsnorm_conformance.harness.running.isolation import HarnessWatch, watch_functions
 from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
 from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
-
-# The harness's own functions as the run found them, before any backend was imported (isolation.HarnessWatch):
-# checked after each backend's import here, at the end of each conformance test (active.py) and of the run
-# (reporter.py). One a run, kept with its config: a run inside a test's process has its own.
-HARNESS_WATCH = pytest.StashKey[HarnessWatch]()
 
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.

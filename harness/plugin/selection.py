@@ -15,9 +15,10 @@ import pytest
 from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin import options
+from rmsnorm_conformance.harness.plugin.activation import suites_dir
 from rmsnorm_conformance.harness.plugin.run_options import RunOptions
-from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running.devices import default_devices
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 
 def selection(config: pytest.Config, options: RunOptions, collector: Collector) -> dict[str, Any]:
@@ -99,6 +100,4 @@ def _whole_suites(arg: str, config: pytest.Config) -> bool:
 
 def _suites_and(target: str, config: pytest.Config) -> tuple[Path, Path]:
     """The shipped suites' folder, and ``target`` as a path from where the run started."""
-    from rmsnorm_conformance import suites
-
-    return Path(suites.__file__).resolve().parent, Path(config.invocation_params.dir, target).resolve()
+    return suites_dir(), Path(config.invocation_params.dir, target).resolve()

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsnorm_conformance.contract import rule
-from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE as REFUSED
-from rmsnorm_conformance.harness.reporting.records import Collector, fold_refused
+from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE as REFUSED
+from rmsnorm_conformance.harness.vocabulary.records import Collector, fold_refused
 
 VERDICT_ORDER = ("PASS", "XFAIL", "INCOMPLETE", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then "

@@ -25,7 +25,7 @@ from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
     bench_device,
     bench_dtype,
 )
-from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 INSTALL_HINT = "pip install 'rmsnorm-conformance[plots]'"
 KINDS = ("ulp-histogram", "margin-vs-dim", "bandwidth-vs-rows", "parity")

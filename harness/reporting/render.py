@@ -26,7 +26,7 @@ from rmsnorm_conformance.harness.checking.known_failures import entry_status
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
-from rmsnorm_conformance.harness.reporting.records import Collector, Summary, finite_tree, fold_refused
+from rmsnorm_conformance.harness.vocabulary.records import Collector, Summary, finite_tree, fold_refused
 
 REPORT_SUFFIXES = (".md", ".markdown", ".json")
 

@@ -14,6 +14,7 @@ import torch
 
 from rmsnorm_conformance.contract import reference
 from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, lay_out_weight
+from rmsnorm_conformance.harness.vocabulary.entry_point_names import AXIS_A_ENTRY_POINTS, FORWARD_ENTRY_POINTS
 
 References = Callable[[Any, Sequence[torch.Tensor], "torch.Tensor | None", float], tuple[torch.Tensor, ...]]
 
@@ -96,10 +97,8 @@ UNWEIGHTED = EntryPoint("forward_unweighted", ("x",), ("y",), _unweighted_refere
                         rule="axis_a.unweighted", purity_rule="variants.purity")
 
 ENTRY_POINTS: dict[str, EntryPoint] = {e.name: e for e in (FORWARD, FORWARD_FP32, FUSED_ADD, OFFSET, UNWEIGHTED)}
-# The entry points a case may name (the replay vocabulary).
-AXIS_A_ENTRY_POINTS: tuple[str, ...] = tuple(ENTRY_POINTS)
-# The entry points of the plain norm, drawn together by forward's sweeps: both take (x, weight, eps).
-FORWARD_ENTRY_POINTS: tuple[str, ...] = ("forward", "forward_fp32")
+# A case names entry points by the shared vocabulary's words: one description for each, in the same order.
+assert tuple(ENTRY_POINTS) == AXIS_A_ENTRY_POINTS, (tuple(ENTRY_POINTS), AXIS_A_ENTRY_POINTS)
 
 
 def entry_point(name: str) -> EntryPoint:
