@@ -34,7 +34,6 @@ from rmsnorm_conformance.harness import (
     AccuracyCase,
     Batch,
     EntryPoint,
-    OutsideDeclaredLimits,
     assert_bitwise,
     assert_holds,
     assert_within,
@@ -43,8 +42,8 @@ from rmsnorm_conformance.harness import (
     missing_reason,
     reference_fp32,
     rounding,
+    run_check,
     same_layout_copy,
-    skip_outside_limits,
     strategies,
     variant_group,
 )
@@ -390,14 +389,11 @@ def test_rounding_class(subject):
         Batch(dim=dim, rows=rows, dtype=subject.dtype, weight="around_one", seed=seed,
               weight_dtype=subject.weight_dtype) for seed, (rows, dim) in enumerate(ROUNDING_SHAPES)]
     claims = subject.backend.rounding_classes
-    ran = False
-    for batch in batches:
-        try:
-            found = _rounding_outputs(subject, batch)
-        except OutsideDeclaredLimits as exc:  # a shape it declares it does not take: under "Did not run", with why
-            skip_outside_limits(subject, exc)
-            continue
-        ran = True
+    ran: list[Batch] = []
+
+    def check(batch: Batch) -> None:
+        found = _rounding_outputs(subject, batch)
+        ran.append(batch)
         for entry, (out, classes) in found.items():
             subject.collector.rounding.append({
                 "backend": subject.backend.name, "device": str(subject.device), "dtype": subject.dtype_label,
@@ -411,8 +407,13 @@ def test_rounding_class(subject):
                     assert_holds(subject, AccuracyCase(batch), ok=not result.breached, dim=batch.dim,
                                  what=f"{entry} declares rounding class {claims[entry]!r} but follows {other}: "
                                       + result.describe(claims[entry], other))
+
+    # Each shape as every check runs a case: outside the declared limits not run, a clear refusal recorded as one.
+    for batch in batches:
+        run_check(subject, ("variants.rounding_class",), AccuracyCase(batch), lambda batch=batch: check(batch))
     if not ran:
-        pytest.skip(f"every shape of the rounding-class test is outside {subject.backend.name}'s declared limits")
+        pytest.skip(f"no shape of the rounding-class test ran for {subject.backend.name}: each was outside its "
+                    "declared limits or refused")
     if not any(e in claims for e in ROUNDED_ENTRY_POINTS):
         pytest.skip(f"{subject.backend.name} declares no rounding_class: the classes its bits match are in the "
                     "report, no claim was checked")

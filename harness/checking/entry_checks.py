@@ -319,12 +319,8 @@ def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) 
     for mode in sample_modes(subject.device):
         moded = dataclasses.replace(subject, backend=sample_backend(subject.backend, mode, subject.device),
                                     record_as=subject.record_as or (subject.backend.name, str(subject.device)))
-        try:
-            out = call(moded, case.entry, _same_layouts(rows), _same_layout(w), b.eps)
-        except Exception:
-            subject.refusal = moded.refusal  # a clear exception under the mode is a refusal, as in eager
-            raise
-        found.append((MODE_LABELS[mode], out))
+        # A clear exception under the mode is a refusal, as in eager: Subject.call raises it as one.
+        found.append((MODE_LABELS[mode], call(moded, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
     for label, out in found:
         _assert_same(subject, case, actual=out, expected=eager,
                      what=f"{b.rows} rows under {label} differ from the same rows run eagerly")
@@ -394,14 +390,16 @@ def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
             _within_limits(subject, _first_calls_together(subject, memo))))
     fresh = memo["fresh"]
     b = case.batch
+    # The same call in this process first: a clean refusal of the input raises here as one (Subject.call), so a
+    # first call that raised the same way is refused, not a first call that failed.
+    rows, w = _inputs(subject, case)
+    warm = call(subject, case.entry, rows, w, b.eps)
     assert_holds(subject, case, ok=fresh.error is None, dim=b.dim,
                  what=f"the first calls could not be made in a fresh process: {fresh.error}")
     assert_holds(subject, case, ok=case not in fresh.case_errors, dim=b.dim,
                  what=f"{case.entry} for dim {b.dim}, {subject.dtype_label} in a fresh process: "
                       f"{fresh.case_errors.get(case)}")
     first, second = ([subject.to_device(t) for t in outs] for outs in fresh.outputs[case])
-    rows, w = _inputs(subject, case)
-    warm = call(subject, case.entry, rows, w, b.eps)
     where = f"dim {b.dim}, {subject.dtype_label}"
     _assert_same(subject, case, actual=first, expected=second,
                  what=f"the first call for {where} in a fresh process differs from its second call")

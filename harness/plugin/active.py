@@ -157,11 +157,24 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         if subject is not None:
             refusals.skip_outside_limits(subject, exc)
         pytest.skip(str(exc))
+    except refusals.Refused as refused:
+        # A clean refusal of a valid input, met in the test's own body: recorded as refused (failing only under
+        # --strict-interface), and the test, which could not go on, is not run.
+        _harness_intact(watch)
+        subject = getattr(item, "funcargs", {}).get("subject")
+        if subject is not None:
+            refusals.record(subject, subject.rules or _declared_rules(item), subject.current_case, refused.found)
+        pytest.skip(f"not run: {refused}")
     except BaseException:
         _harness_intact(watch)
         raise
     _harness_intact(watch)
     return result
+
+
+def _declared_rules(item: pytest.Item) -> tuple[str, ...]:
+    marker = item.get_closest_marker("conformance")
+    return tuple(marker.kwargs.get("rules", ())) if marker is not None else (refusals.REFUSED,)
 
 
 def _harness_intact(watch: isolation.HarnessWatch) -> None:
@@ -465,9 +478,10 @@ class Parity:
 
     def __init__(self, backends: list, device: torch.device, dtype: str, collector: Collector, *,
                  case_timeout: float = 0.0, hangs: HangLedger | None = None, device_key: str = "",
-                 nodeid: str = "", profile: Profile | None = None) -> None:
+                 nodeid: str = "", profile: Profile | None = None, strict_interface: bool = False) -> None:
         self.backends = backends
         self.profile = profile or contract_profile(DEFAULT_PROFILE)  # the bounds the run holds outputs to
+        self.strict_interface = strict_interface
         self.nodeid = nodeid
         self.device = device
         self.dtype = dtype
@@ -481,10 +495,11 @@ class Parity:
         it takes, as its own tests hold it only to those."""
         return [b for b in self.backends if b.limits.outside(("x", "weight"), (x, w)) is None]
 
-    def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
         """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger, and one whose
-        fault loses the device ends the comparison as not run (its own tests record the fault against it). Any
-        other exception, an exit, or torch's global state left changed fails the comparison naming the backend."""
+        fault loses the device ends the comparison as not run (its own tests record the fault against it). A clean
+        refusal of the input is recorded as refused and gives None (the backend sits out this shape). Any other
+        exception, an exit, or torch's global state left changed fails the comparison naming the backend."""
         what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
         in_flight = self.hangs.in_flight(backend.name, self.device_key, self.nodeid) if self.hangs is not None \
             else contextlib.nullcontext()
@@ -499,15 +514,29 @@ class Parity:
                 self.hangs.note(backend.name, self.device_key, what)
             raise
         except Exception as exc:
+            lost = device_faults.context_lost(self.device, exc)  # asked first: a lost context fails every read
+            if lost is not None:
+                detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
+                device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
+                pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
             self._put_back(backend, before, what)
-            lost = device_faults.context_lost(self.device, exc)
-            if lost is None:
+            found = refusals.refusal("forward", (x, w), exc)
+            if found is None:
                 raise AssertionError(f"{what}: {backend.name} raised {exception_text.described(exc)}") from exc
-            detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
-            device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
-            pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
+            self._refused(backend, found)
+            return None
         self._put_back(backend, before, what)
         return out
+
+    def _refused(self, backend: Any, found: refusals.Refusal) -> None:
+        """A clean refusal of the table's input: recorded as refused, and the backend left out of that shape's
+        comparison; under --strict-interface it fails the table, as a refusal fails any check then."""
+        refusals.record_refused(self.collector, backend.name, str(self.device), self.dtype, "cross-backend parity",
+                                found, gating=self.strict_interface)
+        if self.strict_interface:
+            pytest.fail(f"refused input (fails under --strict-interface): {backend.name} on {self.device}, "
+                        f"{self.dtype}, cross-backend parity: {found.method} with {found.input} raised "
+                        f"{found.exception}", pytrace=False)
 
     @staticmethod
     def _put_back(backend: Any, before: dict[str, Any], what: str) -> None:
@@ -535,7 +564,8 @@ def parity(request: pytest.FixtureRequest) -> Parity:
         pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung or crashed); "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
     return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
-                  device_key=key, nodeid=request.node.nodeid, profile=contract_profile(run.contract_profile))
+                  device_key=key, nodeid=request.node.nodeid, profile=contract_profile(run.contract_profile),
+                  strict_interface=run.strict_interface)
 
 
 def _runs_on(backend: Any, device: torch.device) -> bool:

@@ -126,6 +126,12 @@ class Options:
              "draw them beside the contract's, and the explicit checks (row thresholds, accuracy, 3-D views, first "
              "calls, the execution-mode sample) run at each.",
         default_text="the contract's dims only")
+    target_dims: str | None = _declare(
+        None, kind=JOINED, metavar="NAME=DIM",
+        help="the model's own dims the verdict requires to be checked, as a comma list of NAME=DIM (or plain dims), "
+             "e.g. hidden=5120,head_dim=128: a backend that refuses one of them, or declares limits that keep it out, "
+             "reads INCOMPLETE naming it, never PASS.",
+        default_text="the contract's, hidden=4096,head_dim=128")
     max_examples: int | None = _declare(
         None, type=int, metavar="N",
         help="examples per conformance test, overriding the sweep's count.")
@@ -459,8 +465,10 @@ def _typed(value: Any, how: Declared | None) -> Any:
         return _flag_value(value)
     if how.kind in (APPEND, JOINED) and isinstance(value, (str, list)):
         items = [value] if isinstance(value, str) else value
-        if not all(isinstance(i, str) for i in items):
+        # Whole numbers too, for lists of them (dims = [6144, 128]).
+        if not all(isinstance(i, (str, int)) and not isinstance(i, bool) for i in items):
             raise TypeError("a string or a list of strings")
+        items = [str(i) for i in items]
         return tuple(items) if how.kind == APPEND else ",".join(items)
     if how.kind in (APPEND, JOINED) or isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise TypeError("a string or a number")

@@ -267,8 +267,8 @@ class Reporter:
             c.incomplete = (f"the harness's own functions were found replaced at the run's end, outside any test "
                             f"({watch.shown(replaced)}; put back before this report was written): the run cannot "
                             "vouch for its checks")
+        c.selection = selection(self.config, self.options, c)  # before the verdict: it holds the target dims
         session.exitstatus = exit_status(c.verdict(), session.exitstatus, bool(c.checks))
-        c.selection = selection(self.config, self.options, c)
         for name in c.named_but_not_run():
             c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
                                        "reasons above): nothing about it was shown to hold")

@@ -191,7 +191,8 @@ class PickRow:
     @property
     def numerics(self) -> str:
         """The verdict as the table shows it: a pass of a run short of the gate says so."""
-        return f"{self.verdict} ({self.scope})" if self.verdict == "PASS" and self.scope else self.verdict
+        return f"{self.verdict} ({self.scope})" if self.verdict in ("PASS", "INCOMPLETE") and self.scope \
+            else self.verdict
 
     @property
     def limits(self) -> str:
@@ -332,7 +333,7 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         checks = sum(s.checks for s in mine)
         verdict = "FAIL" if failed else "XFAIL" if expected else "PASS" if checks else "NOT RUN"
         lost = [e for e in c.device_lost() if (e["backend"], e["device"]) == (backend, device)]
-        if (lost or c.incomplete) and verdict in ("PASS", "XFAIL", "NOT RUN"):
+        if (lost or c.incomplete or c.coverage_gaps(backend)) and verdict in ("PASS", "XFAIL", "NOT RUN"):
             # checks it had left were kept from running: by a fault that was not its own, or by the run's end
             verdict = "INCOMPLETE"
         margins: dict[str, float] = {}
@@ -361,8 +362,17 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         rows.append(PickRow(backend, device, verdict, checks, sorted(failed | expected), sorted(interface),
                             _rounding_label(c, backend, device), partners, required, unequal,
                             {d: margins[d] for d in DTYPE_ORDER if d in margins}, speed,
-                            bool(speed and where and row_type != where), declared, refused, c.pass_scope(backend)))
+                            bool(speed and where and row_type != where), declared, refused,
+                            _scope(c, backend, verdict)))
     return sorted(rows, key=PickRow.sort_key)
+
+
+def _scope(c: Collector, backend: str, verdict: str) -> str:
+    """What a row's verdict is short of: a pass's scope (smoke, partial), or the target dims it left unchecked."""
+    gaps = c.coverage_gaps(backend).get(backend, [])
+    if verdict == "INCOMPLETE" and gaps:
+        return "not checked at " + ", ".join(gaps)
+    return c.pass_scope(backend)
 
 
 @dataclass
