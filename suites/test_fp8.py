@@ -384,7 +384,7 @@ def test_fp8_rounding_class(subject):
     # Each shape as every check runs a case: outside the declared limits not run, a clear refusal recorded as one.
     for batch in batches:
         for entry in offered:
-            run_check(subject, ("variants.fp8_rounding_class",), AccuracyCase(batch),
+            run_check(subject, (fp8.FP8_ROUNDING_CLASS.id,), AccuracyCase(batch),
                       lambda batch=batch, entry=entry: check(batch, entry))
     if not ran:
         pytest.skip(f"no shape of the fp8 rounding-class test ran for {subject.backend.name}: each was outside its "

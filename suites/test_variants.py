@@ -410,7 +410,7 @@ def test_rounding_class(subject):
 
     # Each shape as every check runs a case: outside the declared limits not run, a clear refusal recorded as one.
     for batch in batches:
-        run_check(subject, ("variants.rounding_class",), AccuracyCase(batch), lambda batch=batch: check(batch))
+        run_check(subject, (variants.ROUNDING_CLASS.id,), AccuracyCase(batch), lambda batch=batch: check(batch))
     if not ran:
         pytest.skip(f"no shape of the rounding-class test ran for {subject.backend.name}: each was outside its "
                     "declared limits or refused")
