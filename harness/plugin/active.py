@@ -26,6 +26,7 @@ from rmsnorm_conformance.contract import (
     Profile,
 )
 from rmsnorm_conformance.contract import profile as contract_profile
+from rmsnorm_conformance.contract.families import parity as parity_rules
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
@@ -242,7 +243,7 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize a conformance test over the run's (backend, device, dtype), its parity pairs or its devices."""
     run = run_options(metafunc.config)
     marker = metafunc.definition.get_closest_marker("conformance")
-    if marker is not None and "parity.bitwise" in marker.kwargs.get("rules", ()):
+    if marker is not None and parity_rules.BITWISE.id in marker.kwargs.get("rules", ()):
         pairs = [(pair, dtype) for pair in run.parity_pairs for dtype in run.dtypes]
         if not pairs:  # said in words, not as pytest's "got empty parameter set"
             reason = "the parity gate runs only for pairs asked for with --require-parity=A:B or --modes"
