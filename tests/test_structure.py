@@ -207,8 +207,63 @@ def test_the_harness_does_not_import_the_suites():
     assert not wrong, "\n".join(map(str, wrong))
 
 
+# Where rule ids may be written out: the contract declares them, and the harness's own tests may name them.
+RULE_ID_HOMES = ("contract", "tests")
+
+
+def quoted_rule_ids(root: Path = ROOT) -> list[str]:
+    """Every string literal equal to a rule id in the project's Python files outside ``RULE_ID_HOMES``."""
+    from rmsnorm_conformance.contract import ALL_RULES
+
+    ids = {r.id for r in ALL_RULES}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in RULE_ID_HOMES or relative.parts[0].startswith("."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Constant) and node.value in ids:
+                found.append(f"{relative}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_rule_ids_are_the_contracts_constants():
+    """A rule id is written once, in its family's module of contract/families/; the suites, the harness, the zoo
+    and the benchmarks name it by its constant (``axis_a.BATCH_SIZE.id``), so a misspelt id fails at import."""
+    found = quoted_rule_ids()
+    assert not found, "\n".join(found)
+
+
+def test_every_rule_is_a_constant_of_its_family_named_after_it():
+    """contract/families/<family>.py holds each rule once, as ``SUFFIX = Rule("prefix.suffix", ...)`` (prefixed
+    with the id's first part where it differs from the family's own), and the family's ``RULES`` lists them all."""
+    import importlib
+
+    from rmsnorm_conformance.contract import ALL_RULES, Rule
+
+    seen = []
+    for path in sorted((ROOT / "contract" / "families").glob("[!_]*.py")):
+        family = importlib.import_module(f"{PACKAGE}.contract.families.{path.stem}")
+        constants = {name: value for name, value in vars(family).items() if isinstance(value, Rule)}
+        assert set(constants.values()) == set(family.RULES), path.name
+        for name, rule in constants.items():
+            prefix, suffix = rule.id.split(".", 1)
+            assert name in (suffix.upper(), f"{prefix}_{suffix}".upper()), (path.name, name, rule.id)
+        seen += family.RULES
+    assert sorted(r.id for r in seen) == sorted(r.id for r in ALL_RULES)
+
+
+def test_the_rule_id_reader_finds_a_quoted_id(tmp_path):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "x.py").write_text('RULE = "axis_a.batch_size"\nOTHER = "axis_a.*"\n')
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "y.py").write_text('RULE = "axis_a.batch_size"\n')
+    assert quoted_rule_ids(tmp_path) == ["harness/x.py:1: 'axis_a.batch_size'"]
+
+
 if __name__ == "__main__":
     graph = imports()
     print(f"{len(modules())} modules, {len({(i.source, i.target) for i in graph})} imports")
     print(f"cycles: {len(cycles(graph))}", *(" <-> ".join(c) for c in cycles(graph)), sep="\n  ")
     print(f"against the flow: {len(against_the_flow(graph))}", *map(str, against_the_flow(graph)), sep="\n  ")
+    print(f"quoted rule ids outside {' and '.join(RULE_ID_HOMES)}: {len(quoted_rule_ids())}")

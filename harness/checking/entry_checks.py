@@ -17,6 +17,8 @@ import torch
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.contract.families import axis_a as axis_a_rules
+from rmsnorm_conformance.contract.families import semantics
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import (
     OOM_PAUSE_S,
@@ -360,7 +362,7 @@ def _with_memory(subject: Subject, fresh: FreshCalls) -> FreshCalls:
             break
         if attempt == 1:
             subject.collector.add_retried(subject.backend.name, str(subject.device), subject.dtype_label,
-                                          "axis_a.first_call", count=len(short))
+                                          axis_a_rules.FIRST_CALL.id, count=len(short))
         time.sleep(OOM_PAUSE_S * attempt)
         again = run_fresh(subject.backend.spec, subject.device, short)
         fresh.out_of_memory.clear()
@@ -478,31 +480,31 @@ class EntryCheck:
         """Is the check recorded under an entry point's own Axis-A rule where it has one? Axis-A's variants
         are; a first call keeps its own rule for every entry point, so that a kernel wrong only on its first
         call is named for that, whichever entry point it is."""
-        return self.axis_a and self.rule != "axis_a.first_call"
+        return self.axis_a and self.rule != axis_a_rules.FIRST_CALL.id
 
 
 ENTRY_CHECKS: tuple[EntryCheck, ...] = (
-    EntryCheck("batch_size", "axis_a.batch_size", BatchSizeCase, check_batch_size, strategies.batch_size_cases,
+    EntryCheck("batch_size", axis_a_rules.BATCH_SIZE.id, BatchSizeCase, check_batch_size, strategies.batch_size_cases,
                (("_at_thresholds", thresholds.batch_size_plan, False),)),
-    EntryCheck("slice_offset", "axis_a.slice_offset", SliceCase, check_slice_offset, strategies.slice_cases,
+    EntryCheck("slice_offset", axis_a_rules.SLICE_OFFSET.id, SliceCase, check_slice_offset, strategies.slice_cases,
                (("_at_thresholds", thresholds.slice_plan, False),)),
-    EntryCheck("padding", "axis_a.padding", PaddingCase, check_padding, strategies.padding_cases,
+    EntryCheck("padding", axis_a_rules.PADDING.id, PaddingCase, check_padding, strategies.padding_cases,
                (("_at_thresholds", thresholds.padding_plan, False),)),
-    EntryCheck("position", "axis_a.position", PositionCase, check_position, strategies.position_cases),
-    EntryCheck("permutation", "axis_a.permutation", PermutationCase, check_permutation,
+    EntryCheck("position", axis_a_rules.POSITION.id, PositionCase, check_position, strategies.position_cases),
+    EntryCheck("permutation", axis_a_rules.PERMUTATION.id, PermutationCase, check_permutation,
                strategies.permutation_cases),
-    EntryCheck("leading_dims", "axis_a.leading_dims", LeadingDimsCase, check_leading_dims,
+    EntryCheck("leading_dims", axis_a_rules.LEADING_DIMS.id, LeadingDimsCase, check_leading_dims,
                strategies.leading_dims_cases, (("_qk_norm", thresholds.qk_leading_dims_plan, False),)),
-    EntryCheck("strided_rows", "axis_a.strided_rows", StridedCase, check_strided_rows, strategies.strided_cases,
+    EntryCheck("strided_rows", axis_a_rules.STRIDED_ROWS.id, StridedCase, check_strided_rows, strategies.strided_cases,
                (("_qk_norm", thresholds.qk_fused_heads_plan, False), ("_3d_views", thresholds.strided_3d_plan, False))),
-    EntryCheck("repeat", "axis_a.repeat", RepeatCase, check_repeat, strategies.repeat_cases),
-    EntryCheck("grad_mode", "axis_a.grad_mode", GradModeCase, check_grad_mode, strategies.grad_mode_cases),
-    EntryCheck("execution_mode", "axis_a.execution_mode", ExecutionModeCase, check_execution_mode,
+    EntryCheck("repeat", axis_a_rules.REPEAT.id, RepeatCase, check_repeat, strategies.repeat_cases),
+    EntryCheck("grad_mode", axis_a_rules.GRAD_MODE.id, GradModeCase, check_grad_mode, strategies.grad_mode_cases),
+    EntryCheck("execution_mode", axis_a_rules.EXECUTION_MODE.id, ExecutionModeCase, check_execution_mode,
                mode_sample.execution_mode_cases, (("_at_thresholds", mode_sample.execution_mode_plan, False),),
                max_examples=mode_sample.SAMPLE_EXAMPLES),
-    EntryCheck("first_call", "axis_a.first_call", FirstCallCase, check_first_call,
+    EntryCheck("first_call", axis_a_rules.FIRST_CALL.id, FirstCallCase, check_first_call,
                plans=(("", first_call_plan, True),)),
-    EntryCheck("nonfinite_confined", "semantics.nonfinite_confined", NonfiniteCase, check_nonfinite_confined,
+    EntryCheck("nonfinite_confined", semantics.NONFINITE_CONFINED.id, NonfiniteCase, check_nonfinite_confined,
                strategies.nonfinite_cases),
 )
 for _c in ENTRY_CHECKS:

@@ -27,6 +27,8 @@ from rmsnorm_conformance.contract import (
 )
 from rmsnorm_conformance.contract import profile as contract_profile
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.contract.families import parity as parity_rules
+from rmsnorm_conformance.contract.families import semantics
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
@@ -243,7 +245,7 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize a conformance test over the run's (backend, device, dtype), its parity pairs or its devices."""
     run = run_options(metafunc.config)
     marker = metafunc.definition.get_closest_marker("conformance")
-    if marker is not None and "parity.bitwise" in marker.kwargs.get("rules", ()):
+    if marker is not None and parity_rules.BITWISE.id in marker.kwargs.get("rules", ()):
         pairs = [(pair, dtype) for pair in run.parity_pairs for dtype in run.dtypes]
         if not pairs:  # said in words, not as pytest's "got empty parameter set"
             reason = "the parity gate runs only for pairs asked for with --require-parity=A:B or --modes"
@@ -534,7 +536,7 @@ class Parity:
     def _lost(self, backend: Any, x: torch.Tensor, detail: str) -> None:
         """``backend``'s call lost the device: ``semantics.device_fault`` fails for it alone, the process ends after
         this test, and the table is not run ("not run: the device was lost")."""
-        rule_id = "semantics.device_fault"
+        rule_id = semantics.DEVICE_FAULT.id
         self.collector.add(Check(backend.name, str(self.device), self.dtype, x.shape[-1] if x.dim() else 0, rule_id,
                                  False, case=f"cross-backend parity at {tuple(x.shape)}", detail=detail,
                                  severity=contract_rule(rule_id).severity, gating=True))
@@ -602,7 +604,7 @@ def _probe(backend: Any, device: torch.device, records: Collector, dtype: str, n
         lost = device_faults.context_lost(device, exc.__cause__ or exc)
         if lost is None:
             raise
-        rule_id = "semantics.device_fault"
+        rule_id = semantics.DEVICE_FAULT.id
         detail = f"{exc}; {lost}"
         records.add(Check(backend.name, str(device), dtype, 0, rule_id, False, case="its availability probe",
                           detail=detail, severity=contract_rule(rule_id).severity, gating=True))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from rmsnorm_conformance.contract.families import semantics
 from rmsnorm_conformance.harness.plugin.outcomes import ENDED_PROPERTY, FAILURE_PROPERTY, RECORDS_PROPERTY
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class DeviceLossGuard:
         if any(name == ENDS_PROCESS_PROPERTY for name, _ in report.user_properties) or (
                 report.failed and report.when == "call" and any(
                     name == FAILURE_PROPERTY and isinstance(value, dict)
-                    and value.get("rule") == "semantics.device_fault" for name, value in report.user_properties)):
+                    and value.get("rule") == semantics.DEVICE_FAULT.id for name, value in report.user_properties)):
             self.faulted.add(report.nodeid)
 
     @pytest.hookimpl(optionalhook=True)

@@ -465,8 +465,10 @@ def _typed(value: Any, how: Declared | None) -> Any:
         return _flag_value(value)
     if how.kind in (APPEND, JOINED) and isinstance(value, (str, list)):
         items = [value] if isinstance(value, str) else value
-        if not all(isinstance(i, str) for i in items):
+        # Whole numbers too, for lists of them (dims = [6144, 128]).
+        if not all(isinstance(i, (str, int)) and not isinstance(i, bool) for i in items):
             raise TypeError("a string or a list of strings")
+        items = [str(i) for i in items]
         return tuple(items) if how.kind == APPEND else ",".join(items)
     if how.kind in (APPEND, JOINED) or isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise TypeError("a string or a number")

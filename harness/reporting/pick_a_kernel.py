@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsnorm_conformance.contract import rule
+from rmsnorm_conformance.contract.families import parity
 from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE as REFUSED
 from rmsnorm_conformance.harness.vocabulary.records import Collector, fold_refused
 
@@ -289,7 +290,7 @@ def _pair_evidence(c: Collector) -> dict[tuple[str, str], dict[tuple[str, str], 
                 setattr(e, name, getattr(e, name) + n)
 
     for s in c.summaries.values():
-        if s.rule != "parity.bitwise" or not _is_pair(s.backend) or not s.checks:
+        if s.rule != parity.BITWISE.id or not _is_pair(s.backend) or not s.checks:
             continue
         left, right = s.backend.split("=", 1)
         devices = s.device.split("/")
