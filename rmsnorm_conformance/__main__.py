@@ -2,6 +2,7 @@
 
     rmsnorm-conformance merge A.json B.json [--bench bench.json] [--out matrix.md]
     rmsnorm-conformance contract [CONTRACT.md] [--check]
+    rmsnorm-conformance fingerprint --backend=X [--dim=4096] [--rows=1,257] [--dtype=bfloat16]
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     commands = {"merge": "merge the JSON reports of several runs into one conformance matrix",
-                "contract": "render CONTRACT.md's tables from the contract, or --check that they match"}
+                "contract": "render CONTRACT.md's tables from the contract, or --check that they match",
+                "fingerprint": "reveal a backend's reduction orders at one or two batch sizes, beside the canonical"}
     if not args or args[0] not in commands:
         # Asked for help: the usage on stdout, exit 0. No command or an unknown one: a usage error, exit 2.
         helped = bool(args) and args[0] in ("-h", "--help")
@@ -28,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
         from .harness.reporting.merge import main as merge_main
 
         return merge_main(rest)
+    if command == "fingerprint":
+        from .harness.reporting.fingerprint_command import main as fingerprint_main
+
+        return fingerprint_main(rest)
     from .contract.render import main as contract_main
 
     return contract_main(rest)

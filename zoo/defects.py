@@ -6,6 +6,11 @@ Each defect names the rule it breaks in ``breaks`` (the zoo's defect list is rea
 expects the run to fail there, and benchmarks/detection.py measures how many examples that takes. A harness
 that lets one of these through has lost detection power. Every defect is the native ground truth plus one
 bug, so it can fail only through that bug.
+
+A bitwise defect also declares its planted ``mechanism`` as ``(kind, value, stage)``: where its bits start to change
+(a ``threshold`` of rows or heads, an ``alignment`` in bytes, a ``period`` of positions, a ``mode``, a ``first call``,
+``nondeterministic``, or at ``every`` size) and at which stage (``per-row scale``, ``elementwise``, ...). The diagnosis
+of its breach must name it (checking/diagnosis.py; benchmarks/diagnosis.py measures how often it does).
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class SmallBatchReduction(NativeRMSNormOp):
 
     name = "small_batch_reduction"
     breaks = "axis_a.batch_size"
+    mechanism = ("threshold", 16, "per-row scale")  # rows: 1-15 in lane order, 16 on in the tree
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -107,6 +113,7 @@ class LargeBatchReduction(NativeRMSNormOp):
 
     name = "large_batch_reduction"
     breaks = "axis_a.batch_size"
+    mechanism = ("threshold", 257, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -126,6 +133,7 @@ class AlignmentDependentReduction(NativeRMSNormOp):
 
     name = "alignment_dependent_reduction"
     breaks = "axis_a.slice_offset"
+    mechanism = ("alignment", 16, "per-row scale")  # bytes
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -145,6 +153,7 @@ class BatchStatisticLeak(NativeRMSNormOp):
 
     name = "batch_statistic_leak"
     breaks = "axis_a.padding"
+    mechanism = ("every", None, "per-row scale")  # any pad row moves the batch mean
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -163,6 +172,7 @@ class PositionDependentReduction(NativeRMSNormOp):
 
     name = "position_dependent_reduction"
     breaks = "axis_a.position"
+    mechanism = ("period", 2, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -184,6 +194,7 @@ class LeadingDimsReduction(NativeRMSNormOp):
 
     name = "leading_dims_reduction"
     breaks = "axis_a.leading_dims"
+    mechanism = ("mode", "3-D", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -203,6 +214,7 @@ class IgnoresStrides(NativeRMSNormOp):
 
     name = "ignores_strides"
     breaks = "axis_a.strided_rows"
+    mechanism = ("mode", "rows inside a wider buffer, column-major rows", "wrong values")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -226,6 +238,7 @@ class RandomReductionOrder(NativeRMSNormOp):
 
     name = "random_reduction_order"
     breaks = "axis_a.repeat"
+    mechanism = ("nondeterministic", None, "per-row scale")
     splits = 8
 
     def __init__(self) -> None:
@@ -629,6 +642,7 @@ class MixedPairSmallBatch(NativeRMSNormOp):
 
     name = "mixed_pair_small_batch"
     breaks = "axis_a.batch_size"
+    mechanism = ("threshold", 16, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -720,6 +734,7 @@ class FusedAddAlignmentSwitch(NativeRMSNormOp):
 
     name = "fused_add_alignment_switch"
     breaks = "axis_a.fused_add"
+    mechanism = ("alignment", 16, "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -739,6 +754,7 @@ class OffsetLargeBatchReduction(NativeRMSNormOp):
 
     name = "offset_large_batch_reduction"
     breaks = "axis_a.offset"
+    mechanism = ("threshold", 257, "per-row scale")
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if _rows(x) <= 256:
@@ -758,6 +774,7 @@ class UnweightedSmallBatchReduction(NativeRMSNormOp):
 
     name = "unweighted_small_batch_reduction"
     breaks = "axis_a.unweighted"
+    mechanism = ("threshold", 16, "per-row scale")
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if _rows(x) >= 16:
@@ -893,6 +910,7 @@ class PrefillSplitReduction(NativeRMSNormOp):
 
     name = "prefill_split_reduction"
     breaks = "axis_a.batch_size"
+    mechanism = ("threshold", 2048, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -910,6 +928,7 @@ class PersistentKernelReduction(NativeRMSNormOp):
 
     name = "persistent_kernel_reduction"
     breaks = "axis_a.batch_size"
+    mechanism = ("threshold", 265, "per-row scale")  # two rows per SM of the CPU's assumed 132
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -927,6 +946,7 @@ class RowPackingReduction(NativeRMSNormOp):
 
     name = "row_packing_reduction"
     breaks = "axis_a.slice_offset"
+    mechanism = ("threshold", 32768, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -944,6 +964,7 @@ class ManyHeadsQKNorm(NativeRMSNormOp):
 
     name = "many_heads_qk_norm"
     breaks = "axis_a.leading_dims"
+    mechanism = ("threshold", 32, "per-row scale")  # heads
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -980,6 +1001,7 @@ class MisalignedWeightPath(NativeRMSNormOp):
 
     name = "misaligned_weight_path"
     breaks = "axis_a.strided_rows"
+    mechanism = ("alignment", 16, "per-row scale")  # the weight's address
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -997,6 +1019,7 @@ class Fp32EntrySmallBatchReduction(NativeRMSNormOp):
 
     name = "fp32_entry_small_batch_reduction"
     breaks = "axis_a.padding"
+    mechanism = ("threshold", 16, "per-row scale")  # rows, real and pad together
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return reference_fp32(x, weight, eps).to(x.dtype)
@@ -1038,6 +1061,7 @@ class TrainingPathReduction(NativeRMSNormOp):
 
     name = "training_path_reduction"
     breaks = "axis_a.grad_mode"
+    mechanism = ("mode", "require grad", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1063,6 +1087,7 @@ class AutotuneFirstCall(NativeRMSNormOp):
 
     name = "autotune_first_call"
     breaks = "axis_a.first_call"
+    mechanism = ("first call", 1, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1133,6 +1158,7 @@ class FusedAddFirstCall(NativeRMSNormOp):
 
     name = "fused_add_first_call"
     breaks = "axis_a.first_call"
+    mechanism = ("first call", 1, "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1178,6 +1204,7 @@ class OffsetInferencePath(NativeRMSNormOp):
 
     name = "offset_inference_path"
     breaks = "axis_a.offset"
+    mechanism = ("mode", "no_grad", "per-row scale")
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1196,6 +1223,7 @@ class CompiledPathReduction(NativeRMSNormOp):
 
     name = "compiled_path_reduction"
     breaks = "axis_a.execution_mode"
+    mechanism = ("mode", "torch.compile", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1213,6 +1241,7 @@ class FusedAddInferencePath(NativeRMSNormOp):
 
     name = "fused_add_inference_path"
     breaks = "axis_a.fused_add"
+    mechanism = ("mode", "inference_mode", "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1284,6 +1313,8 @@ class LaneOrderRMSNorm(NativeRMSNormOp):
     the contract. Its variants reduce in the same lane order."""
 
     name = "lane_order"
+    # Against native in a parity pair: another order, at every batch size, so a per-row scale.
+    parity_mechanism = ("every", None, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1314,6 +1345,8 @@ class EngineStyleRMSNorm(LaneOrderRMSNorm):
     weight's dtype (declared). The suites must pass it: each declaration moves the reference it is held to."""
 
     name = "engine_style"
+    # Against native in a parity pair: the Hugging Face rounding order rounds each element twice.
+    parity_mechanism = ("every", None, "elementwise")
     fused_add_in_place = True
     fused_add_fp32_residual = False
     offset_dtype = "weight"

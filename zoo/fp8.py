@@ -37,6 +37,8 @@ class BlockMaxScale(NativeRMSNormOp):
     name = "block_max_scale"
     breaks = "axis_a.fp8"
     also_breaks = ("variants.fp8_scale",)
+    # The planted mechanism a diagnosis must name (checking/diagnosis.py): the scale shared by blocks of 4 rows.
+    mechanism = ("period", BLOCK_ROWS, "fp8 scale")
 
     @staticmethod
     def _block_quantize(y32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

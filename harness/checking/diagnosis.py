@@ -372,6 +372,10 @@ def explore_strided(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
             Setting("contiguous"), Setting("contiguous"))
     equal = [name for name in layouts if name not in differ]
     text = f"differ with {', '.join(differ)}" + (f"; equal with {', '.join(equal)}" if equal else "")
+    if differ == ["a weight 2 bytes past alignment"]:
+        return (Threshold("weight address", "alignment", 16, "equal with a weight at a 16-byte aligned address "
+                          f"(contiguous, strided, 16 bytes in); differ with one 2 bytes past it ({text})"),
+                (Setting("contiguous"), Setting(differ[0])))
     return Threshold("layout", "mode", ", ".join(differ), text), (Setting("contiguous"), Setting(differ[0]))
 
 
@@ -469,6 +473,33 @@ def explore_first_call(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
             + ("; its second call gives the warm bits" if second else " from the warm process's calls")
             + ": a cache (autotuner, JIT) keyed per shape, not a row count")
     return Threshold("call", "first call", 1, text), (Setting("first call"), Setting("later calls"))
+
+
+def explore_fp8(call: Caller, case: Any) -> tuple[Threshold, tuple[Setting, Setting]]:
+    """A dynamic fp8 entry point's scale: is a row's scale its own, or shared with its neighbours? One loud row
+    (eight times the others) at index 0 of 16 copies of a quiet one: the rows whose scale follows the loud row's
+    share it."""
+    b = case.batch
+    if not call.entry.endswith("_dynamic"):
+        return Threshold("rows", "not bisected", None, f"{call.entry} takes its scale; only a dynamic scale is "
+                         "probed"), (Setting("a"), Setting("b"))
+    x = b.x(rows=1).to(call.device)
+    rows = torch.cat([x * 8, x.expand(15, -1)])
+    w = b.w().to(call.device)
+    args: list[Any] = [rows]
+    if call.entry.startswith("fused_add"):
+        args.append(torch.zeros_like(rows, dtype=getattr(torch, b.residual_dtype)))
+    call.calls += 1
+    scale = getattr(call.backend, call.entry)(*args, w, b.eps)[1].reshape(-1).float().cpu()
+    shared = [i for i in range(1, 16) if scale[i] == scale[0]]
+    if not shared:
+        return Threshold("rows", "not bisected", None, "each row's scale is its own here (16 rows, one loud)"), (
+            Setting("a"), Setting("b"))
+    block = max(shared) + 1
+    text = (f"rows 0–{block - 1} share the loud row 0's scale, rows {block}–15 keep their own: the scale is the "
+            f"largest |y| over blocks of {block} rows, so a row's fp8 bits change with its neighbours and where the "
+            "batch starts")
+    return Threshold("rows", "period", block, text), (Setting("a"), Setting("b"))
 
 
 EXPLORERS: dict[str, Callable[[Probe], tuple[Threshold, tuple[Setting, Setting]]]] = {
@@ -597,6 +628,8 @@ def diagnose(backend: Any, device: torch.device, case: Any, rule: str, *, actual
     outputs the check compared (``output`` names them), ``what`` its words. ``other``: the other backend of a
     parity pair."""
     entry = getattr(case, "entry", "forward")
+    if rule == "axis_a.fp8":  # the fp8 suite calls its own entry points, named in the check's words
+        entry, output = [*what.split(":", 1)[0].split(), "", ""][:2]
     names = ENTRY_POINTS[entry].outputs if entry in ENTRY_POINTS else ("y",)
     call = Caller(backend, device, entry, names.index(output) if output in names else 0)
     stage = stage_of(actual, expected, output=output, classes=classes)
@@ -636,6 +669,8 @@ def _threshold(call: Caller, case: Any, rule: str, actual: torch.Tensor, expecte
                other: Any) -> tuple[Threshold, tuple[Setting, Setting]]:
     if rule == "parity.bitwise":
         return _parity_threshold(call, case, other)
+    if rule == "axis_a.fp8":
+        return explore_fp8(call, case)
     explore = EXPLORERS.get(type(case).__name__)
     if explore is None or getattr(case, "batch", None) is None:
         return Threshold("?", "not bisected", None, f"no parameter to bisect for {type(case).__name__}"), (
@@ -699,7 +734,7 @@ def for_breach(subject: Any, case: Any, rule: str, actual: torch.Tensor, expecte
         case = dataclasses.replace(case, entry=_parity_entry(what)) if hasattr(case, "entry") else case
     entry = getattr(case, "entry", "forward")
     output = _named_output(what, entry)
-    key = (rule, entry, output)
+    key = (rule, entry, output, what.split(":", 1)[0])
     kept = subject.diagnoses.get(key)
     if kept is not None:
         return kept
@@ -724,3 +759,15 @@ def _classes(case: Any, entry: str, actual: torch.Tensor) -> dict[str, torch.Ten
     if entry != "forward" or actual.reshape(-1, b.dim).shape[0] != b.rows or b.dtype == "float32":
         return None
     return forward_classes(b.x(), b.w(), b.eps)
+
+
+def mechanism_named(mechanism: tuple[str, Any, str], d: dict[str, Any]) -> tuple[bool, bool]:
+    """Does a diagnosis (its dict form) name a planted mechanism ``(kind, value, stage)``: (the threshold part, the
+    stage part). A threshold's value must be exact; a mode's declared value must appear in the mode named."""
+    kind, value, stage = mechanism
+    t = d["threshold"]
+    if kind == "mode":
+        threshold = t["kind"] == "mode" and str(value) in str(t["value"])
+    else:
+        threshold = t["kind"] == kind and (value is None or t["value"] == value)
+    return threshold, d["stage"]["kind"] == stage

@@ -13,6 +13,7 @@ the shape of the difference alone (and, where the inputs are at hand, from the c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -81,16 +82,19 @@ def stage_of(actual: torch.Tensor, expected: torch.Tensor, *, output: str = "y",
         return named
     columns = sorted(set(differ.nonzero()[:, 1].tolist()))
     stage.columns = _ranges(columns)
+    if _one_scale_per_row(a, e, differ) and (stage.max_ulp <= SCALE_ULPS or _one_ratio_per_row(a, e, differ)):
+        stage.kind = "per-row scale"
+        how = (f"by at most {stage.max_ulp} ulp: the row's rms changed, so its sum of squares was added in another "
+               "order or precision") if stage.max_ulp <= SCALE_ULPS else (
+            f"by one ratio a row, up to {stage.max_ulp} ulp: the row's rms is another value (other rows, or other "
+            "values, entered its statistic)")
+        stage.text = (f"a per-row scale: in each differing row every differing element moved the same way, {how} "
+                      f"({where})")
+        return stage
     if stage.max_ulp > WRONG_VALUE_ULPS:
         stage.kind = "wrong values"
         stage.text = (f"elementwise, and not a rounding: elements up to {stage.max_ulp} ulps off ({where}); the kernel "
                       "computed other values (read other elements)")
-        return stage
-    if _one_scale_per_row(a, e, differ) and stage.max_ulp <= SCALE_ULPS:
-        stage.kind = "per-row scale"
-        stage.text = (f"a per-row scale: in each differing row every differing element moved the same way, by at most "
-                      f"{stage.max_ulp} ulp ({where}): the row's rms changed, so its sum of squares was added in "
-                      "another order or precision")
         return stage
     if len(columns) <= dim // 2 and len(stage.columns) <= 4 and stage.rows > 1:
         stage.kind = "columns"
@@ -129,6 +133,17 @@ def _one_scale_per_row(a: torch.Tensor, e: torch.Tensor, differ: torch.Tensor) -
     mixed = grew.any(dim=-1) & shrank.any(dim=-1)
     signs = (torch.signbit(a) != torch.signbit(e)) & differ & (a != 0) & (e != 0)
     return not bool(mixed.any()) and not bool(signs.any())
+
+
+def _one_ratio_per_row(a: torch.Tensor, e: torch.Tensor, differ: torch.Tensor) -> bool:
+    """Is each differing row ``e`` times one ratio, to a few roundings of the output dtype?"""
+    step = torch.finfo(a.dtype).eps
+    rows = differ.any(dim=-1)
+    num, den = a[rows].double(), e[rows].double()
+    usable = (den.abs() > torch.finfo(a.dtype).tiny) & torch.isfinite(num) & torch.isfinite(den)
+    ratio = torch.where(usable, num / torch.where(usable, den, torch.ones_like(den)), torch.nan)
+    spread = ratio.nan_to_num(nan=-math.inf).amax(dim=-1) - ratio.nan_to_num(nan=math.inf).amin(dim=-1)
+    return bool((spread <= 8 * step * ratio.nan_to_num(nan=0).abs().amax(dim=-1)).all())
 
 
 def _matching_class(a: torch.Tensor, classes: Mapping[str, torch.Tensor]) -> tuple[str, bool]:
