@@ -513,7 +513,19 @@ EXPLORERS: dict[str, Callable[[Probe], tuple[Threshold, tuple[Setting, Setting]]
 # --- which dims and dtypes show it -----------------------------------------------------------------------------
 
 
+_SHOWN: dict[tuple[Any, ...], str] = {}  # shows_at's answers in this process
+
+
 def shows_at(call: Caller, case: Any, threshold: Threshold, dtypes: Sequence[str]) -> str:
+    """:func:`_shows_at`, once per (backend, device, entry point, threshold, dims, dtypes) in a process."""
+    key = (getattr(call.backend, "name", id(call.backend)), str(call.device), call.entry, threshold.value,
+           case.batch.dim, tuple(dtypes))
+    if key not in _SHOWN:
+        _SHOWN[key] = _shows_at(call, case, threshold, dtypes)
+    return _SHOWN[key]
+
+
+def _shows_at(call: Caller, case: Any, threshold: Threshold, dtypes: Sequence[str]) -> str:
     """For a row threshold, the Axis-A check at the threshold at the target dims and the backend's dtypes: rows
     [0:t-1] alone against the same rows in a batch of t (fp32 shows any order change; 16-bit dtypes only where a
     row's rounding does)."""
@@ -562,10 +574,26 @@ def _prober(backend: Any, device: torch.device, dtype: str, setting: Setting) ->
                      mode=setting.mode)
 
 
+# Fingerprints already taken in this process, by (backend, device, dtype, dim, settings): a kernel that breaks
+# several variants at one threshold is probed once, not once per failing test.
+_TAKEN: dict[tuple[Any, ...], list[dict]] = {}
+
+
 def fingerprints(backend: Any, device: torch.device, dtype: str, dim: int, settings: tuple[Setting, Setting],
                  *, window: int = FINGERPRINT_WINDOW, backward: bool = True) -> tuple[list[dict], int]:
     """The revealed trees of each reduction at both settings, side by side, with the first level where they differ;
-    and the calls made."""
+    and the calls made (none where the same fingerprint was taken before in this process)."""
+    key = (getattr(backend, "name", id(backend)), str(device), dtype, dim, window, backward,
+           *((s.label, s.rows_per_call, s.offset, getattr(s.backend, "name", None)) for s in settings))
+    if key in _TAKEN:
+        return _TAKEN[key], 0
+    found, calls = _fingerprints(backend, device, dtype, dim, settings, window=window, backward=backward)
+    _TAKEN[key] = found
+    return found, calls
+
+
+def _fingerprints(backend: Any, device: torch.device, dtype: str, dim: int, settings: tuple[Setting, Setting],
+                  *, window: int, backward: bool) -> tuple[list[dict], int]:
     leaves = fp.default_window(dim, window)
     calls = 0
     out = []

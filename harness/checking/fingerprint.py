@@ -277,7 +277,7 @@ class Prober:
     def _context(self) -> Any:
         return self.mode() if self.mode is not None else contextlib.nullcontext()
 
-    def read(self, fn: Forward, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def read(self, fn: Forward, x: torch.Tensor, w: torch.Tensor, eps: float = PROBE_EPS) -> torch.Tensor:
         """``fn`` over the probe rows ``x``, in batches of the setting's size, as fp32 on the CPU."""
         outs = []
         n = self.rows_per_call
@@ -287,7 +287,7 @@ class Prober:
                 part = torch.cat([part, part.new_zeros(n - count, x.shape[1])])
             self.calls += 1
             with torch.no_grad(), self._context():
-                y = fn(self._placed(part.contiguous()), w, PROBE_EPS)
+                y = fn(self._placed(part.contiguous()), w, eps)
             outs.append(y.float().cpu()[:count])
         return torch.cat(outs)
 
@@ -404,6 +404,12 @@ _ANCHORS = tuple(1.0 + k / 128 for k in range(0, 53))
 HALF_ULP_LEAF = 2.0**-12
 
 
+def forward_eps(dim: int) -> float:
+    """The forward probes' eps: 2^-20 of one ulp-sized step of the mean, enough that ``S / D + eps`` is no perfect
+    square (at dims 4^k, ``sqrt(b^2 / D)`` is exact, and a one-ulp change of S would vanish in its rounding)."""
+    return 2.0**-20 / dim
+
+
 def _shows(b: float, dim: int) -> bool:
     """Does one ulp more in S = b^2 change y = b / rms under the common normalize formulas (1/sqrt then a multiply,
     rsqrt, a division)?"""
@@ -411,7 +417,7 @@ def _shows(b: float, dim: int) -> bool:
     s1 = torch.nextafter(s0, torch.tensor(4.0))
     bt = torch.tensor(b, dtype=torch.float32)
     d = torch.tensor(float(dim), dtype=torch.float32)
-    eps = torch.tensor(PROBE_EPS, dtype=torch.float32)
+    eps = torch.tensor(forward_eps(dim), dtype=torch.float32)
 
     def forms(s: torch.Tensor) -> list[float]:
         rms = torch.sqrt((s / d + eps).double()).float()
@@ -456,7 +462,7 @@ def reveal_forward(prober: Prober, dim: int, window: Sequence[int] | None = None
     x, triplets = _triplet_rows(window, dim, bs)
     w = torch.ones(dim, dtype=prober.weight_dtype or prober.dtype, device=prober.device)
     try:
-        y = prober.read(read, x.to(prober.dtype).to(prober.device), w)
+        y = prober.read(read, x.to(prober.dtype).to(prober.device), w, forward_eps(dim))
     except Exception as exc:
         found.reason = f"the probe raised {type(exc).__name__}: {exc}"
         return found
