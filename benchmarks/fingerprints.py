@@ -38,9 +38,10 @@ def describe(found: Any, canonical: Any) -> str:
 
     if found.tree is None:
         return f"not revealed ({found.reason})"
+    how = " (in float32: no forward_fp32)" if found.note else ""
     if found.tree == canonical:
-        return "canonical"
-    return f"other, from level {fp.first_difference(found.tree, canonical)}"
+        return "canonical" + how
+    return f"other, from level {fp.first_difference(found.tree, canonical)}{how}"
 
 
 def _load(name: str, device: torch.device) -> tuple[Any, str | None]:

@@ -228,11 +228,12 @@ class Revealed:
     tree: Tree | None = None
     reason: str = ""
     calls: int = 0
+    note: str = ""  # how it was revealed, where not as asked (another dtype)
 
     def to_dict(self) -> dict:
         return {"reduction": self.reduction, "size": self.size, "window": self.window,
                 "tree": newick(self.tree) if self.tree is not None else None, "reason": self.reason,
-                "calls": self.calls}
+                "calls": self.calls, "note": self.note}
 
 
 Forward = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
@@ -452,9 +453,13 @@ def reveal_forward(prober: Prober, dim: int, window: Sequence[int] | None = None
     found = Revealed("forward sum of squares", dim, window)
     read = prober.forward_fp32 if prober.forward_fp32 is not None else prober.forward
     if prober.forward_fp32 is None and prober.dtype != torch.float32:
-        found.reason = (f"no forward_fp32, and a {_name(prober.dtype)} output cannot show one ulp of the fp32 "
-                        "sum of squares")
-        return found
+        # A 16-bit output cannot show one ulp of the fp32 sum: the kernel's float32 instantiation is probed instead.
+        again = reveal_forward(dataclasses.replace(prober, dtype=torch.float32, weight_dtype=None), dim, window)
+        again.note = (f"revealed in float32: no forward_fp32, and a {_name(prober.dtype)} output cannot show one "
+                      "ulp of the fp32 sum of squares")
+        if again.tree is None:
+            again.reason = f"{again.note.replace('revealed in float32', 'not revealed')} ({again.reason})"
+        return again
     if len(window) < 3:
         found.reason = "fewer than three leaves have no order to reveal"
         return found

@@ -75,7 +75,7 @@ def render(name: str, dim: int, dtype: str, device: str, rows: list[int],
             canon = canonical(side)
             same = "the canonical order" if side.tree == canon else \
                 f"differs from the canonical order from level {fp.first_difference(side.tree, canon)}"
-            lines.append(f"  {r} rows: {fp.newick(side.tree)} ({same})")
+            lines.append(f"  {r} rows: {fp.newick(side.tree)} ({same})" + (f"; {side.note}" if side.note else ""))
         trees = [s.tree for s in sides if s.tree is not None]
         if len(trees) == 2 and sides[0].window == sides[1].window:
             level = fp.first_difference(trees[0], trees[1])
