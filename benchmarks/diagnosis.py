@@ -3,9 +3,15 @@ execution-mode and parity defect of the zoo (its ``mechanism``, or a control's `
 run as a user would (``--rule``, ``--sweep=ci``, ``-x``) with a JSON report, and the diagnosis read from it.
 
     python benchmarks/diagnosis.py [--out reports/cpu/diagnosis.md] [--defect NAME ...] [--jobs 2]
+        [--cost-turns 2 --cost-defect SmallBatchReduction]
 
 A diagnosis names the mechanism when its threshold has the planted kind and, where the defect has one, exactly the
 planted value (a mode: the planted words appear in the mode named), and its stage is the planted stage.
+
+``--cost-turns N`` also measures what the diagnosis costs: the Axis-A suite under ``--sweep=ci`` against one failing
+defect (no ``-x``: every failing test is diagnosed), N times with the diagnosis and N times with it turned off (a
+plugin that replaces ``for_breach`` by a function that returns None), in turns, as user + system CPU seconds of the
+pytest process (the machine is shared: CPU time moves less than wall time, and turns cancel a drift).
 """
 
 from __future__ import annotations
@@ -65,6 +71,59 @@ def run_one(subject: dict[str, Any], tmp: Path) -> dict[str, Any]:
     return row
 
 
+# The plugin that turns the diagnosis off, written to a scratch folder called ``tests`` (Hypothesis mines literals from
+# other local modules and would draw other examples).
+OFF_PLUGIN = """
+from rmsnorm_conformance.harness.checking import diagnosis
+
+diagnosis.for_breach = lambda *args, **kwargs: None
+"""
+
+
+def measure_cost(defect: str, turns: int, tmp: Path) -> list[dict[str, Any]]:
+    """user + system CPU seconds of the Axis-A ci sweep against ``defect``, with and without the diagnosis, in
+    turns."""
+    plugin_dir = tmp / "tests"
+    plugin_dir.mkdir(exist_ok=True)
+    (plugin_dir / "diagnosis_off.py").write_text(OFF_PLUGIN)
+    out = []
+    for turn in range(turns):
+        for diagnosed in (False, True):
+            report = tmp / f"cost-{turn}-{diagnosed}.json"
+            cmd = ["/usr/bin/time", "-f", "%U %S %e", sys.executable, "-m", "pytest", "--pyargs",
+                   "rmsnorm_conformance.suites.test_axis_a", f"--backend=rmsnorm_conformance.zoo:{defect}",
+                   "--device=cpu", "--sweep=ci", "-p", "no:cacheprovider", "-q", f"--report={report}",
+                   *([] if diagnosed else ["-p", "diagnosis_off"])]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(plugin_dir)])}
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
+            user, system, wall = (float(v) for v in proc.stderr.strip().splitlines()[-1].split())
+            data = json.loads(report.read_text()) if report.exists() else {"summaries": [], "totals": {}}
+            out.append({"turn": turn, "diagnosed": diagnosed, "cpu": user + system, "wall": wall,
+                        "failed_tests": data.get("totals", {}).get("failed_tests"),
+                        "diagnoses": sum(1 for s in data["summaries"] if s.get("diagnosis")),
+                        "calls": sum(s["diagnosis"]["calls"] for s in data["summaries"] if s.get("diagnosis"))})
+            print(out[-1], flush=True)
+    return out
+
+
+def render_cost(cost: list[dict[str, Any]], defect: str) -> list[str]:
+    from tabulate import tabulate
+
+    off = [c["cpu"] for c in cost if not c["diagnosed"]]
+    on = [c["cpu"] for c in cost if c["diagnosed"]]
+    ratio = (sum(on) / len(on)) / (sum(off) / len(off)) - 1
+    table = [[c["turn"] + 1, "on" if c["diagnosed"] else "off", f"{c['cpu']:.1f}", f"{c['wall']:.0f}",
+              c["failed_tests"], c["diagnoses"], c["calls"]] for c in cost]
+    return ["## What a diagnosis costs", "",
+            f"The Axis-A suite (`--pyargs rmsnorm_conformance.suites.test_axis_a`) under `--sweep=ci --device=cpu` "
+            f"against `{defect}`, without `-x` (every failing test is diagnosed), with the diagnosis on and off "
+            "in turns; CPU is the pytest process's user + system seconds.", "",
+            tabulate(table, ["turn", "diagnosis", "CPU (s)", "wall (s)", "failed tests", "diagnoses",
+                             "calls into the backend"], tablefmt="github"), "",
+            f"Mean CPU with the diagnosis: {sum(on) / len(on):.1f} s; without: {sum(off) / len(off):.1f} s: "
+            f"{100 * ratio:+.1f} %.", ""]
+
+
 def render(rows: list[dict[str, Any]], command: str, env: dict[str, Any]) -> str:
     from tabulate import tabulate
 
@@ -102,12 +161,27 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the markdown table here")
     parser.add_argument("--defect", action="append", default=[], help="only these (class names)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument("--cost-turns", type=int, default=0, help="turns of the cost measurement (default 0: none)")
+    parser.add_argument("--cost-defect", default="SmallBatchReduction", help="the failing kernel the cost is "
+                        "measured on (default SmallBatchReduction)")
+    parser.add_argument("--cost-only", action="store_true", help="measure the cost alone; keep the table of --out")
     args = parser.parse_args()
     from rmsnorm_conformance.harness.reporting.environment import fingerprint
 
     chosen = [s for s in subjects() if not args.defect or any(n in s["name"] for n in args.defect)]
     if not chosen:
         parser.error(f"--defect={args.defect}: no diagnosed defect has that name")
+    with tempfile.TemporaryDirectory() as tmpdir:
+        cost = measure_cost(args.cost_defect, args.cost_turns, Path(tmpdir)) if args.cost_turns else []
+    cost_lines = render_cost(cost, args.cost_defect) if cost else []
+    if args.cost_only:
+        if not args.out or not Path(args.out).exists():
+            parser.error("--cost-only adds to the table that --out already holds")
+        kept = Path(args.out).read_text().split("## What a diagnosis costs")[0].rstrip("\n") + "\n\n"
+        Path(args.out).write_text(kept + "\n".join(cost_lines) + f"\nCost command: `python benchmarks/diagnosis.py "
+                                  f"--cost-only --cost-turns {args.cost_turns} --cost-defect {args.cost_defect} "
+                                  f"--out {args.out}`\n")
+        return
     with tempfile.TemporaryDirectory() as tmpdir, ThreadPoolExecutor(max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda s: run_one(s, Path(tmpdir)), chosen))
     for r in rows:
@@ -117,7 +191,7 @@ def main() -> None:
         "".join(f" --defect {d}" for d in args.defect) + (f" --out {args.out}" if args.out else "")
     import torch
 
-    text = render(rows, command, fingerprint([torch.device("cpu")]))
+    text = render(rows, command, fingerprint([torch.device("cpu")])) + "\n".join(["", *cost_lines])
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
