@@ -1,7 +1,7 @@
 """Bandwidth and latency of every RMSNorm backend that can run here, against a device-to-device copy of the
 same bytes, F.rms_norm and torch.compile of the seed formula, all in one run.
 
-    python benchmarks/bench.py                      # the full run on a GPU: reports/h200/bench.json, .md
+    python benchmarks/bench.py                      # the full run on a GPU: reports/gpu/bench.json, .md
     python benchmarks/bench.py --quick --out /tmp/b.json
     python benchmarks/bench.py --device cpu --quick # a smoke run of this script on a machine without a GPU
 
@@ -56,7 +56,7 @@ OWN_BACKENDS = ("native", "triton", "cuda")
 LATENCY_ROWS = (1, 8, 64, 256)
 LATENCY_DIMS = (4096, 128)
 PROBE_ROWS = (1, 2, 3, 8, 15)
-DEFAULT_OUT = "reports/h200/bench.json"
+DEFAULT_OUT = "reports/gpu/bench.json"
 
 
 @dataclass

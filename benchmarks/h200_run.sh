@@ -35,7 +35,7 @@ for stage in $stages; do
       timeout -s INT "${GATE_LIMIT:-420}" python3 -m pytest --pyargs rmsnorm_conformance.suites \
         --backend=native,triton,cuda,liger --device=cuda -n "${GATE_WORKERS:-8}" -q -p no:cacheprovider --sweep=ci \
         --require-parity=triton:cuda --require-parity=native:triton --require-parity=native:cuda \
-        --require-parity=native@cpu:native@cuda --bench-json="$ROOT/reports/h200/bench.json" \
+        --require-parity=native@cpu:native@cuda --bench-json="$ROOT/reports/gpu/bench.json" \
         --report="$OUT/gate.md" --report="$OUT/gate.json" ${GATE_ARGS:-} ;;
     modes)
       # Eager against torch.compile and CUDA-graph replay, bit for bit, for the project's GPU kernels.

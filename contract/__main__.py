@@ -1,4 +1,5 @@
-"""``rmsnorm-conformance contract [CONTRACT.md] [--check]``: regenerate or check CONTRACT.md's tables."""
+"""``rmsnorm-conformance contract [--write | --check] [CONTRACT.md]``: print the contract, or rewrite or check a
+CONTRACT.md's tables."""
 
 import sys
 

@@ -11,7 +11,7 @@ LAYOUTS: dict[str, str] = {
     "offset": "dense row-major, starting at an address that is not 16-byte aligned (a slice one element into a "
               "larger buffer, rows [a:b] of an odd dim)",
     "strided": "not dense row-major: a stride-2 weight, rows inside a wider buffer, column-major rows, query heads "
-               "of a fused projection",
+               "of a fused projection, a 3-D view whose last dim is strided",
 }
 # Address alignment below which a dense tensor reads as "offset": the 16-byte vector loads kernels issue.
 ALIGNMENT_BYTES = 16

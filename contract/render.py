@@ -1,13 +1,15 @@
 """CONTRACT.md's tables, rendered from the contract module, so that the words and the data cannot drift.
 
-``rmsnorm-conformance contract`` rewrites the generated blocks of CONTRACT.md in place; ``--check`` exits 1 if they
-differ from the module (CI and tests/test_contract_sync.py run that).
+``rmsnorm-conformance contract`` prints the contract (the wheel ships CONTRACT.md beside this module: the rules'
+text works from an install, far from a clone); ``--write`` rewrites the generated blocks of a CONTRACT.md in place,
+and ``--check`` exits 1 if they differ from the module (CI and tests/test_contract_sync.py run that).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 from tabulate import tabulate
@@ -143,17 +145,28 @@ def render(text: str) -> str:
     return BLOCK.sub(lambda m: m.group(1) + blocks[m.group("name")] + "\n" + m.group(4), text)
 
 
+# The CONTRACT.md the package ships: in a clone, a link to the one at the top of the repository.
+SHIPPED = Path(__file__).with_name("CONTRACT.md")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="rmsnorm-conformance contract", description=__doc__)
-    parser.add_argument("path", nargs="?", default="CONTRACT.md")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the module")
+    parser = argparse.ArgumentParser(prog="rmsnorm-conformance contract", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", nargs="?", default=None,
+                        help="the CONTRACT.md to write or check (default: CONTRACT.md); a path alone is written")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="rewrite the file's generated blocks from the module")
+    action.add_argument("--check", action="store_true", help="exit 1 if the file differs from the module")
     args = parser.parse_args(argv)
-    path = Path(args.path)
+    if args.path is None and not (args.write or args.check):
+        sys.stdout.write(render(SHIPPED.read_text()))
+        return 0
+    path = Path(args.path or "CONTRACT.md")
     if not path.is_file():
         parser.error(f"{path}: no such file. Give the contract's markdown to check or rewrite, CONTRACT.md at the "
-                     "root of a clone of this project (the wheel does not ship it)")
+                     "root of a clone of this project (`rmsnorm-conformance contract` alone prints the contract)")
     text = path.read_text()
     try:
         new = render(text)
@@ -161,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{path}: {exc}")
     if args.check:
         if new != text:
-            print(f"{path} is out of date with contract/: run `rmsnorm-conformance contract {path}`")
+            print(f"{path} is out of date with contract/: run `rmsnorm-conformance contract --write {path}`")
             return 1
         print(f"{path} matches contract/ (version {c.VERSION})")
         return 0

@@ -40,7 +40,8 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
     Rule("axis_a.leading_dims", "leading dims",
          "[B, S, D] equals the flattened [B*S, D]; QK-norm's [T, H, 128] equals [T*H, 128]."),
     Rule("axis_a.strided_rows", "strided rows",
-         "A view whose rows sit in a wider buffer, or a column-major layout, equals a contiguous copy; a weight "
+         "A view whose rows sit in a wider buffer, a column-major layout, or a 3-D view whose last dim is strided (a "
+         "transposed [B, D, S] activation seen as [B, S, D]) equals a contiguous copy; a weight "
          "that is a strided view or an offset slice of a larger tensor equals a contiguous weight."),
     Rule("axis_a.repeat", "repeat",
          "The same call twice gives the same bits."),
@@ -50,8 +51,8 @@ AXIS_A_VARIANTS: tuple[Rule, ...] = (
          "torch.no_grad() and under torch.inference_mode() (sampling)."),
     Rule("axis_a.execution_mode", "execution mode",
          "The same call gives eager's bits under torch.compile, captured in a CUDA graph and replayed (on a GPU), "
-         "with another count of intra-op threads (on a CPU), "
-         "under torch.no_grad() and under torch.inference_mode(), through every entry point (forward, "
+         "under torch.use_deterministic_algorithms(True), with 1, 2, 4 and the machine's count of intra-op threads "
+         "(on a CPU), under torch.no_grad() and under torch.inference_mode(), through every entry point (forward, "
          "forward_fp32, the fused add in place or not, offset, no weight), every output. The default gate holds a "
          "sample to it (1 and 17 rows at the target dims, the weight in x's dtype, and a few drawn cases); --modes "
          "widens the compiled and captured forward to the full sweep, --modes=none turns the sample off."),
@@ -142,9 +143,11 @@ GRADIENT_RULES: tuple[Rule, ...] = (
          "dw lies within the profile's gradient bound of fp32 autograd through the reference, with the same "
          "allowance for roundings of its terms, sum(|g xhat|) over the rows."),
     Rule("gradients.dx_batch_invariance", "dx batch invariance",
-         "dx of rows [0:b] computed alone equals dx of the same rows inside a larger batch, bitwise."),
+         "dx of rows [0:b] computed alone equals dx of the same rows inside a larger batch, bitwise, with the "
+         "weight trained and with it frozen (requires_grad=False, as under LoRA)."),
     Rule("gradients.dw_determinism", "dw determinism",
-         "dw is bitwise identical run to run for the same inputs."),
+         "dw is bitwise identical run to run for the same inputs, and on a CPU with 1, 2, 4 and the machine's count "
+         "of intra-op threads, at drawn batches and at the large-batch thresholds."),
 )
 
 # Checked only when a run asks for it (--require-parity, --modes): then it gates like any numerics rule.
@@ -330,6 +333,9 @@ THRESHOLD_ROWS: tuple[int, ...] = (
     1023, 1024, 1025, 2047, 2048, 2049, 4096, 8192, 16384,  # prefill batches: split reductions, new tiles
     32767, 32768,                  # Liger-Kernel packs 16 rows per program from 32768 rows at dim <= 256
     65536, 131072,                 # long-context prefill at head_dim 128 (QK-norm sees tokens x heads rows)
+    # Past 2^18 rows, where a GPU's memory holds them: a 16K-token prefill chunk of 128 query heads is 2^21 rows of
+    # head_dim, and kernels that put rows on a grid axis of at most 65535 blocks tile them in further launches.
+    262144, 524288, 1048576, 2097152,
 )
 # 32-bit offsets: a kernel that forms row * row_stride in int32 reads and writes the wrong rows once an offset
 # passes 2^31 elements. Checked on rows near the end of a contiguous batch past 2^31 elements (524,304 rows of
@@ -341,10 +347,15 @@ INT32_OFFSET_ROWS_CHECKED = 16
 # Launch grids sized by the GPU: k x its SM count.
 THRESHOLD_SM_MULTIPLES: tuple[int, ...] = (1, 2, 3, 4)
 DEFAULT_SM_COUNT = 132  # an H200's: the SM count the multiples use where no GPU is present
-# The target dims, Qwen3-14B/32B's hidden 5120, and 8192 (70B-class hidden).
-THRESHOLD_DIMS: tuple[int, ...] = (4096, 128, 5120, 8192)
-# QK-norm heads of 128: 8 key/value heads, 32 (Qwen3-8B), 40 (Qwen3-14B) and 64 (Qwen3-32B) query heads.
-QK_NORM_HEADS: tuple[int, ...] = (8, 32, 40, 64)
+# Hidden sizes past 8192: Falcon-180B's 14848, Llama-3.1-405B's 16384, and 16384's odd neighbours (a one-element
+# tail past a power-of-two block, and a row one short of it). Kernels keep a path of their own for rows this wide
+# (a split row, another block loop).
+WIDE_DIMS: tuple[int, ...] = (14848, 16383, 16384, 16385)
+# The target dims, Qwen3-14B/32B's hidden 5120, 8192 (70B-class hidden) and the wide dims.
+THRESHOLD_DIMS: tuple[int, ...] = (4096, 128, 5120, 8192, *WIDE_DIMS)
+# QK-norm heads of 128: 8 key/value heads, and 32 (Qwen3-8B), 40 (Qwen3-14B), 64 (Qwen3-32B) and 128 query heads
+# (DeepSeek-V3's and Llama-3.1-405B's count: a QK-norm model of their width).
+QK_NORM_HEADS: tuple[int, ...] = (8, 32, 40, 64, 128)
 QK_NORM_TOKENS: tuple[int, ...] = (1, 2, 3, 16, 17, 257, 2048)
 
 ALL_RULES: tuple[Rule, ...] = (AXIS_A_VARIANTS + AXIS_B_RULES + SEMANTIC_RULES + GRADIENT_RULES + INTERFACE_RULES

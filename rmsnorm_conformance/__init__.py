@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import importlib.metadata
 
+from .contract.rmsnorm import VERSION as CONTRACT_VERSION  # the contract this package implements (CONTRACT.md)
+
 try:
     __version__ = importlib.metadata.version("rmsnorm-conformance")
 except importlib.metadata.PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+__all__ = ["CONTRACT_VERSION", "__version__"]

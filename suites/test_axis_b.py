@@ -1,5 +1,6 @@
 """Axis-B: low-precision output within the profile's bound of the fp32 reference of the very same inputs,
-with the weight contiguous, a strided view or an offset slice of a larger tensor."""
+with the weight contiguous, a strided view or an offset slice of a larger tensor; drawn, and a few rows at every
+threshold dim (the wide ones and a model's own included), which a sweep reaches only by chance."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from rmsnorm_conformance.harness import (
     assert_within,
     conformance,
     correctly_rounded,
+    explicit_cases,
     lay_out_weight,
     reference_fp32,
     strategies,
+    thresholds,
 )
 
 
 def _draw(subject):
-    return {"dtype": subject.dtype, "max_elements": subject.max_elements, "any_weight_layout": True}
+    return {"dtype": subject.dtype, "max_elements": subject.max_elements, "any_weight_layout": True,
+            "model_dims": subject.model_dims}
 
 
 def _inputs(subject, b):
@@ -26,6 +30,15 @@ def _inputs(subject, b):
 
 @conformance("axis_b.output", AccuracyCase, lambda s: strategies.accuracy_cases(**_draw(s)))
 def test_output(subject, case):
+    check_output(subject, case)
+
+
+@explicit_cases("axis_b.output", AccuracyCase, thresholds.accuracy_plan)
+def test_output_at_threshold_dims(subject, case, memo):
+    check_output(subject, case)
+
+
+def check_output(subject, case):
     b = case.batch
     x, w = _inputs(subject, b)
     out = subject.forward(x, w, b.eps)
@@ -43,6 +56,15 @@ def _no_forward_fp32(subject):
 @conformance("axis_b.forward_fp32", AccuracyCase, lambda s: strategies.accuracy_cases(**_draw(s)),
              skip_reason=_no_forward_fp32)
 def test_forward_fp32(subject, case):
+    check_forward_fp32(subject, case)
+
+
+@explicit_cases("axis_b.forward_fp32", AccuracyCase, thresholds.accuracy_plan, skip_reason=_no_forward_fp32)
+def test_forward_fp32_at_threshold_dims(subject, case, memo):
+    check_forward_fp32(subject, case)
+
+
+def check_forward_fp32(subject, case):
     b = case.batch
     x, w = _inputs(subject, b)
     out = subject.forward_fp32(x, w, b.eps)

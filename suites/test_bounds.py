@@ -149,7 +149,7 @@ def test_batch_size_past_int32_offsets(subject, case, memo):
                         f"{case.batch.rows} (their offsets pass 2^31 elements there)")
 
 
-def _accuracy_plan(dtype, device, budget, source, entries):
+def _accuracy_plan(dtype, device, budget, source, entries, *, dims=()):
     """The batch of the 32-bit offset case through forward (axis_b.output's entry point; forward_fp32 has its own
     rule), as an AccuracyCase: its last rows are checked."""
     plan = thresholds.int32_batch_plan(dtype, device, budget, source, ("forward",))

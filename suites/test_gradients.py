@@ -1,8 +1,11 @@
-"""Gradients: fp32 autograd through the reference is the golden source; dx must also be batch-invariant
-and dw bitwise identical run to run. Swept over every declared (x dtype, weight dtype) pair.
+"""Gradients: fp32 autograd through the reference is the golden source; dx must also be batch-invariant (with the
+weight trained and frozen) and dw bitwise identical run to run and across intra-op thread counts, at drawn batches
+and at the large-batch thresholds. Swept over every declared (x dtype, weight dtype) pair.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -13,15 +16,19 @@ from rmsnorm_conformance.harness import (
     assert_within,
     conformance,
     drawing_device,
+    explicit_cases,
     strategies,
+    thresholds,
 )
+from rmsnorm_conformance.harness.running.modes import intra_op_threads, thread_counts
 
 REPEATS = 3  # atomics' arrival order can agree with the first pass by chance
 
 
 def _cases(subject):
     # A quarter of the forward budget: backward keeps several batch-sized tensors alive.
-    return strategies.gradient_cases(dtype=subject.dtype, max_elements=max(1, subject.max_elements // 4))
+    return strategies.gradient_cases(dtype=subject.dtype, max_elements=max(1, subject.max_elements // 4),
+                                     model_dims=subject.model_dims)
 
 
 def _no_backward(subject):
@@ -75,21 +82,45 @@ def test_gradient_accuracy(subject, case):
 
 @conformance("gradients.dx_batch_invariance", GradientCase, _cases, skip_reason=_no_backward)
 def test_dx_batch_invariance(subject, case):
+    """dx of a sub-batch alone against the same rows in the whole batch, with the weight trained and with it frozen
+    (LoRA): a backward that branches on which inputs need a gradient has a dx-only path of its own."""
     b = case.batch
     x, w, g = _inputs(subject, case)
-    dx_full, _ = _grads(subject, x, w, g, b.eps)
     n = case.length
-    dx_part, _ = _grads(subject, x[:n].clone(), w, g[:n].clone(), b.eps)
-    assert_bitwise(subject, case, actual=dx_part, expected=dx_full[:n],
-                   dim=b.dim, what=f"dx of rows [0:{n}] alone differs from the same rows in a batch of {b.rows}")
+    for frozen, how in ((False, ""), (True, " with the weight frozen (LoRA)")):
+        dx_full, _ = _grads(subject, x, w, g, b.eps, frozen_weight=frozen)
+        dx_part, _ = _grads(subject, x[:n].clone(), w, g[:n].clone(), b.eps, frozen_weight=frozen)
+        assert_bitwise(subject, case, actual=dx_part, expected=dx_full[:n], dim=b.dim,
+                       what=f"dx of rows [0:{n}] alone differs from the same rows in a batch of {b.rows}{how}")
+
+
+def _passes(subject):
+    """The intra-op thread count of each repeated backward pass: on a CPU the counts of ``thread_counts()`` (a
+    backward may split dw's sum over rows by thread), each at least once, else the process's own count."""
+    counts = thread_counts() if subject.device.type == "cpu" else ()
+    return [counts[i % len(counts)] if counts else None for i in range(max(REPEATS, len(counts)))]
+
+
+def check_dw_determinism(subject, case, memo=None):
+    b = case.batch
+    x, w, g = _inputs(subject, case)
+    _, dw_first = _grads(subject, x, w, g, b.eps)
+    for attempt, threads in enumerate(_passes(subject), start=1):
+        with intra_op_threads(threads) if threads else contextlib.nullcontext():
+            _, dw_again = _grads(subject, x, w, g, b.eps)
+        how = f" (with {threads} intra-op threads)" if threads else ""
+        assert_bitwise(subject, case, actual=dw_again, expected=dw_first, dim=b.dim,
+                       what=f"dw over {b.rows} rows changed on backward pass {attempt + 1} of identical passes{how}")
 
 
 @conformance("gradients.dw_determinism", GradientCase, _cases, skip_reason=_no_backward)
 def test_dw_determinism(subject, case):
-    b = case.batch
-    x, w, g = _inputs(subject, case)
-    _, dw_first = _grads(subject, x, w, g, b.eps)
-    for attempt in range(1, REPEATS + 1):
-        _, dw_again = _grads(subject, x, w, g, b.eps)
-        assert_bitwise(subject, case, actual=dw_again, expected=dw_first, dim=b.dim,
-                       what=f"dw over {b.rows} rows changed on backward pass {attempt + 1} of identical passes")
+    check_dw_determinism(subject, case)
+
+
+# Half the threshold budget: a backward holds several batch-sized tensors.
+@explicit_cases("gradients.dw_determinism", GradientCase, thresholds.large_batch_gradient_plan, budget_share=2,
+                skip_reason=_no_backward)
+def test_dw_determinism_at_thresholds(subject, case, memo):
+    """dw at the largest threshold row count in reach at each threshold dim, across thread counts."""
+    check_dw_determinism(subject, case)

@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from rmsnorm_conformance.contract import Tolerance, profile
+from rmsnorm_conformance.contract import Tolerance
 from rmsnorm_conformance.harness import (
     Batch,
     compare_within,
@@ -21,9 +21,9 @@ from rmsnorm_conformance.harness import (
 SHAPES = ((1, 4096), (257, 4096), (8192, 128), (3, 1000), (64, 8192))
 
 
-def test_cross_backend_parity(parity, request):
+def test_cross_backend_parity(parity):
     """Each shape's outputs of every backend whose declared limits take it, compared pair by pair."""
-    bound = profile(request.config.getoption("--contract-profile")).output_bound(parity.dtype)
+    bound = parity.profile.output_bound(parity.dtype)
     doubled = Tolerance(2 * bound.atol, 2 * bound.rtol, "twice the output bound") if isinstance(
         bound, Tolerance) else None
     compared = 0

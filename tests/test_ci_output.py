@@ -149,7 +149,7 @@ def test_a_re_run_keeps_each_option_with_its_value(pytester):
     """Without a replay the re-run is the run's command less its targets: an option's value standing alone had been
     dropped as a target (``-p no:cacheprovider`` left ``-p`` to swallow the next option, ``--basetemp DIR`` an
     option with no value). The command the report keeps joins each value to its option."""
-    from rmsnorm_conformance.harness.plugin.options import run_command
+    from rmsnorm_conformance.harness.plugin.run_options import run_command
 
     config = pytester.parseconfig("--pyargs", "rmsnorm_conformance.suites", "-p", "no:cacheprovider", "--backend",
                                   "kern:Bad", "-k", "batch and not thresholds", "--basetemp", "bt", "-q", "-n", "2")

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_contract_md_tables_match_the_module():
     text = (ROOT / "CONTRACT.md").read_text()
-    assert render(text) == text, "CONTRACT.md is out of date: run `rmsnorm-conformance contract`"
+    assert render(text) == text, "CONTRACT.md is out of date: run `rmsnorm-conformance contract --write`"
 
 
 def test_every_number_in_the_module_appears_in_contract_md():

@@ -125,7 +125,7 @@ def test_an_interrupt_before_the_reporter_starts_leaves_an_incomplete_report(pyt
 
 def _check_reports_repeatedly(path: str, times: int) -> int:
     """How many of ``times`` checks of ``path`` as a --report failed (run in a process of its own)."""
-    from rmsnorm_conformance.harness.plugin.options import _check_reports
+    from rmsnorm_conformance.harness.plugin.run_options import _check_reports
 
     failed = 0
     for _ in range(times):

@@ -1,10 +1,12 @@
 """The execution-mode sample of the default gate (axis_a.execution_mode): a kernel whose compiled path differs from
-eager, and one whose fused add differs only under inference_mode, fail without any option; --modes=none turns the
+eager, one whose fused add differs only under inference_mode, one with a path of its own under deterministic
+algorithms and one that changes order from 4 threads on fail without any option; --modes=none turns the
 sample off; the wrapped modes call every entry point, an in-place fused add included."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,15 @@ import torch
 
 from rmsnorm_conformance.harness.plugin.parity_gate import parse_modes, sample_on
 from rmsnorm_conformance.harness.running.backend import Backend
-from rmsnorm_conformance.harness.running.modes import WRAPPED, ModeBackend, sample_backend, sample_modes
+from rmsnorm_conformance.harness.running.modes import (
+    WRAPPED,
+    ModeBackend,
+    deterministic_algorithms,
+    intra_op_threads,
+    sample_backend,
+    sample_modes,
+    thread_counts,
+)
 from rmsnorm_conformance.zoo import EngineStyleRMSNorm
 
 # What these runs check needs no large batch: the threshold plans and sweeps at a CPU budget's 1/32.
@@ -81,8 +91,37 @@ def test_modes_none_turns_the_sample_off_and_stands_alone():
     assert parse_modes("compile,cudagraph") == ("compile", "cudagraph")
     with pytest.raises(ValueError, match="give it alone"):
         parse_modes("none,compile")
-    assert sample_modes(torch.device("cpu")) == ("compile",)
-    assert sample_modes(torch.device("cuda", 0)) == ("compile", "cudagraph")
+    assert sample_modes(torch.device("cpu")) == ("compile", "deterministic")
+    assert sample_modes(torch.device("cuda", 0)) == ("compile", "cudagraph", "deterministic")
+    assert parse_modes("deterministic") == ("deterministic",)
+
+
+def test_the_trainers_modes_put_back_what_the_process_had():
+    """Deterministic algorithms and another thread count hold only inside: the process's own settings, whatever
+    they were, come back after (a check must leave no global state behind)."""
+    before = torch.get_num_threads()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with deterministic_algorithms():
+            assert torch.are_deterministic_algorithms_enabled()
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    with intra_op_threads(4):
+        assert torch.get_num_threads() == 4
+    assert torch.get_num_threads() == before
+    assert {1, 2, 4, os.cpu_count()} == set(thread_counts())
+
+
+@pytest.mark.parametrize(("defect", "label"), [("DeterministicModePath", "torch.use_deterministic_algorithms(True)"),
+                                               ("ManyThreadsReduction", "4 intra-op threads")])
+def test_a_path_of_the_trainers_modes_fails_the_default_gate(run, defect, label):
+    """A kernel that reduces in another order under deterministic algorithms, or only from 4 threads on, fails the
+    execution-mode sample without any option, naming the mode."""
+    result = run(*ARGS, f"--backend=rmsnorm_conformance.zoo:{defect}", "-k", "test_execution_mode_at_thresholds")
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines([f"*contract rule axis_a.execution_mode*under {label}*differ*"])
 
 
 def test_a_mode_wraps_every_entry_point_and_keeps_the_declarations():

@@ -13,7 +13,7 @@ import torch
 
 from rmsnorm_conformance.contract import Tolerance
 from rmsnorm_conformance.harness.checking.comparison import compare_within
-from rmsnorm_conformance.harness.plugin.options import load_bench as _load_bench
+from rmsnorm_conformance.harness.plugin.run_options import load_bench as _load_bench
 from rmsnorm_conformance.harness.reporting import plots, render
 from rmsnorm_conformance.harness.reporting.merge import merge
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import SORT_ORDER, labelled, pick_rows

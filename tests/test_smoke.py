@@ -60,10 +60,11 @@ def test_smoke_holds_bitwise_rules_in_float32_and_bfloat16_and_the_others_in_bfl
     assert SMOKE.dtypes_for(("axis_a.repeat", "semantics.purity")) == ("bfloat16",)  # not every rule is bitwise
 
 
-def test_smoke_keeps_forward_cases_at_qwen3_8b_dims_and_heads():
+def test_smoke_keeps_forward_cases_at_qwen3_8b_dims_and_heads_and_one_wide_dim():
     for dim in THRESHOLD_DIMS:
         kept = SMOKE.covers(BatchSizeCase(_batch(dim), 4))
-        assert kept == (dim in TARGET_DIMS.values()), dim
+        assert kept == (dim in (*TARGET_DIMS.values(), 16384)), dim
+    assert any(d > 8192 for d in SMOKE.threshold_dims)
     assert SMOKE.covers(FirstCallCase(_batch(1000)))  # not a threshold dim: the first calls' odd dim stays
     assert SMOKE.covers(LeadingDimsCase(_batch(128, 64), (2, 32)))
     assert not SMOKE.covers(LeadingDimsCase(_batch(128, 80), (2, 40)))

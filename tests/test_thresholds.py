@@ -18,7 +18,7 @@ from rmsnorm_conformance.contract.rmsnorm import (
     THRESHOLD_ROWS,
 )
 from rmsnorm_conformance.harness.drawing import budget, thresholds
-from rmsnorm_conformance.harness.drawing.cases import Batch, lay_out_weight
+from rmsnorm_conformance.harness.drawing.cases import Batch, lay_out_weight, strided_layout
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.running import fresh_process
 from rmsnorm_conformance.harness.running.backend import Backend
@@ -43,7 +43,7 @@ def test_every_threshold_in_reach_is_checked_in_every_dim_and_entry_point(plan, 
     made = plan("float32", CPU, budget_elements, "a test budget", ENTRIES)
     for entry in ENTRIES:
         for dim in THRESHOLD_DIMS:
-            largest = budget_elements // dim
+            largest = budget.at_dim(dim, budget_elements, CPU) // dim
             mine = [c for c in made.cases if c.entry == entry and c.batch.dim == dim]
             in_reach = [t for t in thresholds.row_thresholds(CPU) if t < largest]
             assert {c.length for c in mine} == set(in_reach)
@@ -62,7 +62,7 @@ def test_padding_pairs_straddle_every_consecutive_pair_of_thresholds():
     budget_elements = 1 << 23
     made = thresholds.padding_plan("bfloat16", CPU, budget_elements, "b", ("forward",))
     for dim in THRESHOLD_DIMS:
-        largest = budget_elements // dim
+        largest = budget.at_dim(dim, budget_elements, CPU) // dim
         in_reach = [t for t in thresholds.row_thresholds(CPU) if t < largest]
         pairs = {(c.batch.rows, c.batch.rows + c.before + c.after) for c in made.cases if c.batch.dim == dim}
         assert set(zip(in_reach, [*in_reach[1:], largest], strict=True)) <= pairs
@@ -74,7 +74,7 @@ def test_padding_pairs_straddle_every_consecutive_pair_of_thresholds():
 
 
 def test_qk_norm_shapes_cover_every_head_count():
-    made = thresholds.qk_leading_dims_plan("float16", CPU, 1 << 24, "b", ENTRIES)
+    made = thresholds.qk_leading_dims_plan("float16", CPU, 1 << 25, "b", ENTRIES)
     shapes = {c.shape for c in made.cases}
     assert shapes == {(t, h) for h in QK_NORM_HEADS for t in QK_NORM_TOKENS}
     assert made.skipped is None
@@ -85,7 +85,66 @@ def test_qk_norm_shapes_cover_every_head_count():
     assert fused.skipped and "[T, 64, 128] with T" in fused.skipped
 
 
+def test_wide_dims_keep_to_a_few_rows_on_a_cpu_and_a_gpu_checks_them_in_full():
+    """Rows wider than 8192 (16384, 14848 and 16384's odd neighbours) are threshold dims; on a CPU their batches
+    keep to CPU_WIDE_ELEMENTS (the short-batch thresholds), which the note names, and on a GPU the budget is whole."""
+    assert {14848, 16383, 16384, 16385} <= set(THRESHOLD_DIMS)
+    assert budget.at_dim(16384, 1 << 23, CPU) == budget.CPU_WIDE_ELEMENTS
+    assert budget.at_dim(8192, 1 << 23, CPU) == 1 << 23
+    assert budget.at_dim(16384, 1 << 23, torch.device("cuda")) == 1 << 23
+    made = thresholds.batch_size_plan("float32", CPU, 1 << 23, "b", ("forward",))
+    wide = [c for c in made.cases if c.batch.dim == 16385]
+    assert {c.length for c in wide} == set(range(1, 17)) and {c.batch.rows for c in wide} == {31}
+    assert f"dim 16385 (rows wider than 8192: at most {budget.CPU_WIDE_ELEMENTS} elements on a CPU): 132, 255" \
+        in made.skipped
+
+
+def test_row_counts_past_2_18_are_planned_where_the_budget_holds_them_and_named_where_not():
+    rows = thresholds.row_thresholds(CPU)
+    assert {262144, 524288, 1048576, 2097152} <= set(rows)
+    roomy = thresholds.batch_size_plan("bfloat16", CPU, 1 << 29, "b", ("forward",), dims=(128,))
+    assert {262144, 524288, 1048576, 2097152} <= {c.length for c in roomy.cases}
+    assert not roomy.skipped
+    small = thresholds.batch_size_plan("bfloat16", CPU, 1 << 23, "b", ("forward",), dims=(128,))
+    assert "dim 128: 65536, 131072, 262144, 524288, 1048576, 2097152" in small.skipped
+
+
+def test_a_models_own_dims_join_the_threshold_dims():
+    made = thresholds.slice_plan("float32", CPU, 1 << 20, "b", ("forward",), dims=(*THRESHOLD_DIMS, 6144))
+    assert 6144 in {c.batch.dim for c in made.cases}
+    assert {c.batch.dim for c in thresholds.accuracy_plan("float32", CPU, 1 << 20, "b", ("forward",),
+                                                          dims=(6144, 16384)).cases} == {6144, 16384}
+
+
+def test_qk_norm_heads_reach_128():
+    assert 128 in QK_NORM_HEADS
+    made = thresholds.qk_leading_dims_plan("bfloat16", CPU, 1 << 23, "b", ("forward",))
+    assert {(t, 128) for t in QK_NORM_TOKENS if t * 128 * 128 <= 1 << 23} <= {c.shape for c in made.cases}
+
+
+def test_3d_views_with_a_strided_last_dim_at_every_threshold_dim():
+    made = thresholds.strided_3d_plan("float32", CPU, 1 << 23, "b", ENTRIES)
+    assert {c.batch.dim for c in made.cases} == set(THRESHOLD_DIMS) and made.skipped is None
+    for c in made.cases[:2]:
+        x = c.batch.x()
+        view = strided_layout(c, x)
+        assert view.dim() == 3 and view.stride(-1) > 1
+        assert torch.equal(view.reshape(-1, c.batch.dim), x[: view.shape[0] * view.shape[1]])
+
+
+def test_dw_at_large_batches_where_the_budget_holds_them():
+    made = thresholds.large_batch_gradient_plan("float32", CPU, 1 << 22, "b", ("forward",))
+    assert [(c.batch.dim, c.batch.rows) for c in made.cases] == [(128, 32768)]
+    assert made.skipped and "4096" in made.skipped
+    roomy = thresholds.large_batch_gradient_plan("float32", CPU, 1 << 24, "b", ("forward",), dims=(4096, 128))
+    assert [(c.batch.dim, c.batch.rows) for c in roomy.cases] == [(4096, 4096), (128, 131072)]
+
+
 def test_threshold_cases_replay():
+    for case in [*thresholds.accuracy_plan("float32", CPU, 1 << 20, "b", ENTRIES).cases,
+                 *thresholds.strided_3d_plan("float32", CPU, 1 << 20, "b", ENTRIES).cases,
+                 *thresholds.large_batch_gradient_plan("float32", CPU, 1 << 22, "b", ENTRIES).cases]:
+        assert parse_case(repr(case)) == case
     for plan in (thresholds.batch_size_plan, thresholds.slice_plan, thresholds.padding_plan,
                  thresholds.qk_leading_dims_plan, thresholds.qk_fused_heads_plan):
         for case in plan("float32", CPU, 1 << 16, "b", ENTRIES).cases[::7]:
@@ -98,6 +157,8 @@ def test_first_call_plan_rotates_which_entry_point_goes_first():
     firsts = [made.cases[2 * i].entry for i in range(len(FIRST_CALL_DIMS))]
     assert set(firsts) == set(ENTRIES)
     assert all(c.batch.rows * c.batch.dim <= 1 << 20 for c in made.cases)
+    own = first_call_plan("float32", CPU, 1 << 20, "b", ("forward",), dims=(*THRESHOLD_DIMS, 6144)).cases
+    assert 6144 in {c.batch.dim for c in own}
 
 
 def test_every_entry_points_first_calls_share_one_process_that_takes_turns(monkeypatch):
@@ -252,3 +313,27 @@ def test_a_budget_that_leaves_thresholds_out_says_so_in_the_report(pytester, mon
     assert any("beyond the element budget of 4096 (--max-elements)" in r and "dim 4096: 1, 2, 3" in r
                for r in reasons), reasons
     assert data["verdict"] == "PASS" and data["totals"]["checks"] > 0
+
+
+def test_a_models_own_dims_are_checked_and_the_report_lists_the_shapes(pytester, monkeypatch):
+    """--dims adds a model's own dims: the explicit checks run at them (here Axis-B's few rows at every threshold
+    dim), and the report's environment lists the dims and head counts the run checked."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu",
+        "--dtype=float32", "-k", "test_output_at_threshold_dims", "--dims=6144,96", "--report=dims.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    data = json.loads((pytester.path / "dims.json").read_text())
+    shapes = data["environment"]["shapes checked"]
+    assert "the model's own (--dims): 6144, 96" in shapes and "16384, 16385, 6144, 96" in shapes
+    assert "with H 8, 32, 40, 64, 128" in shapes
+    checked = {d for s in data["summaries"] if s["rule"] == "axis_b.output" for d in s.get("dims", [])}
+    assert {6144, 96, 14848, 16385} <= checked, data["summaries"]
+
+
+def test_dims_that_are_not_whole_numbers_are_a_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites",
+                                           "--backend=native", "--device=cpu", "--dims=4096,wide", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dims=4096,wide: 'wide' is not a dim*--dims=6144,128*"])

@@ -33,7 +33,7 @@ EXAMPLE = ROOT / "examples" / "gate-your-kernel"
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__",
                                      ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache", ".whl", "*.whl",
                                      ".ci-typecheck.log", ".ci-nvcc-cache", ".ci-nvcc-warm.log", "report.md",
-                                     "report.json")
+                                     "report.json", "site")
 # The same torch as this run, so pip takes it from its cache or local wheels rather than fetching another build.
 TORCH_SPEC = "torch==" + torch.__version__.split("+", 1)[0]
 # The harness's words: no line of a user's own test run may carry them.
@@ -255,6 +255,7 @@ def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
     venv, wheel = _install(tmp_path)
     user = _user_dir(tmp_path / "user")
     check_the_wheel_holds_one_package_with_every_source_file(wheel)
+    check_the_rules_text_ships_in_the_wheel(venv, user)
     check_kernels_of_every_shape_gate_and_replays_reproduce(venv, user)
     check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv, tmp_path)
     check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv, tmp_path / "own-tests")
@@ -273,6 +274,20 @@ def check_the_wheel_holds_one_package_with_every_source_file(wheel: Path) -> Non
     expected = {f"{package.replace('.', '/')}/{py.relative_to(ROOT / folder).as_posix()}"
                 for package, folder in package_dir.items() for py in (ROOT / folder).rglob("*.py")}
     assert {n for n in names if n.endswith(".py")} == expected
+
+
+def check_the_rules_text_ships_in_the_wheel(venv: Venv, user: Path) -> None:
+    """The contract, one rule explained and both versions, from the installed wheel in the user's folder."""
+    from rmsnorm_conformance import __version__, contract
+
+    done = venv.run("rmsnorm-conformance --version && rmsnorm-conformance contract && "
+                    "rmsnorm-conformance explain axis_a.padding && rmsnorm-conformance explain axis_a.pading", user)
+    assert done.returncode == 2, done.stdout[-4000:]  # the last: a rule that does not exist
+    assert done.stdout.startswith(f"rmsnorm-conformance {__version__} (contract {contract.VERSION})\n")
+    assert (ROOT / "CONTRACT.md").read_text() in done.stdout
+    assert contract.rule("axis_a.padding").statement in done.stdout
+    assert "--backend=rmsnorm_conformance.zoo:BatchStatisticLeak --rule=axis_a.padding" in done.stdout
+    assert "no contract rule 'axis_a.pading'; did you mean axis_a.padding" in done.stdout
 
 
 def check_kernels_of_every_shape_gate_and_replays_reproduce(venv: Venv, user: Path) -> None:

@@ -23,6 +23,7 @@ from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS, check_inputs, 
 from rmsnorm_conformance.contract.reference import (
     reference_backward_fp32,
     reference_fp32,
+    sum_fixed_order,
     sum_of_squares_fixed_order,
 )
 
@@ -1301,6 +1302,208 @@ class UnweightedBatchWideNonfiniteGuard(NativeRMSNormOp):
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         out = super().forward_unweighted(x, eps)
         return torch.where(torch.isfinite(x).all(), out, torch.zeros_like(out))
+
+
+# --- The shapes real models run and the modes trainers use ------------------------------------------------------
+# Each hides where a sweep of dims up to 8192, 64 heads, 2-D views, the default modes, one other thread count and a
+# trained weight does not go.
+
+# Rows wider than this take the wide-row paths below (Llama-3.1-405B's hidden 16384, Falcon-180B's 14848).
+_WIDE = 8192
+
+
+class WideRowSplitReduction(NativeRMSNormOp):
+    """Breaks axis_a.batch_size: rows wider than 8192 in a batch of fewer than 4 rows are each split over several
+    programs, whose partial sums combine in another order.
+
+    A kernel that gives each row one program while rows fill the GPU, and splits a row over several programs when
+    they do not (a decode step of Llama-3.1-405B: one token of 16384), so that few wide rows still use every SM.
+    The split only pays past 8192 columns, so a gate whose dims stop at 8192 never takes it; a decode step and a
+    prefill of the same token then round it differently.
+    """
+
+    name = "wide_row_split_reduction"
+    breaks = "axis_a.batch_size"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _lanes_if(x.shape[-1] > _WIDE and _rows(x) < 4, x, weight, eps)
+
+
+class WideRowDroppedTail(NativeRMSNormOp):
+    """Breaks axis_b.output: rows wider than 8192 take a block loop of 1024 columns with no masked tail, so the
+    columns past the last whole block are left out of the sum of squares.
+
+    Kernels keep the whole row in registers up to some width and loop over blocks beyond it; the loop written
+    ``for k in range(dim // BLOCK)`` is exact at 16384 and drops 512 columns of Falcon-180B's 14848 and 1023 of
+    16383. Dims up to 8192 take the register path and are exact.
+    """
+
+    name = "wide_row_dropped_tail"
+    breaks = "axis_b.output"
+    block = 1024
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        dim = x.shape[-1]
+        if dim <= _WIDE:
+            return super().forward_fp32(x, weight, eps)
+        x32 = x.float()
+        whole = dim // self.block * self.block
+        return _normalise(x32, weight, eps, sum_of_squares_fixed_order(x32[..., :whole]))
+
+
+class SecondLaunchPastHead64(NativeRMSNormOp):
+    """Breaks axis_a.leading_dims: a [T, H, 128] input with more than 64 heads is normalised in two launches, the
+    heads past the 64th by a second kernel that reduces in another order.
+
+    A QK-norm kernel that maps heads to a grid axis sized for 64 (Qwen3-32B's query heads) and launches again for
+    the rest: DeepSeek-V3's and Llama-3.1-405B's 128 query heads take the second launch for half of them, while
+    the flattened [T*H, 128] call keeps one launch, so a head's bits depend on how the caller shaped the tensor.
+    """
+
+    name = "second_launch_past_head_64"
+    breaks = "axis_a.leading_dims"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        if x.dim() < 3 or x.shape[-2] <= 64:
+            return super().forward_fp32(x, weight, eps)
+        first = reference_fp32(x[..., :64, :], weight, eps)
+        rest = _lanes_if(True, x[..., 64:, :], weight, eps)
+        return torch.cat([first, rest], dim=-2)
+
+
+class StridedLastDimAs2D(NativeRMSNormOp):
+    """Breaks axis_a.strided_rows: a 3-D input whose last dim is strided is read with 2-D column-major indexing,
+    element (r, c) at r * stride(-2) + c * stride(-1), as if its rows were one 2-D column-major matrix.
+
+    A wrapper that supports a column-major [rows, dim] input by passing the kernel the last two strides: a
+    transposed [B, dim, S] activation viewed as [B, S, dim] has the same two strides, but its second batch entry
+    starts dim * S elements on, so the kernel reads the first entry's memory in its place. Contiguous copies, and
+    2-D column-major inputs, are read right.
+    """
+
+    name = "strided_last_dim_as_2d"
+    breaks = "axis_a.strided_rows"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        if x.dim() < 3 or x.stride(-1) == 1:
+            return super().forward_fp32(x, weight, eps)
+        as_read = x.as_strided((_rows(x), x.shape[-1]), (x.stride(-2), x.stride(-1)))
+        return reference_fp32(as_read, weight, eps).reshape(x.shape)
+
+
+class DeterministicModePath(NativeRMSNormOp):
+    """Breaks axis_a.execution_mode: under ``torch.use_deterministic_algorithms(True)`` the norm takes another path
+    that reduces in another order.
+
+    Kernel libraries check ``torch.are_deterministic_algorithms_enabled()`` and swap a split or atomic reduction for
+    a deterministic fallback. Many RL trainers turn the mode on and samplers leave it off, so the trainer's
+    log-probs and the sampler's come from two reduction orders, while a gate that never turns the mode on sees one.
+    """
+
+    name = "deterministic_mode_path"
+    breaks = "axis_a.execution_mode"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _lanes_if(torch.are_deterministic_algorithms_enabled(), x, weight, eps)
+
+
+class ManyThreadsReduction(NativeRMSNormOp):
+    """Breaks axis_a.execution_mode: with 4 or more intra-op threads each row's sum of squares is split over the
+    threads and their partial sums combined in another order.
+
+    A CPU kernel that parallelises within a row once it has threads to spare (``at::parallel_reduce`` with a grain
+    size): on a CI machine of two cores, under pytest-xdist one thread a worker, it never splits; on a 64-core
+    training host it always does, and the same row rounds differently there.
+    """
+
+    name = "many_threads_reduction"
+    breaks = "axis_a.execution_mode"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _lanes_if(torch.get_num_threads() >= 4, x, weight, eps)
+
+
+class _DxOnlyBackward(torch.autograd.Function):
+    """The native forward with a hand-written backward that has a dx-only path for a frozen weight, whose dot
+    product re-plans below 16 rows; with the weight trained, one fused dx and dw pass in the native order."""
+
+    @staticmethod
+    def forward(ctx, x32: torch.Tensor, weight32: torch.Tensor, eps: float) -> torch.Tensor:
+        denom = torch.sqrt(sum_of_squares_fixed_order(x32) / x32.shape[-1] + eps)
+        ctx.save_for_backward(x32, weight32, denom)
+        return (x32 / denom) * weight32
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+        x32, weight32, denom = ctx.saved_tensors
+        dim = x32.shape[-1]
+        gw = grad * weight32
+        dx_only = not ctx.needs_input_grad[1]
+        dot = (sum_by_lanes if dx_only and grad.numel() // dim < 16 else tree_sum)(gw * x32)
+        dx = gw / denom - x32 * (dot / dim) / (denom * denom * denom)
+        dw = None if dx_only else (grad * (x32 / denom)).reshape(-1, dim).sum(0)
+        return dx, dw, None
+
+
+class FrozenWeightBackward(NativeRMSNormOp):
+    """Breaks gradients.dx_batch_invariance: with the weight frozen (LoRA) the backward takes a dx-only kernel
+    whose dot product splits rows over more lanes below 16 rows.
+
+    Backward kernels branch on ``ctx.needs_input_grad``: with no dw to write they launch a leaner dx kernel with a
+    launch heuristic of its own. LoRA fine-tuning freezes every norm weight, so it alone meets that kernel, and a
+    gate that checks dx with the weight trained passes it.
+    """
+
+    name = "frozen_weight_backward"
+    breaks = "gradients.dx_batch_invariance"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        return _DxOnlyBackward.apply(x.float(), weight.float(), eps)
+
+
+class _ThreadSplitWeightGradient(torch.autograd.Function):
+    """weight broadcast over the rows; its gradient sums the rows in one partial sum per intra-op thread from 256
+    rows on, the partials added in thread order."""
+
+    @staticmethod
+    def forward(ctx, weight32: torch.Tensor, rows: int) -> torch.Tensor:
+        return weight32.expand(rows, weight32.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        parts = torch.get_num_threads() if grad.shape[0] >= 256 else 1
+        partials = [sum_fixed_order(block, dim=0).reshape(-1) for block in grad.chunk(parts)]
+        total = partials[0]
+        for partial in partials[1:]:
+            total = total + partial
+        return total, None
+
+
+class ThreadSplitWeightGradient(NativeRMSNormOp):
+    """Breaks gradients.dw_determinism: from 256 rows dw's sum over rows is split into one partial sum per intra-op
+    thread, so dw's bits depend on the thread count.
+
+    A CPU backward that parallelises dw's reduction over rows with ``at::parallel_for`` and adds the per-thread
+    partials: run to run on one machine it is deterministic, and a training job that moves to a host with another
+    core count (or sets OMP_NUM_THREADS) gets other dw bits. The forward and dx are the native ones.
+    """
+
+    name = "thread_split_weight_gradient"
+    breaks = "gradients.dw_determinism"
+
+    def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        check_inputs(x, weight, eps)
+        x32 = x.float().reshape(-1, x.shape[-1])
+        mean_square = sum_of_squares_fixed_order(x32) / x32.shape[-1]
+        w_rows = _ThreadSplitWeightGradient.apply(weight.float(), x32.shape[0])
+        return ((x32 / torch.sqrt(mean_square + eps)) * w_rows).reshape(x.shape)
 
 
 # --- Correct backends: the suites must pass them ------------------------------------------------------------

@@ -67,7 +67,12 @@ from rmsnorm_conformance.harness.running.fresh_process import (
     interleaved,
     run_fresh,
 )
-from rmsnorm_conformance.harness.running.modes import sample_backend, sample_modes
+from rmsnorm_conformance.harness.running.modes import (
+    intra_op_threads,
+    sample_backend,
+    sample_modes,
+    thread_counts,
+)
 
 REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
 PAD_SALT = 7  # pad rows of each row input come from their own generator
@@ -286,7 +291,8 @@ def _same_layouts(rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) -> None:
     """An engine runs the kernel compiled, captured in a CUDA graph and replayed, under no_grad or inference_mode;
-    a trainer runs it eagerly. Each must give eager's bits, through every entry point."""
+    a trainer runs it eagerly, often under deterministic algorithms, with whatever thread count its machine has.
+    Each must give eager's bits, through every entry point."""
     if not subject.mode_sample:
         pytest.skip("the execution-mode sample is off (--modes=none)")
     if subject.weight_dtype != subject.dtype:
@@ -301,15 +307,13 @@ def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) 
             found.append((label, call(subject, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
     if subject.device.type == "cpu":
         # A CPU kernel may split a row's reduction over its threads (where rows are fewer than threads): under
-        # pytest-xdist each worker runs one thread a core it was dealt, one on two cores, and that path never ran.
+        # pytest-xdist each worker runs one thread a core it was dealt, and the other counts' paths never ran.
         threads = torch.get_num_threads()
-        other = 1 if threads > 1 else 2
-        torch.set_num_threads(other)
-        try:
-            found.append((f"{other} intra-op threads (not {threads})",
-                          call(subject, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
-        finally:
-            torch.set_num_threads(threads)
+        for count in thread_counts():
+            if count != threads:
+                with intra_op_threads(count):
+                    found.append((f"{count} intra-op threads (not {threads})",
+                                  call(subject, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
     for mode in sample_modes(subject.device):
         moded = dataclasses.replace(subject, backend=sample_backend(subject.backend, mode, subject.device),
                                     record_as=subject.record_as or (subject.backend.name, str(subject.device)))
@@ -340,7 +344,8 @@ def _first_calls_together(subject: Subject, memo: dict) -> list[FirstCallCase]:
 
 
 # How a report names each execution mode of the sample.
-MODE_LABELS = {"compile": "torch.compile", "cudagraph": "CUDA-graph capture and replay"}
+MODE_LABELS = {"compile": "torch.compile", "cudagraph": "CUDA-graph capture and replay",
+               "deterministic": "torch.use_deterministic_algorithms(True)"}
 
 
 def _within_limits(subject: Subject, cases: Sequence[FirstCallCase]) -> list[FirstCallCase]:
@@ -491,7 +496,7 @@ ENTRY_CHECKS: tuple[EntryCheck, ...] = (
     EntryCheck("leading_dims", "axis_a.leading_dims", LeadingDimsCase, check_leading_dims,
                strategies.leading_dims_cases, (("_qk_norm", thresholds.qk_leading_dims_plan, False),)),
     EntryCheck("strided_rows", "axis_a.strided_rows", StridedCase, check_strided_rows, strategies.strided_cases,
-               (("_qk_norm", thresholds.qk_fused_heads_plan, False),)),
+               (("_qk_norm", thresholds.qk_fused_heads_plan, False), ("_3d_views", thresholds.strided_3d_plan, False))),
     EntryCheck("repeat", "axis_a.repeat", RepeatCase, check_repeat, strategies.repeat_cases),
     EntryCheck("grad_mode", "axis_a.grad_mode", GradModeCase, check_grad_mode, strategies.grad_mode_cases),
     EntryCheck("execution_mode", "axis_a.execution_mode", ExecutionModeCase, check_execution_mode,
@@ -528,7 +533,7 @@ class EntryGroup:
     def cases(self, strategy: Callable[..., st.SearchStrategy]) -> Callable[[Subject], st.SearchStrategy]:
         def drawn(subject: Subject) -> st.SearchStrategy:
             cases = strategy(dtype=subject.dtype, max_elements=max(1, subject.max_elements // self.budget_share),
-                             entries=self.entries(subject.backend) or ("forward",))
+                             entries=self.entries(subject.backend) or ("forward",), model_dims=subject.model_dims)
             if self.residual:
                 fp32 = subject.backend.fused_add_fp32_residual and subject.dtype != "float32"
                 cases = strategies.with_residual_dtypes(cases, (subject.dtype, "float32") if fp32

@@ -1,8 +1,13 @@
-"""Known-failure manifest: expected breaches per backend, device and rule, each with its reason.
+"""Known-failure manifest: expected breaches per backend, device, dtype and rule (and, optionally, case), each
+with its reason.
 
-A CI gate can adopt the harness before every kernel passes: a listed breach is reported as expected (an
-xfail) instead of failing the run. An expected breach that starts passing is reported so that its entry can
-go, and an entry that matches nothing is a warning. Patterns use shell wildcards (`cuda*`, `axis_a.*`).
+A CI gate can adopt the harness before every kernel passes, one breach at a time, as a type checker's baseline
+allows: each check is matched on its own, so a listed breach is reported as expected while an unlisted one in the
+same test still fails the run with its replay. A test whose only breaches are listed reads as xfailed. An entry
+whose checks all passed is reported so that it can go (``--strict-known-failures`` fails the run on it, as pytest's
+strict xfail does), and one that matched no check is a warning. Patterns use shell wildcards (`cuda*`,
+`axis_a.*`); ``case`` matches the case as a failure prints it (`*dim=4096*`). ``--write-known-failures=PATH``
+writes the breaches of a run as such a manifest: the baseline to adopt.
 
     # known-failures.toml
     [[expected]]
@@ -10,12 +15,14 @@ go, and an entry that matches nothing is a warning. Patterns use shell wildcards
     device = "cuda*"
     rule = "axis_a.batch_size"
     dtype = "float32"          # optional, default "*"
+    case = "*rows=3,*"         # optional, default "*"
     reason = "inductor picks another reduction plan below 16 rows"
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -28,30 +35,33 @@ _KNOWN_RULES = [r.id for r in ALL_RULES]
 
 @dataclass(frozen=True)
 class ExpectedBreach:
-    """One manifest entry: which (backend, device, dtype, rule) may fail, and why."""
+    """One manifest entry: which (backend, device, dtype, rule, case) may fail, and why."""
 
     backend: str
     device: str
     rule: str
     reason: str
     dtype: str = "*"
+    case: str = "*"
 
-    def matches(self, backend: str, device: str, dtype: str, rule: str) -> bool:
+    def matches(self, backend: str, device: str, dtype: str, rule: str, case: str = "") -> bool:
         return (fnmatchcase(backend, self.backend) and fnmatchcase(device, self.device)
-                and fnmatchcase(dtype, self.dtype) and fnmatchcase(rule, self.rule))
+                and fnmatchcase(dtype, self.dtype) and fnmatchcase(rule, self.rule)
+                and fnmatchcase(case, self.case))
 
     def describe(self) -> str:
-        return f"{self.backend} on {self.device}, {self.dtype}, {self.rule}"
+        where = f"{self.backend} on {self.device}, {self.dtype}, {self.rule}"
+        return where if self.case == "*" else f"{where}, case {self.case}"
 
 
 @dataclass
 class Manifest:
     entries: list[ExpectedBreach]
 
-    def match(self, backend: str, device: str, dtype: str, rule: str) -> int | None:
+    def match(self, backend: str, device: str, dtype: str, rule: str, case: str = "") -> int | None:
         """Index of the first entry that expects this breach, or None."""
         for i, entry in enumerate(self.entries):
-            if entry.matches(backend, device, dtype, rule):
+            if entry.matches(backend, device, dtype, rule, case):
                 return i
         return None
 
@@ -73,14 +83,14 @@ def parse_manifest(data: Any, source: str = "manifest") -> Manifest:
 def _parse_entry(item: Any, where: str) -> ExpectedBreach:
     """One [[expected]] entry; ``where`` names the file and the entry in every error."""
     if not isinstance(item, dict):
-        raise ValueError(f"{where} must be a table of backend, device, rule, reason (and dtype), not {item!r}")
+        raise ValueError(f"{where} must be a table of backend, device, rule, reason (and dtype, case), not {item!r}")
     wrong = [k for k, v in item.items() if not isinstance(v, str)]
     if wrong:
         raise ValueError(f"{where} fields must be strings: {', '.join(map(str, wrong))}")
     missing = [k for k in ("backend", "device", "rule", "reason") if not item.get(k)]
     if missing:
         raise ValueError(f"{where} lacks {', '.join(missing)}")
-    unknown = set(item) - {"backend", "device", "rule", "reason", "dtype"}
+    unknown = set(item) - {"backend", "device", "rule", "reason", "dtype", "case"}
     if unknown:
         raise ValueError(f"{where} has unknown fields {', '.join(sorted(unknown))}")
     if not any(fnmatchcase(r, item["rule"]) for r in _KNOWN_RULES):
@@ -92,7 +102,7 @@ def _parse_entry(item: Any, where: str) -> ExpectedBreach:
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    """Read a manifest: TOML (Python 3.11+) or JSON, by suffix."""
+    """Read a manifest: TOML or JSON, by suffix."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -104,10 +114,10 @@ def load_manifest(path: str | Path) -> Manifest:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from None
     else:
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            raise ValueError(f"{path}: TOML manifests need Python 3.11+; use a .json manifest") from None
+        else:  # pragma: no cover - Python 3.10: the same parser, as a dependency
+            import tomli as tomllib
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -115,12 +125,66 @@ def load_manifest(path: str | Path) -> Manifest:
     return parse_manifest(data, str(path))
 
 
+STALE = "now passes: remove the entry"
+
+
 def entry_status(breached: int, passed: int) -> str:
+    """What became of an entry in a run: breached; checked and never breached (stale, as an xpass is); or not
+    met by any check of the run (a typo, or a backend or device the run did not select)."""
     if breached:
         return "breached as expected"
     if passed:
-        return "now passes: remove the entry"
+        return STALE
     return "matched nothing: check the entry"
+
+
+def stale(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries a run checked and never saw breached: under ``--strict-known-failures`` they fail the run."""
+    return [e for e in rows if e["passed"] and not e["breached"]]
+
+
+@dataclass(frozen=True)
+class Breach:
+    """A (backend, device, dtype, rule) that broke in a run: what a baseline lists, with one failing case."""
+
+    backend: str
+    device: str
+    dtype: str
+    rule: str
+    count: int
+    detail: str
+    replay: str
+
+
+def baseline_toml(breaches: list[Breach], command: str) -> str:
+    """A manifest listing every breach (``--write-known-failures``): a run with it as ``--known-failures`` passes
+    as long as nothing new breaks. Each entry keeps the detail and replay of one failing case as comments. TOML's
+    basic strings take JSON's escapes, so ``json.dumps`` quotes the values."""
+    lines = ["# Known failures written by --write-known-failures: the breaches of this run, one entry per backend,",
+             "# device, dtype and rule. Give each a reason you can defend, remove the entries you fix, and run with",
+             "# --known-failures=THIS_FILE (and --strict-known-failures to fail on entries that no longer match).",
+             f"# written by: {command}", ""]
+    for b in sorted(breaches, key=lambda b: (b.backend, b.device, b.dtype, b.rule)):
+        lines += [f"# {b.count} failing check{'s' if b.count != 1 else ''}; one: {_comment(b.detail)}",
+                  *([f"# replay: {_comment(b.replay)}"] if b.replay else []),
+                  "[[expected]]",
+                  *(f"{key} = {json.dumps(value, ensure_ascii=False)}" for key, value in (
+                      ("backend", b.backend), ("device", _any_index(b.device)), ("dtype", b.dtype), ("rule", b.rule),
+                      ("reason", "baseline: breached when this file was written"))),
+                  ""]
+    return "\n".join(lines)
+
+
+def _any_index(device: str) -> str:
+    """``cuda:3`` as ``cuda*``: pytest-xdist's workers each take a GPU, so a breach found on one GPU of a host is
+    met on another the next time."""
+    return device.split(":", 1)[0] + "*" if ":" in device else device
+
+
+def _comment(text: str) -> str:
+    """``text`` on one comment line: its first line, at most 300 characters."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= 300 else first[:297] + "..."
 
 
 def manifest_rows(manifest: Manifest) -> list[dict[str, Any]]:

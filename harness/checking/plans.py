@@ -32,9 +32,10 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
     """Declare a test that runs ``check(subject, case, memo)`` on every case of ``plan``, in order, each as a
     sweep's example runs (its own deadline; a backend's exception fails the rule with that case's replay).
 
-    ``plan(dtype, device, budget, source, entries)`` makes the cases for the subject's dtype and device, the
-    threshold budget (harness/drawing/budget.py) and the entry points the backend offers. ``memo`` is one dict for the
-    whole plan, so consecutive cases of one batch compute the whole batch once (``memo["plan"]`` lists every
+    ``plan(dtype, device, budget, source, entries, dims=...)`` makes the cases for the subject's dtype and device,
+    the threshold budget (harness/drawing/budget.py), the entry points the backend offers and the dims the run
+    checks at its thresholds (the contract's and a model's own: ``Subject.threshold_dims``). ``memo`` is one dict
+    for the whole plan, so consecutive cases of one batch compute the whole batch once (``memo["plan"]`` lists every
     case, for checks that run several at once). Under ``--replay`` the
     replayed case runs here if ``replayed_here``, else in the sweep test of the same rule and case type,
     and this test is skipped. ``entries(backend)`` gives the entry points the plan is made for (default: the
@@ -55,11 +56,11 @@ def explicit_cases(rule_id: str, case_type: type, plan: PlanMaker, *, replayed_h
                     pytest.skip(f"--replay runs the case in the sweep test of {rule_id}")
                 cases: list[Any] = [subject.replay_case]
             else:
-                sweep = request.config.getoption("--sweep")
+                sweep = subject.sweep
                 offered = tuple(entries(subject.backend))
-                budget, source = _budget(subject, request.config.getoption("--max-elements"), budget_share, room,
-                                         sweep, offered)
-                cases = _planned_cases(subject, plan(subject.dtype, subject.device, budget, source, offered), sweep)
+                budget, source = _budget(subject, subject.max_elements_option, budget_share, room, sweep, offered)
+                made = plan(subject.dtype, subject.device, budget, source, offered, dims=subject.threshold_dims)
+                cases = _planned_cases(subject, made, sweep)
             memo: dict[Any, Any] = {"plan": cases}
             if subject.replay_case is None:
                 # The same plan for other entry points (a budget share each), for checks that make several
@@ -81,9 +82,9 @@ def _plan_for(subject: Any, config: pytest.Config, plan: PlanMaker, room: Callab
               entries: Sequence[str], budget_share: int) -> list[Any]:
     """The cases ``plan`` makes for ``entries`` under ``budget_share``, as a test of those entry points makes them
     for this subject; none where the sweep's scope leaves them all out."""
-    sweep = config.getoption("--sweep")
-    budget, source = _budget(subject, config.getoption("--max-elements"), budget_share, room, sweep, entries)
-    made = plan(subject.dtype, subject.device, budget, source, tuple(entries))
+    sweep = subject.sweep
+    budget, source = _budget(subject, subject.max_elements_option, budget_share, room, sweep, entries)
+    made = plan(subject.dtype, subject.device, budget, source, tuple(entries), dims=subject.threshold_dims)
     scope = _scope(sweep)
     return [subject.with_weight_dtype(c) for c in made.cases if scope is None or scope.covers(c)]
 

@@ -32,6 +32,13 @@ CPU_THRESHOLD_ELEMENTS = 1 << 23
 # their thresholds are checked where they compile, on a GPU.
 INTERPRETED_THRESHOLD_ELEMENTS = 1 << 18
 
+# Rows wider than this are "wide" (Llama-3.1-405B's 16384, Falcon-180B's 14848: contract WIDE_DIMS).
+WIDE_DIM_FROM = 8192
+# On a CPU an explicit case at a wide dim keeps to this many elements (32 rows of 16384): a wide row's own paths switch
+# at short batches (a row split over more lanes where rows are few), and the CPU budget's 511 rows of 16385 in every
+# dtype and entry point would cost the CPU gate more than all its other thresholds. A GPU's budget is not capped.
+CPU_WIDE_ELEMENTS = 1 << 19
+
 # Peak bytes a check holds per element of its largest batch: x, its pad or view copy, two outputs, the
 # reference's fp32 temporaries (upcast, squares, the padded tree) and the backend's own. Generous on purpose:
 # running out of memory loses the whole run, a smaller batch only one threshold.
@@ -93,6 +100,13 @@ def threshold_elements(device: torch.device, *, interpreted: bool, option: int |
     if device.type == "cuda":
         return memory_elements(free_bytes(device), sharing=workers_per_gpu())
     return INTERPRETED_THRESHOLD_ELEMENTS if interpreted else CPU_THRESHOLD_ELEMENTS
+
+
+def at_dim(dim: int, budget: int, device: torch.device) -> int:
+    """The budget of an explicit case at ``dim``: ``budget``, capped at CPU_WIDE_ELEMENTS for a wide dim on a CPU."""
+    if dim > WIDE_DIM_FROM and device.type == "cpu":
+        return min(budget, CPU_WIDE_ELEMENTS)
+    return budget
 
 
 def describe(device: torch.device, *, interpreted: bool, option: int | None) -> str:

@@ -40,7 +40,7 @@ WEIGHT_LAYOUTS: tuple[str, ...] = (
     "offset",   # a slice starting one element into a larger buffer: storage offset 1, not 16-byte aligned
 )
 # How strided rows sit in memory (StridedCase.layout), and the non-finite values NonfiniteCase plants.
-STRIDED_LAYOUTS: tuple[str, ...] = ("row_stride", "column_major", "fused_heads")
+STRIDED_LAYOUTS: tuple[str, ...] = ("row_stride", "column_major", "fused_heads", "last_dim_strided")
 NONFINITE_VALUES: tuple[str, ...] = ("nan", "inf", "neg_inf")
 # Fill of the buffer around a non-contiguous weight: a kernel that reads past the view reads NaN.
 _WEIGHT_BUFFER_FILL = math.nan
@@ -284,8 +284,9 @@ class LeadingDimsCase:
 
 @dataclass(frozen=True)
 class StridedCase:
-    """``layout``: 'row_stride' (rows inside a wider buffer), 'column_major', or 'fused_heads'
-    ([T, H, dim] sliced out of a wider [T, (H + extra) * dim] projection, as QK-norm sees q)."""
+    """``layout``: 'row_stride' (rows inside a wider buffer), 'column_major', 'fused_heads' ([T, H, dim] sliced
+    out of a wider [T, (H + extra) * dim] projection, as QK-norm sees q), or 'last_dim_strided' ([2, S, dim] whose
+    halves are each column-major: a transposed [2, dim, S] activation, its last dim S elements apart)."""
 
     batch: Batch
     layout: str
@@ -341,6 +342,12 @@ def strided_layout(case: StridedCase, t: torch.Tensor) -> torch.Tensor:
         buffer = torch.zeros(tokens, (case.heads + case.extra) * dim, dtype=t.dtype, device=t.device)
         buffer[:, : case.heads * dim] = t[: tokens * case.heads].reshape(tokens, case.heads * dim)
         return buffer[:, : case.heads * dim].view(tokens, case.heads, dim)
+    if case.layout == "last_dim_strided":
+        # [outer, S, dim] with strides (dim * S, 1, S): a kernel that indexes it as 2-D [rows, dim] with
+        # stride(-2), stride(-1) reads the first half right and the second from the first half's memory.
+        outer = 2 if rows >= 2 else 1
+        inner = rows // outer
+        return t[: outer * inner].reshape(outer, inner, dim).transpose(1, 2).contiguous().transpose(1, 2)
     raise ValueError(f"unknown layout {case.layout!r}")
 
 

@@ -12,6 +12,7 @@ import torch
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import TARGET_DIMS
+from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 from rmsnorm_conformance.harness.drawing.cases import Batch, ExecutionModeCase
 from rmsnorm_conformance.harness.drawing.strategies import batches, entry_points
 from rmsnorm_conformance.harness.drawing.thresholds import SEED, Plan
@@ -25,18 +26,23 @@ SAMPLE_EXAMPLES = 3
 SAMPLE_ELEMENTS = 1 << 15
 
 
-def execution_mode_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
-    """Per entry point, the target dims (hidden size and head_dim) at each of ``SAMPLE_ROWS``."""
+def execution_mode_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                        dims: Sequence[int] = ()) -> Plan:
+    """Per entry point, the target dims (hidden size and head_dim) and a model's own (those of ``dims`` that are
+    not the contract's threshold dims: ``--dims``) at each of ``SAMPLE_ROWS``."""
+    sampled = dict.fromkeys((*TARGET_DIMS.values(), *(d for d in dims if d not in THRESHOLD_DIMS)))
     cases = [ExecutionModeCase(Batch(dim=dim, rows=rows, dtype=dtype, values="normal", weight="around_one",
                                      seed=SEED + 7919 * dim + rows), entry=entry)
-             for entry in entries for dim in TARGET_DIMS.values() for rows in SAMPLE_ROWS if rows * dim <= budget]
-    beyond = [f"{rows} x {dim}" for dim in TARGET_DIMS.values() for rows in SAMPLE_ROWS if rows * dim > budget]
+             for entry in entries for dim in sampled for rows in SAMPLE_ROWS if rows * dim <= budget]
+    beyond = [f"{rows} x {dim}" for dim in sampled for rows in SAMPLE_ROWS if rows * dim > budget]
     skipped = (f"execution-mode sample beyond the element budget of {budget} ({source}): {', '.join(beyond)}"
                if beyond else None)
     return Plan(cases, skipped)
 
 
-def execution_mode_cases(*, dtype: str, max_elements: int, entries: Sequence[str]) -> st.SearchStrategy:
+def execution_mode_cases(*, dtype: str, max_elements: int, entries: Sequence[str],
+                         model_dims: tuple[int, ...] = ()) -> st.SearchStrategy:
     """A few drawn batches through one entry point each, any weight layout, at most ``SAMPLE_ELEMENTS``."""
     return st.builds(ExecutionModeCase, batches(dtype=dtype, max_elements=min(max_elements, SAMPLE_ELEMENTS),
-                                                any_weight_layout=True), entry=entry_points(entries))
+                                                any_weight_layout=True, model_dims=model_dims),
+                     entry=entry_points(entries))

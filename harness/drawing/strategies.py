@@ -14,7 +14,7 @@ from dataclasses import replace
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import DEFAULT_EPS, TARGET_DIMS
-from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS
+from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS, WIDE_DIMS
 from rmsnorm_conformance.harness.drawing.budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
 from rmsnorm_conformance.harness.drawing.cases import (
     NONFINITE_VALUES,
@@ -42,13 +42,14 @@ from rmsnorm_conformance.harness.drawing.cases import (
 # Elements (rows * dim) per batch where no budget is given: the CPU's (harness/drawing/budget.py says why).
 DEFAULT_MAX_ELEMENTS = CPU_SWEEP_ELEMENTS
 INTERPRETED_MAX_ELEMENTS = INTERPRETED_SWEEP_ELEMENTS
-MAX_DIM = 8192
+# Up to Llama-3.1-405B's hidden 16384 and its odd neighbour above.
+MAX_DIM = 16385
 # The entry point a case calls where the strategy is not told which ones the backend offers.
 FORWARD_ONLY = ("forward",)
 
 # Dims where tails, vector widths and block sizes change.
 EDGE_DIMS = (1, 2, 3, 7, 8, 63, 64, 65, 127, 129, 255, 256, 257, 1000, 1023, 1025, 2047, 2049,
-             4095, 4097, 5120, 8191, 8192)
+             4095, 4097, 5120, 8191, 8192, *WIDE_DIMS)
 # Row counts where kernels switch: the contract's thresholds (which every sweep also checks explicitly),
 # powers of two and their neighbours, multiples of 132 SMs (H200).
 EDGE_ROWS = tuple(sorted({*THRESHOLD_ROWS, 31, 32, 33, 63, 64, 65, 127, 128, 129, 131, 132, 133, 511, 512, 513}))
@@ -65,12 +66,14 @@ def _check_positive(name: str, value: int) -> None:
 # objects that Hypothesis validates and labels again each time (about a fifth of a zoo run's time went there,
 # in Hypothesis' recursive_property). The same arguments give the same strategy, and so the same draws.
 @functools.cache
-def dims(*, max_dim: int = MAX_DIM) -> st.SearchStrategy[int]:
-    """A last dim: 4096 and 128 each about a quarter of the time, edge dims, anything up to ``max_dim``."""
+def dims(*, max_dim: int = MAX_DIM, model_dims: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
+    """A last dim: 4096 and 128 each about a quarter of the time, a model's own dims (``--dims``) as often as
+    each of them, edge dims, anything up to ``max_dim``."""
     _check_positive("max_dim", max_dim)
     targets = [d for d in TARGET_DIMS.values() if d <= max_dim]
     edges = [d for d in EDGE_DIMS if d <= max_dim]
-    return st.one_of(*(st.just(d) for d in targets), st.sampled_from(edges), st.integers(1, max_dim))
+    own = [st.sampled_from(model_dims)] if model_dims else []
+    return st.one_of(*(st.just(d) for d in targets), *own, st.sampled_from(edges), st.integers(1, max_dim))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -114,13 +117,13 @@ def _entry_points(entries: tuple[str, ...]) -> st.SearchStrategy[str]:
 
 
 @st.composite
-def batches(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+def batches(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS, model_dims: tuple[int, ...] = (),
             min_rows: int = 1, dim: int | None = None, values: str | None = None,
             any_weight_layout: bool = False) -> Batch:
     """A :class:`Batch` of ``dtype``; ``dim`` and ``values`` pin those fields when given. The weight is
     contiguous unless ``any_weight_layout`` (for checks that lay the weight out as the batch says)."""
     _check_positive("max_elements", max_elements)
-    d = dim if dim is not None else draw(dims())
+    d = dim if dim is not None else draw(dims(model_dims=model_dims))
     cap = max(min_rows, max_rows_for(d, max_elements))
     return Batch(
         dim=d,
@@ -140,7 +143,7 @@ def batches(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEM
 
 @st.composite
 def batch_size_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                     entries: Sequence[str] = FORWARD_ONLY) -> BatchSizeCase:
+                     model_dims: tuple[int, ...] = (), entries: Sequence[str] = FORWARD_ONLY) -> BatchSizeCase:
     """A sub-batch [0:length] of a larger batch; lengths lean small, where reductions re-plan.
 
     A kernel whose plan changes at some row count T fails only when length < T <= rows, and T is unknown
@@ -148,7 +151,7 @@ def batch_size_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT
     takes half to all of the element budget: one small sub-batch then straddles nearly every T at once.
     (The contract's thresholds are also checked explicitly: harness/drawing/thresholds.py.)
     """
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, any_weight_layout=True))
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, min_rows=2, any_weight_layout=True))
     b = _widened(draw, b, max_elements)
     return BatchSizeCase(b, draw(row_counts(max_rows=b.rows - 1)), entry=draw(entry_points(entries)))
 
@@ -169,8 +172,8 @@ def _misaligned_dims(dtype: str) -> list[int]:
 
 
 @functools.cache
-def _slice_dims(dtype: str) -> st.SearchStrategy[int]:
-    return st.one_of(dims(), st.sampled_from(_misaligned_dims(dtype)))
+def _slice_dims(dtype: str, model_dims: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
+    return st.one_of(dims(model_dims=model_dims), st.sampled_from(_misaligned_dims(dtype)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -190,7 +193,7 @@ _GRADIENT_VALUES = st.one_of(st.sampled_from(("normal", "outliers", "mixed_rows"
 
 @st.composite
 def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                entries: Sequence[str] = FORWARD_ONLY) -> SliceCase:
+                model_dims: tuple[int, ...] = (), entries: Sequence[str] = FORWARD_ONLY) -> SliceCase:
     """Rows [start:start+length] of a batch, as a view or a copy.
 
     Views come three times in four, since a view (its offset, its alignment) is what this variant adds to
@@ -199,8 +202,9 @@ def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_
     to the end of the batch (``x[a:]``, as chunked prefill continues a prefix): a changed reduction order
     shows in a given row's bits only about half the time, and every row of a long slice is another chance.
     """
-    dim = draw(_slice_dims(dtype))
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, dim=dim, any_weight_layout=True))
+    dim = draw(_slice_dims(dtype, model_dims))
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, min_rows=2, dim=dim,
+                     any_weight_layout=True))
     start = draw(st.integers(1, b.rows - 1))
     length = draw(_lengths_to(b.rows - start))
     return SliceCase(b, start, length, as_view=draw(_VIEW_OR_COPY),
@@ -209,8 +213,8 @@ def slice_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_
 
 @st.composite
 def padding_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                  entries: Sequence[str] = FORWARD_ONLY) -> PaddingCase:
-    b = draw(batches(dtype=dtype, max_elements=max_elements, any_weight_layout=True))
+                  model_dims: tuple[int, ...] = (), entries: Sequence[str] = FORWARD_ONLY) -> PaddingCase:
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, any_weight_layout=True))
     room = max(1, max_rows_for(b.dim, max_elements) - b.rows)
     before = draw(_pad_before(room))
     after = draw(row_counts(max_rows=room)) if before == 0 else draw(st.integers(0, room))
@@ -220,25 +224,26 @@ def padding_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MA
 
 @st.composite
 def position_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                   entries: Sequence[str] = FORWARD_ONLY) -> PositionCase:
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, any_weight_layout=True))
+                   model_dims: tuple[int, ...] = (), entries: Sequence[str] = FORWARD_ONLY) -> PositionCase:
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, min_rows=2, any_weight_layout=True))
     first = draw(st.integers(0, b.rows - 1))
     second = draw(st.integers(0, b.rows - 1).filter(lambda i: i != first))
     return PositionCase(b, first, second, entry=draw(entry_points(entries)))
 
 
-def permutation_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+def permutation_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS, model_dims: tuple[int, ...] = (),
                       entries: Sequence[str] = FORWARD_ONLY) -> st.SearchStrategy:
     return st.builds(PermutationCase,
-                     batches(dtype=dtype, max_elements=max_elements, min_rows=2, any_weight_layout=True),
+                     batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, min_rows=2,
+                             any_weight_layout=True),
                      st.integers(0, 2**32 - 1), entry=entry_points(entries))
 
 
 @st.composite
 def leading_dims_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                       entries: Sequence[str] = FORWARD_ONLY) -> LeadingDimsCase:
+                       model_dims: tuple[int, ...] = (), entries: Sequence[str] = FORWARD_ONLY) -> LeadingDimsCase:
     """[B, S, dim] or [T, H, dim] shapes; at dim 128 the head counts are QK-norm's."""
-    d = draw(dims())
+    d = draw(dims(model_dims=model_dims))
     cap = max_rows_for(d, max_elements)
     inner_choices = st.sampled_from(HEAD_COUNTS) if d == TARGET_DIMS["head_dim"] else row_counts(max_rows=64)
     inner = min(draw(inner_choices), cap)
@@ -246,48 +251,51 @@ def leading_dims_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAU
     shape: tuple[int, ...] = (outer, inner)
     if draw(st.booleans()) and outer % 2 == 0:
         shape = (2, outer // 2, inner)
-    b = draw(batches(dtype=dtype, max_elements=max_elements, dim=d, min_rows=outer * inner,
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, dim=d, min_rows=outer * inner,
                      any_weight_layout=True))
     return LeadingDimsCase(replace(b, rows=outer * inner), shape, entry=draw(entry_points(entries)))
 
 
 @st.composite
 def strided_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                  entries: Sequence[str] = FORWARD_ONLY) -> StridedCase:
+                  model_dims: tuple[int, ...] = (), entries: Sequence[str] = FORWARD_ONLY) -> StridedCase:
     layout = draw(st.sampled_from(STRIDED_LAYOUTS))
     heads = draw(st.sampled_from(HEAD_COUNTS)) if layout == "fused_heads" else 1
     # Fused heads need at least one token of ``heads`` rows.
-    b = draw(batches(dtype=dtype, max_elements=max(heads, max_elements // heads), min_rows=heads,
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max(heads, max_elements // heads), min_rows=heads,
                      any_weight_layout=True))
     # An extra of 1 misaligns every row; 8 keeps 16-byte alignment in bf16 and moves only the stride.
     extra = draw(st.sampled_from((1, 2, 8, 64)))
     return StridedCase(b, layout, extra=extra, heads=heads, entry=draw(entry_points(entries)))
 
 
-def repeat_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+def repeat_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS, model_dims: tuple[int, ...] = (),
                  entries: Sequence[str] = FORWARD_ONLY) -> st.SearchStrategy:
-    return st.builds(RepeatCase, batches(dtype=dtype, max_elements=max_elements, any_weight_layout=True),
+    return st.builds(RepeatCase, batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements,
+                                         any_weight_layout=True),
                      entry=entry_points(entries))
 
 
-def grad_mode_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+def grad_mode_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS, model_dims: tuple[int, ...] = (),
                     entries: Sequence[str] = FORWARD_ONLY) -> st.SearchStrategy:
     """A batch through one entry point, compared across every grad mode."""
-    return st.builds(GradModeCase, batches(dtype=dtype, max_elements=max_elements, any_weight_layout=True),
+    return st.builds(GradModeCase, batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements,
+                                           any_weight_layout=True),
                      entry=entry_points(entries))
 
 
 def accuracy_cases(*, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS, values: str | None = None,
-                   any_weight_layout: bool = False) -> st.SearchStrategy:
+                   model_dims: tuple[int, ...] = (), any_weight_layout: bool = False) -> st.SearchStrategy:
     """Batches for output checks; ``any_weight_layout`` for checks that lay the weight out as drawn."""
-    return st.builds(AccuracyCase, batches(dtype=dtype, max_elements=max_elements, values=values,
+    return st.builds(AccuracyCase, batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, values=values,
                                            any_weight_layout=any_weight_layout))
 
 
 @st.composite
 def nonfinite_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
-                    entries: Sequence[str] = FORWARD_ONLY) -> NonfiniteCase:
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values="normal", any_weight_layout=True))
+                    model_dims: tuple[int, ...] = (), entries: Sequence[str] = FORWARD_ONLY) -> NonfiniteCase:
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, min_rows=2, values="normal",
+                     any_weight_layout=True))
     rows_hit = draw(st.integers(1, max(1, b.rows // 2)))
     count = draw(st.integers(1, b.dim))
     return NonfiniteCase(b, draw(st.sampled_from(NONFINITE_VALUES)), rows_hit, count,
@@ -295,7 +303,8 @@ def nonfinite_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_
 
 
 @st.composite
-def gradient_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS) -> GradientCase:
+def gradient_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                   model_dims: tuple[int, ...] = ()) -> GradientCase:
     """Gradients on normal-scale values: other families make atol meaningless for dx.
 
     Half the draws are mixed_rows: rows of small scale have a large rstd, and dx's two terms, each of
@@ -303,7 +312,7 @@ def gradient_cases(draw: st.DrawFn, *, dtype: str, max_elements: int = DEFAULT_M
     ``length`` (the sub-batch whose dx must not change) is drawn as in :func:`batch_size_cases`.
     """
     values = draw(_GRADIENT_VALUES)
-    b = draw(batches(dtype=dtype, max_elements=max_elements, min_rows=2, values=values))
+    b = draw(batches(dtype=dtype, model_dims=model_dims, max_elements=max_elements, min_rows=2, values=values))
     b = _widened(draw, b, max_elements)
     return GradientCase(b, draw(row_counts(max_rows=b.rows - 1)))
 

@@ -7,8 +7,8 @@ keep their settings. ``smoke`` is a pre-commit check, never the gate: 1 example 
 rules held bitwise (Axis-A, dx invariance, dw determinism) in float32 and bfloat16 and the others in bfloat16 (unless
 ``--dtype`` says otherwise), the weight in x's dtype except where a rule is about mixed pairs, and explicit cases
 (thresholds, QK-norm shapes, first calls) for ``forward`` alone (not ``forward_fp32`` nor the variants), at
-Qwen3-8B's dims (4096, 128) and heads (8, 32), within 2^18 elements. Every rule still runs; its verdict reads
-``PASS (smoke)``, and the report says what a full run adds.
+Qwen3-8B's dims (4096, 128) and one wide dim (16384), and heads (8, 32), within 2^18 elements. Every rule still
+runs; its verdict reads ``PASS (smoke)``, and the report says what a full run adds.
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ class Sweep(NamedTuple):
 # bfloat16 passed a float32-only smoke and failed three threshold tests in bfloat16 (native's smoke: 109 -> 182
 # tests, 8.0-8.4 -> 9.2-9.8 s on an idle 2-core machine, reports/cpu/smoke.md).
 SMOKE_BITWISE_RULES = ("axis_a.*", "gradients.dx_batch_invariance", "gradients.dw_determinism")
+# One wide dim (Llama-3.1-405B's hidden): a wide row's own paths, at 16 rows within the smoke budget.
+SMOKE_WIDE_DIM = 16384
 # Qwen3-8B's QK-norm heads: 8 key/value heads and 32 query heads of head_dim 128.
 SMOKE_QK_HEADS = (8, 32)
 # 2^18 elements: 64 rows of 4096 (the decode thresholds) and 2048 of 128 (up to 1025 rows and 4 x 132 SMs).
@@ -97,11 +99,12 @@ SWEEPS: dict[str, Sweep] = {
     "thorough": Sweep("a long sweep before shipping a kernel: 200 examples a test", max_examples=200),
     "smoke": Sweep(
         f"a pre-commit check, never the gate: {SMOKE_EXAMPLES} example a test (the simplest), Axis-A in float32 "
-        "and bfloat16 and the rest in bfloat16, the thresholds at Qwen3-8B's dims only; its PASS reads 'PASS (smoke)'",
+        "and bfloat16 and the rest in bfloat16, the thresholds at Qwen3-8B's dims and 16384 only; its PASS reads "
+        "'PASS (smoke)'",
         max_examples=SMOKE_EXAMPLES, derandomize=True,
         scope=Scope(dtypes=("bfloat16",), bitwise_rules=SMOKE_BITWISE_RULES,
                     bitwise_dtypes=("float32", "bfloat16"),
-                    threshold_dims=tuple(TARGET_DIMS.values()), qk_heads=SMOKE_QK_HEADS,
+                    threshold_dims=(*TARGET_DIMS.values(), SMOKE_WIDE_DIM), qk_heads=SMOKE_QK_HEADS,
                     threshold_elements=SMOKE_THRESHOLD_ELEMENTS, entries=("forward",))),
 }
 

@@ -1,5 +1,6 @@
 """The contract's thresholds (row counts, dims and QK-norm shapes where real kernels switch strategy) as
-explicit Axis-A cases for one device, dtype and element budget.
+explicit cases for one device, dtype and element budget: Axis-A's, and the wide dims' accuracy, 3-D views with a
+strided last dim and dw across thread counts at large batches.
 
 A random sweep reaches a given row count only by chance and a derandomized one misses the same counts on every
 run; these cases run in every sweep beside the random draws, so no threshold is missed by chance. What the
@@ -26,10 +27,13 @@ from rmsnorm_conformance.contract.rmsnorm import (
     THRESHOLD_ROWS,
     THRESHOLD_SM_MULTIPLES,
 )
+from rmsnorm_conformance.harness.drawing.budget import CPU_WIDE_ELEMENTS, WIDE_DIM_FROM, at_dim
 from rmsnorm_conformance.harness.drawing.cases import (
     PAD_CONTENTS,
+    AccuracyCase,
     Batch,
     BatchSizeCase,
+    GradientCase,
     LeadingDimsCase,
     PaddingCase,
     SliceCase,
@@ -41,6 +45,15 @@ from rmsnorm_conformance.harness.drawing.cases import (
 MIN_ROWS_CHECKED = 8
 # Key/value heads of a fused QKV projection beside the query heads (Qwen3: 8 of each), for the fused-heads view.
 FUSED_KV_HEADS = 8
+# Rows of an accuracy case at each threshold dim: a few, each the whole width (a dropped tail block shows in every row).
+ACCURACY_ROWS = 4
+# Rows of a 3-D view with a strided last dim: two halves of 17 rows (past the below-16 switch), each half laid out
+# column-major; fewer where a wide dim's budget is smaller, and never fewer than 4 (2 x 2: a real stride).
+STRIDED_3D_ROWS = 34
+STRIDED_3D_MIN_ROWS = 4
+# dw across thread counts is checked at batches of at least this many rows (the prefill thresholds), where a
+# backward splits its sum over rows into per-thread or per-block partial sums.
+LARGE_BATCH_ROWS = 2048
 # Seeds of the threshold batches: fixed, so a threshold check is the same case on every run and machine.
 SEED = 20260
 
@@ -80,10 +93,19 @@ def _pieces(t: int) -> int:
     return -(-MIN_ROWS_CHECKED // t)
 
 
-def _reach(dim: int, budget: int, counts: Sequence[int]) -> tuple[int, list[int], list[int]]:
-    """The largest batch in reach at ``dim``, the counts below it (checked on both sides), the rest."""
-    largest = budget // dim
+def _reach(dim: int, budget: int, counts: Sequence[int],
+           device: torch.device) -> tuple[int, list[int], list[int]]:
+    """The largest batch in reach at ``dim`` (a wide dim's on a CPU: budget.at_dim), the counts below it (checked
+    on both sides), the rest."""
+    largest = at_dim(dim, budget, device) // dim
     return largest, [t for t in counts if t < largest], [t for t in counts if t >= largest]
+
+
+def _where(dim: int, budget: int, device: torch.device) -> str:
+    """How a note names ``dim``: a wide dim whose budget the CPU caps says so (--max-elements does not lift it)."""
+    if at_dim(dim, budget, device) < budget:
+        return f"dim {dim} (rows wider than {WIDE_DIM_FROM}: at most {CPU_WIDE_ELEMENTS} elements on a CPU)"
+    return f"dim {dim}"
 
 
 def _skipped_note(what: str, budget: int, source: str, beyond: dict[str, list[int]]) -> str | None:
@@ -100,14 +122,14 @@ def _more_room(source: str) -> str:
     return "Raise --max-elements where memory and time allow"
 
 
-def batch_size_plan(dtype: str, device: torch.device, budget: int, source: str,
-                    entries: Sequence[str]) -> Plan:
+def batch_size_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                    dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
     """Per dim, the largest batch in reach; per threshold t below it, runs of t rows copied alone."""
     cases, beyond = [], {}
     counts = row_thresholds(device)
     for entry in entries:
-        for dim in THRESHOLD_DIMS:
-            largest, in_reach, beyond[f"dim {dim}"] = _reach(dim, budget, counts)
+        for dim in dims:
+            largest, in_reach, beyond[_where(dim, budget, device)] = _reach(dim, budget, counts, device)
             batch = _batch(dim, largest, dtype)
             for t in in_reach:
                 cases += [BatchSizeCase(batch, t, start=j * t, entry=entry)
@@ -115,14 +137,15 @@ def batch_size_plan(dtype: str, device: torch.device, budget: int, source: str,
     return Plan(cases, _skipped_note("Axis-A thresholds (rows)", budget, source, beyond))
 
 
-def slice_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+def slice_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+               dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
     """Per dim, the largest batch in reach; per threshold t, views of t rows ending at the batch's end (as
     chunked prefill continues a prefix), then further back."""
     cases, beyond = [], {}
     counts = row_thresholds(device)
     for entry in entries:
-        for dim in THRESHOLD_DIMS:
-            largest, in_reach, beyond[f"dim {dim}"] = _reach(dim, budget, counts)
+        for dim in dims:
+            largest, in_reach, beyond[_where(dim, budget, device)] = _reach(dim, budget, counts, device)
             batch = _batch(dim, largest, dtype)
             for t in in_reach:
                 cases += [SliceCase(batch, largest - (j + 1) * t, t, as_view=True, entry=entry)
@@ -130,7 +153,8 @@ def slice_plan(dtype: str, device: torch.device, budget: int, source: str, entri
     return Plan(cases, _skipped_note("Axis-A thresholds (rows)", budget, source, beyond))
 
 
-def padding_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+def padding_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                 dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
     """Per dim, each threshold's rows padded up to the next threshold (the last up to the largest batch in
     reach), and MIN_ROWS_CHECKED rows padded up to the largest: a switch between any two counts is straddled.
     Pad rows go after the real rows (as engines pad a batch to a captured graph's size), every other time
@@ -138,8 +162,8 @@ def padding_plan(dtype: str, device: torch.device, budget: int, source: str, ent
     cases, beyond = [], {}
     counts = row_thresholds(device)
     for entry in entries:
-        for dim in THRESHOLD_DIMS:
-            largest, in_reach, beyond[f"dim {dim}"] = _reach(dim, budget, counts)
+        for dim in dims:
+            largest, in_reach, beyond[_where(dim, budget, device)] = _reach(dim, budget, counts, device)
             pairs = [*zip(in_reach, [*in_reach[1:], largest], strict=True)] if in_reach else []
             if largest > MIN_ROWS_CHECKED:
                 pairs.append((MIN_ROWS_CHECKED, largest))
@@ -163,7 +187,7 @@ def _qk_shapes(budget: int) -> tuple[list[tuple[int, int]], dict[str, list[int]]
 
 
 def qk_leading_dims_plan(dtype: str, device: torch.device, budget: int, source: str,
-                         entries: Sequence[str]) -> Plan:
+                         entries: Sequence[str], *, dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
     """QK-norm's [T, H, 128] against the flat [T*H, 128], for every head count and token count in reach."""
     shapes, beyond = _qk_shapes(budget)
     head_dim = TARGET_DIMS["head_dim"]
@@ -173,7 +197,7 @@ def qk_leading_dims_plan(dtype: str, device: torch.device, budget: int, source: 
 
 
 def qk_fused_heads_plan(dtype: str, device: torch.device, budget: int, source: str,
-                        entries: Sequence[str]) -> Plan:
+                        entries: Sequence[str], *, dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
     """QK-norm's query heads as a strided view of a fused QKV projection (key and value heads beside them)
     against a contiguous copy, for every head count and token count in reach."""
     shapes, beyond = _qk_shapes(budget)
@@ -192,7 +216,8 @@ def _offset_note(what: str, elements: int, budget: int, source: str) -> str:
                "Run it where memory allows: a GPU with room for it in one or two processes, or --max-elements"))
 
 
-def int32_batch_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+def int32_batch_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                     dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
     """The last rows of a contiguous batch whose offsets reach past 2^31 elements: BatchSizeCases of those rows."""
     dim, n = INT32_OFFSET_DIM, INT32_OFFSET_ROWS_CHECKED
     rows = INT32_OFFSET_LIMIT // dim + n
@@ -202,7 +227,8 @@ def int32_batch_plan(dtype: str, device: torch.device, budget: int, source: str,
     return Plan([BatchSizeCase(batch, n, start=rows - n, entry=entry) for entry in entries])
 
 
-def int32_strided_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
+def int32_strided_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                       dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
     """A view of rows 2 x dim elements apart (a half of a fused projection) whose last rows start past 2^31
     elements, while the view itself holds about 2^30."""
     dim, n = INT32_OFFSET_DIM, INT32_OFFSET_ROWS_CHECKED
@@ -212,3 +238,46 @@ def int32_strided_plan(dtype: str, device: torch.device, budget: int, source: st
                                      budget, source))
     batch = _batch(dim, rows, dtype, salt=32)
     return Plan([StridedCase(batch, "row_stride", extra=dim, entry=entry) for entry in entries])
+
+
+def accuracy_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                  dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
+    """ACCURACY_ROWS rows at each threshold dim (the wide ones and a model's own included), for the Axis-B checks:
+    the random sweep reaches a given dim only by chance, and a wide row's own path (another block loop) only at
+    that width."""
+    cases = [AccuracyCase(_batch(dim, ACCURACY_ROWS, dtype, salt=41)) for dim in dims
+             if ACCURACY_ROWS * dim <= budget]
+    beyond = [str(dim) for dim in dims if ACCURACY_ROWS * dim > budget]
+    return Plan(cases, f"accuracy at dims {', '.join(beyond)} beyond the element budget of {budget} ({source})"
+                if beyond else None)
+
+
+def strided_3d_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                    dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
+    """Per threshold dim, a [2, S, dim] view whose last dim is strided (each half column-major: a transposed
+    [B, dim, S] activation) against a contiguous copy."""
+    cases, beyond = [], []
+    for dim in dims:
+        rows = min(STRIDED_3D_ROWS, at_dim(dim, budget, device) // dim)
+        if rows < STRIDED_3D_MIN_ROWS:
+            beyond.append(str(dim))
+            continue
+        cases += [StridedCase(_batch(dim, rows, dtype, salt=43), "last_dim_strided", entry=entry) for entry in entries]
+    return Plan(cases, f"3-D views with a strided last dim at dims {', '.join(beyond)} beyond the element budget of "
+                       f"{budget} ({source})" if beyond else None)
+
+
+def large_batch_gradient_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str],
+                              *, dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
+    """Per threshold dim, one batch of the largest threshold row count in reach, if that is at least
+    LARGE_BATCH_ROWS: dw's sum over rows is where a backward partitions rows by thread or block."""
+    cases, beyond = [], []
+    counts = [t for t in THRESHOLD_ROWS if t >= LARGE_BATCH_ROWS]
+    for dim in dims:
+        reach = [t for t in counts if t * dim <= at_dim(dim, budget, device)]
+        if reach:
+            cases.append(GradientCase(_batch(dim, reach[-1], dtype, salt=47), length=1))
+        else:
+            beyond.append(str(dim))
+    return Plan(cases, f"dw at {LARGE_BATCH_ROWS} rows or more at dims {', '.join(beyond)}: beyond the element "
+                       f"budget of {budget} ({source})" if beyond else None)

@@ -12,17 +12,15 @@ from pathlib import Path
 
 import pytest
 
-# Options whose presence on the command line makes a run a conformance run from the start.
-CONFORMANCE_OPTIONS = ("backend", "device", "dtype", "rule", "report", "known_failures", "replay", "max_elements",
-                       "sweep", "max_examples", "strict_interface", "case_timeout", "require_parity", "modes",
-                       "bench_json", "deadline")
+from rmsnorm_conformance.harness.plugin import options
+
 # Fixtures only conformance tests ask for: a test outside the shipped suites that takes one is a conformance test.
 CONFORMANCE_FIXTURES = ("subject", "parity")
 
 
-def explicit(config: pytest.Config) -> bool:
-    """Did the user give any of the harness's options?"""
-    return any(config.getoption(name, None) not in (None, [], False) for name in CONFORMANCE_OPTIONS)
+def explicit(opts: options.Options) -> bool:
+    """Did the user give any of the harness's options that make a run a conformance run?"""
+    return opts.activating
 
 
 def targets_suites(config: pytest.Config) -> bool:

@@ -19,17 +19,24 @@ from typing import Any
 import pytest
 import torch
 
-from rmsnorm_conformance.contract import MIXED_PAIR_AXES, PAIR_SWEPT_AXES, WEIGHTLESS_RULES, profile
+from rmsnorm_conformance.contract import (
+    DEFAULT_PROFILE,
+    MIXED_PAIR_AXES,
+    PAIR_SWEPT_AXES,
+    WEIGHTLESS_RULES,
+    Profile,
+)
+from rmsnorm_conformance.contract import profile as contract_profile
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
 from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
+from rmsnorm_conformance.harness.plugin import options as given_options
 from rmsnorm_conformance.harness.plugin import worker_exit
 from rmsnorm_conformance.harness.plugin.controller import HANGS, LEDGER_PATH, WORKER_HANGS
 from rmsnorm_conformance.harness.plugin.device_lost import ENDED_PROPERTY
 from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
-from rmsnorm_conformance.harness.plugin.options import HARNESS_WATCH, RunOptions, resolve
 from rmsnorm_conformance.harness.plugin.outcomes import (
     FAILURE_PROPERTY,
     RECORDS_PROPERTY,
@@ -39,6 +46,7 @@ from rmsnorm_conformance.harness.plugin.outcomes import (
 from rmsnorm_conformance.harness.plugin.outcomes import where as test_params
 from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
+from rmsnorm_conformance.harness.plugin.run_options import HARNESS_WATCH, RunOptions, resolve
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running import device_faults, exception_text, fresh_process, isolation, warm_up
@@ -67,7 +75,7 @@ def run_options(config: pytest.Config) -> RunOptions:
         try:
             options = resolve(config)
         except pytest.UsageError as exc:
-            write_usage_error(config.getoption("--report"), str(exc))
+            write_usage_error(list(given_options.of(config).report), str(exc))
             raise
         config.stash[OPTIONS] = options
         workerinput = getattr(config, "workerinput", None)
@@ -83,9 +91,9 @@ def run_options(config: pytest.Config) -> RunOptions:
             config.pluginmanager.register(CiOutput(reporter), "rmsnorm-conformance-ci-output")
             config.pluginmanager.register(CrashesOnTheLedger(config), "rmsnorm-conformance-crashes")
             isolation.WATCHDOG.on_hang = lambda message: reporter.ended(message, _running_failure(config, message))
-            if getattr(config.option, "numprocesses", None) and not options.replay_case \
+            if options.options.workers and not options.replay_case \
                     and WARM_UPS not in config.stash:  # not started early (plugin/hooks.py)
-                config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices, config.option.numprocesses)
+                config.stash[WARM_UPS] = warm_up.start(options.backends, options.devices, options.options.workers)
             deal_one_at_a_time(config)
         else:  # a worker the watchdog ends is replaced: the ledger spares its successor the same hang
             worker_exit.conformance_run()
@@ -236,7 +244,7 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
     every_pair = scope is None and any(
         r.split(".", 1)[0] in PAIR_SWEPT_AXES and r not in WEIGHTLESS_RULES for r in rules)
     dtypes = run.dtypes
-    if scope is not None and not metafunc.config.getoption("--dtype"):
+    if scope is not None and not run.options.dtype:
         dtypes = tuple(d for d in run.dtypes if d in scope.dtypes_for(tuple(rules)))
     mixed_only = bool(rules) and all(r.split(".", 1)[0] in MIXED_PAIR_AXES for r in rules)
     params, ids = [], []
@@ -376,7 +384,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     if getattr(torch, weight_dtype) not in backend.weight_dtypes(getattr(torch, dtype)):
         pytest.skip(f"{backend.name} declares no {weight_dtype} weight with {dtype} x")
     interpreted = bool(getattr(backend.impl, "interpreted", False))
-    max_elements = sweep_elements(device, interpreted=interpreted, option=config.getoption("--max-elements"))
+    max_elements = sweep_elements(device, interpreted=interpreted, option=run.options.max_elements)
     hypothesis_test = getattr(request.node.obj, "hypothesis", None)
     if hypothesis_test is not None:
         # Each (backend, device, dtype) gets its own example database key and, under a derandomized sweep, its
@@ -391,12 +399,13 @@ def subject(request: pytest.FixtureRequest) -> Subject:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
     made = Subject(backend=backend, device=device, dtype=dtype, weight_dtype=weight_dtype,
-                   profile=profile(config.getoption("--contract-profile")),
+                   profile=contract_profile(run.contract_profile),
                    collector=_test_records(request, run), nodeid=request.node.nodeid, replay=replay,
                    on_failure=on_failure, max_elements=max_elements, replay_case=run.replay_case,
-                   manifest=run.manifest, strict_interface=config.getoption("--strict-interface"),
+                   manifest=run.manifest, strict_interface=run.strict_interface,
                    case_timeout=run.case_timeout, run_ends_at=run.run_ends_at, mode_sample=run.mode_sample,
-                   shrink=run.shrink)
+                   shrink=run.shrink, sweep=run.sweep, max_elements_option=run.options.max_elements,
+                   record_all=bool(run.options.write_known_failures), model_dims=run.model_dims)
     config.stash[RUNNING] = (request.node.stash[SUBJECT], made)
     return made
 
@@ -419,9 +428,9 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
     request.node.stash[SUBJECT] = {"backend": pair.label, "device": pair.device_label}
     _skip_if_hung(request)
     records = _test_records(request, run)
-    profile_ = profile(config.getoption("--contract-profile"))
+    profile_ = contract_profile(run.contract_profile)
     max_elements = min(sweep_elements(d, interpreted=bool(getattr(b.impl, "interpreted", False)),
-                                      option=config.getoption("--max-elements")) for b, d in sides)
+                                      option=run.options.max_elements) for b, d in sides)
 
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
@@ -433,8 +442,9 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
         return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,
                        nodeid=request.node.nodeid, replay=replay, on_failure=on_failure, max_elements=max_elements,
                        replay_case=run.replay_case, manifest=run.manifest, case_timeout=run.case_timeout,
-                       run_ends_at=run.run_ends_at, shrink=run.shrink,
-                       strict_interface=config.getoption("--strict-interface"))
+                       run_ends_at=run.run_ends_at, shrink=run.shrink, sweep=run.sweep,
+                       max_elements_option=run.options.max_elements, strict_interface=run.strict_interface,
+                       record_all=bool(run.options.write_known_failures))
 
     left, right = make(*sides[0]), make(*sides[1])
     left.other = right
@@ -448,8 +458,9 @@ class Parity:
 
     def __init__(self, backends: list, device: torch.device, dtype: str, collector: Collector, *,
                  case_timeout: float = 0.0, hangs: HangLedger | None = None, device_key: str = "",
-                 nodeid: str = "") -> None:
+                 nodeid: str = "", profile: Profile | None = None) -> None:
         self.backends = backends
+        self.profile = profile or contract_profile(DEFAULT_PROFILE)  # the bounds the run holds outputs to
         self.nodeid = nodeid
         self.device = device
         self.dtype = dtype
@@ -517,7 +528,7 @@ def parity(request: pytest.FixtureRequest) -> Parity:
         pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung or crashed); "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
     return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
-                  device_key=key, nodeid=request.node.nodeid)
+                  device_key=key, nodeid=request.node.nodeid, profile=contract_profile(run.contract_profile))
 
 
 def _runs_on(backend: Any, device: torch.device) -> bool:
@@ -638,10 +649,29 @@ def _fill_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
         report.longrepr = report.longreprtext + "\n\n" + "\n".join(str(n) for n in notes)
     records = item.stash.get(RECORDS, None)
     if records is not None:
+        _expected_only(report, records)
         report.user_properties.append((RECORDS_PROPERTY, records.to_json()))
     failure = item.stash.get(FAILURE, None)
     if failure is not None and report.failed:
         report.user_properties.append((FAILURE_PROPERTY, failure))
+
+
+def _expected_only(report: pytest.TestReport, records: Collector) -> None:
+    """A test that passed every check but those the known-failure manifest expects reads as xfailed, naming the
+    entries it met; one with an unexpected breach failed on it (with its replay) whatever else it met. Under
+    --write-known-failures a breach does not end its test: the test fails here, listing each rule it broke."""
+    met = [e for e in records.expected if e["breached"]]
+    broken = [s for s in records.summaries.values() if s.failures]
+    if report.passed and broken:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(
+            f"contract rule {s.rule} broken by backend {s.backend!r} on {s.device}, {s.dtype} in {s.failures} "
+            f"checks (every case ran to its end: --write-known-failures)\n  {s.failing_detail}\n"
+            f"  smallest failing configuration: {s.failing_case}\n  replay: {s.replay}" for s in broken)
+    elif report.passed and met:
+        report.outcome = "skipped"
+        report.wasxfail = "expected breach: " + "; ".join(
+            f"{e['rule']} on {e['backend']}, {e['device']} ({e['reason']})" for e in met)
 
 
 def _attach_subject(item: pytest.Item, report: pytest.TestReport, subject: dict) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from rmsnorm_conformance.harness.plugin import options
 from rmsnorm_conformance.harness.running.hangs import HangLedger
 
 SWITCH = "RMSNORM_CONFORMANCE_EARLY_WORKERS"
@@ -49,7 +50,7 @@ REPORTER = "rmsnorm-conformance-reporter"
 
 def is_controller(config: pytest.Config) -> bool:
     """pytest-xdist's controller: a run with workers (``-n``), seen from the process that starts them."""
-    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+    return not hasattr(config, "workerinput") and bool(options.of(config).workers)
 
 
 def register(config: pytest.Config) -> Controller:
@@ -70,7 +71,7 @@ class Controller:
         self.defer = defer
         self.resolved = False
         self.reporting = False  # the reporter has started: it writes the run's reports from here on
-        deadline = config.getoption("--deadline", None) or 0.0
+        deadline = options.of(config).deadline
         if deadline > 0:  # a negative one is the options' usage error
             config.stash[RUN_ENDS_AT] = time.time() + deadline
 
@@ -121,7 +122,7 @@ class Controller:
         from rmsnorm_conformance.harness.reporting.render import replace_reports
 
         replace_reports(Collector(incomplete="interrupted (Ctrl-C or a signal) as the run started: no test ran"),
-                        self.config.getoption("--report", None) or ())
+                        options.of(self.config).report)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         path = config.stash.get(LEDGER_PATH, None)

@@ -1,443 +1,274 @@
-"""What the harness's command-line options resolved to: one frozen ``RunOptions``, kept in ``config.stash`` in
-every process (controller and pytest-xdist workers alike), so fixtures, hooks and the reporter read the same
-values and nothing about the run lives in a module global.
+"""The harness's options, each declared once (name, type, default, help) and read once into one frozen ``Options``.
+
+Every other module takes what it needs from ``Options`` (``options.of(config)``): nothing else asks pytest for an
+option, so an option has one default and one parse, and a stage cannot see ``None`` where the run resolved a
+default. The pytest options the harness reads as well (``-n``, ``-v``, ``-k``, ...) are read here too.
+
+This module imports neither torch nor Hypothesis: pytest loads the plugin in every run, and the activation and the
+supervisor read the options before a run is known to be a conformance run. What the options resolve to once the run
+is one (the backends loaded, the devices asked) is ``run_options.RunOptions``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shlex
-import sys
-import time
-from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from pathlib import Path
+import argparse
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pytest
-import torch
-from hypothesis import settings
 
-from rmsnorm_conformance.contract import DTYPES
-from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
-from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
-from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
-from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep, sweep_settings
-from rmsnorm_conformance.harness.plugin.controller import RUN_ENDS_AT, WORKER_RUN_ENDS_AT
-from rmsnorm_conformance.harness.plugin.parity_gate import (
-    ParityPair,
-    ParitySpec,
-    parse_modes,
-    parse_parity,
-    sample_on,
+from rmsnorm_conformance.contract import DEFAULT_PROFILE, PROFILES
+from rmsnorm_conformance.harness.drawing.budget import (
+    CPU_SWEEP_ELEMENTS,
+    GPU_SWEEP_ELEMENTS,
+    INTERPRETED_SWEEP_ELEMENTS,
 )
-from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
-from rmsnorm_conformance.harness.running.adapters import adapted_notes
-from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
-from rmsnorm_conformance.harness.running.devices import (
-    device_unavailable_reason,
-    parse_device_option,
-    worker_cpu_threads,
-)
+from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
-from rmsnorm_conformance.harness.running.isolation import HarnessWatch, watch_functions
-from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
-from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
+from rmsnorm_conformance.harness.running.registry import known_backend_names
 
-# The harness's own functions as the run found them, before any backend was imported (isolation.HarnessWatch):
-# checked after each backend's import here, at the end of each conformance test (active.py) and of the run
-# (reporter.py). One a run, kept with its config: a run inside a test's process has its own.
-HARNESS_WATCH = pytest.StashKey[HarnessWatch]()
+GROUP = "rmsnorm-conformance"
 
-# Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
-# references, gradients, copies): the element budget must leave this much room in memory.
-BYTES_PER_ELEMENT = 64
+# How an option takes its value on the command line.
+VALUE = "value"  # --x=V; the last one given counts
+JOINED = "joined"  # --x=a,b; given more than once, the values are joined into one comma list
+APPEND = "append"  # --x=V, repeatable; every value kept, in order
+FLAG = "flag"  # --x, no value
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    """The run's options, parsed and checked once."""
+class Declared:
+    """One harness option as the command line takes it: how it parses, its metavar and its help."""
 
-    backends: tuple[Backend, ...]
-    devices: tuple[torch.device, ...]
-    dtypes: tuple[str, ...]
-    rules: tuple[str, ...]
-    sweep: str
-    settings: settings  # the Hypothesis settings every conformance test of this run sweeps under
-    max_examples: int | None
-    case_timeout: float
-    deadline: float  # seconds the whole run may take (0: no limit)
-    run_ends_at: float  # time.time() at which that deadline passes (0: no limit)
-    contract_profile: str
-    strict_interface: bool
-    reports: tuple[str, ...]
-    replay_case: Any = None
-    manifest: Manifest | None = None
-    named_backends: tuple[str, ...] = ()  # named with --backend: each must run a check
-    parity_pairs: tuple[ParityPair, ...] = ()
-    bench: dict[str, Any] | None = None  # --bench-json's data, for the report's speed columns and pictures
-    # (backend, device, reason) for default backends that cannot run on any selected device.
-    not_run: tuple[tuple[str, str, str], ...] = ()
-    mode_sample: bool = True  # the execution-mode sample (axis_a.execution_mode); off with --modes=none
-    shrink: bool = True  # Hypothesis shrinks a failing case to the simplest one; off with --no-shrink
-
-    def environment(self, config: pytest.Config) -> dict[str, str]:
-        """The run's settings as the report's environment table shows them."""
-        return {
-            "contract profile": self.contract_profile,
-            "interface rules": "gate (--strict-interface)" if self.strict_interface else "warn",
-            "sweep": self.sweep + (f", {self.max_examples} examples a test" if self.max_examples else "")
-                     + ("" if self.shrink else ", failing cases not shrunk (--no-shrink)"),
-            "backends": ", ".join(b.name for b in self.backends) or "none",
-            "command": run_command(config),
-            "shapes drawn": drawn_shapes(),
-            "case timeout": f"{self.case_timeout:g} s" if self.case_timeout else "none",
-            **({"run deadline": f"{self.deadline:g} s"} if self.deadline else {}),
-            "execution modes": (describe_sample(tuple(d.type for d in self.devices)) + " on a sample"
-                                if self.mode_sample else "no sample (--modes=none)")
-                               + "".join(f"; {m} on the full sweep (--modes)" for m in
-                                         dict.fromkeys(p.mode for p in self.parity_pairs if p.mode)),
-            **({"adapted kernels": adapted_notes(self.backends)} if adapted_notes(self.backends) else {}),
-        }
+    help: str
+    kind: str = VALUE
+    metavar: str | None = None
+    type: type | None = None
+    choices: tuple[str, ...] | None = None
+    default_text: str = ""  # the help's "(default: ...)", where the field's default does not say it
+    activates: bool = True  # given, it makes the run a conformance run (activation.py)
 
 
-def drawn_shapes() -> str:
-    """The widest rows and the head counts the sweeps draw: a kernel's path for wider rows or more heads is not
-    checked, and the report says so rather than let a PASS read as covering it."""
-    return (f"dims 1 to {MAX_DIM} (edges {', '.join(map(str, EDGE_DIMS))}); QK-norm heads "
-            f"{', '.join(map(str, HEAD_COUNTS))}; wider rows and more heads are not checked")
+def _declare(default: Any, help: str, **how: Any) -> Any:
+    return field(default=default, metadata={"declared": Declared(help=help, **how)})
 
 
-def watch_test_framework() -> None:
-    """pytest's outcomes and Hypothesis' in-test functions, watched around every call as the report's json and file
-    functions are (isolation.watch_functions): a kernel that made ``pytest.skip`` a no-op had the tests after it run
-    past their skips, and native beside it read interface warnings it does not have."""
-    import _pytest.outcomes
-    import hypothesis
+class JoinedList(argparse.Action):
+    """A comma-list option given more than once keeps every value, as one comma list: ``--backend=mine
+    --backend=native`` is ``--backend=mine,native``. argparse keeps the last value alone, and the run then passed on
+    native's checks with the kernel named first never loaded, exit status 0."""
 
-    watch_functions("pytest", pytest, ("fail", "skip", "xfail", "exit", "importorskip", "raises", "warns"))
-    watch_functions("_pytest.outcomes", _pytest.outcomes, ("fail", "skip", "xfail", "exit", "importorskip"))
-    watch_functions("hypothesis", hypothesis, ("assume", "reject", "event", "note", "target", "given", "settings"))
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        previous = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{previous},{values}" if previous else values)
 
 
-def run_command(config: pytest.Config) -> str:
-    """The run's command line, each option's value joined to it (``-p no:x`` as ``-pno:x``, ``--basetemp d`` as
-    ``--basetemp=d``), so that a word standing alone is a target: the re-run commands the report prints keep the
-    options and drop the targets, and a value standing alone had been dropped as one, leaving ``-p`` to take the
-    next option as its value."""
-    args = [str(a) for a in config.invocation_params.args]
-    parser = getattr(getattr(config, "_parser", None), "optparser", None)
-    actions = getattr(parser, "_option_string_actions", None)
-    if not isinstance(actions, dict):
-        return "pytest " + shlex.join(args)
-    words: list[str] = []
-    i = 0
-    while i < len(args):
-        action = actions.get(args[i])
-        if action is not None and action.nargs is None and i + 1 < len(args):
-            option, value = args[i], args[i + 1]
-            words.append(f"{option}={value}" if option.startswith("--") else option + value)
-            i += 2
+@dataclass(frozen=True)
+class Options:
+    """Every option the harness reads, as given or at its one default. The fields with a ``declared`` entry are
+    the harness's own options, in the order ``--help`` lists them; the others are pytest's and its plugins'."""
+
+    backend: str | None = _declare(
+        None, kind=JOINED, metavar="SPEC",
+        help="backends to hold to the contract: a name ({names}), a comma list, 'all', or module.path:attr naming a "
+             "backend class, factory or instance, a function (x, weight, eps), an nn.Module class, a torch.library "
+             "op (module.path:namespace::name) or a partial, importable from the current directory.",
+        default_text="each of native, triton, cuda that can run here")
+    device: str | None = _declare(
+        None, kind=JOINED, metavar="DEVICE",
+        help="devices to run on: cpu, cuda, cuda:N, all, or a comma list.",
+        default_text="the CPU and every GPU")
+    dtype: str | None = _declare(
+        None, kind=JOINED, metavar="DTYPES",
+        help="input dtypes to check: a comma list of float32, bfloat16, float16.",
+        default_text="all three")
+    rule: str | None = _declare(
+        None, kind=JOINED, metavar="RULES",
+        help="run only the tests of these contract rules: a comma list of rule ids or patterns such as 'axis_a.*'.",
+        default_text="every rule")
+    report: tuple[str, ...] = _declare(
+        (), kind=APPEND, metavar="PATH",
+        help="write the tolerance report to PATH: .json as JSON, .md or .markdown as markdown.")
+    bench_json: str | None = _declare(
+        None, metavar="PATH",
+        help="a benchmark JSON (benchmarks/bench.py) whose bandwidth and latency go into the report's 'Pick a "
+             "kernel' section and pictures.")
+    contract_profile: str = _declare(
+        DEFAULT_PROFILE, choices=tuple(sorted(PROFILES)), activates=False,
+        help="the bounds to hold outputs to.")
+    strict_interface: bool = _declare(
+        False, kind=FLAG,
+        help="fail the run on breaches of interface rules (which exception, which words), not only warn.")
+    require_parity: tuple[str, ...] = _declare(
+        (), kind=APPEND, metavar="A:B",
+        help="require two backends (each optionally @device) to give bit-identical outputs for the same input bits "
+             "under every Axis-A variant, dtype and shared entry point; a difference fails the run (e.g. "
+             "triton:cuda, native@cpu:native@cuda).")
+    modes: str | None = _declare(
+        None, metavar="MODES",
+        help="also run each backend's forward under these execution modes over the full sweep and require bitwise "
+             "parity with eager: a comma list of compile, cudagraph (skipped with the reason where a mode cannot "
+             "run). Without it a sample of every entry point runs under torch.compile, no_grad, inference_mode and, "
+             "on a GPU, CUDA-graph replay (axis_a.execution_mode); none turns that sample off.")
+    sweep: str = _declare(
+        "", choices=tuple(sorted(SWEEPS)),
+        help="how hard Hypothesis searches in conformance tests (and only there): "
+             + "; ".join(f"{k}: {v.description}" for k, v in SWEEPS.items()) + ".",
+        default_text="ci when $CI is set, else dev")
+    dims: str | None = _declare(
+        None, kind=JOINED, metavar="DIMS",
+        help="a model's own last dims (its hidden size, head_dim, ...) as a comma list, e.g. 6144,128: the sweeps "
+             "draw them beside the contract's, and the explicit checks (row thresholds, accuracy, 3-D views, first "
+             "calls, the execution-mode sample) run at each.",
+        default_text="the contract's dims only")
+    max_examples: int | None = _declare(
+        None, type=int, metavar="N",
+        help="examples per conformance test, overriding the sweep's count.")
+    no_shrink: bool = _declare(
+        False, kind=FLAG, activates=False,
+        help="report a failing case as it was drawn, without Hypothesis shrinking it to the simplest failing "
+             "configuration: a faster FAIL where the verdict is all that is wanted (its replay still reproduces "
+             "it). The verdict is the same either way.")
+    known_failures: str | None = _declare(
+        None, metavar="PATH",
+        help="a manifest (TOML or JSON) of expected breaches per backend, device, dtype and rule (and, optionally, "
+             "case): each such breach is reported as expected, and any other still fails the run, also in the same "
+             "test; a test whose only breaches are listed xfails.")
+    strict_known_failures: bool = _declare(
+        False, kind=FLAG,
+        help="fail the run on a --known-failures entry that was checked and never breached (as pytest's strict "
+             "xfail fails an xpass): the manifest then lists exactly what is still broken.")
+    write_known_failures: str | None = _declare(
+        None, metavar="PATH",
+        help="write every breach of this run to PATH as a known-failures manifest (TOML): the baseline a gate "
+             "adopts with --known-failures=PATH, so that only new breaches fail it. Each case then runs to its end, "
+             "so that one run lists every rule it breaks.")
+    replay: str | None = _declare(
+        None, metavar="CASE",
+        help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")
+    case_timeout: float = _declare(
+        DEFAULT_CASE_TIMEOUT, type=float, metavar="SECONDS",
+        help="fail a backend's check when one case runs longer than this; the backend's other tests on that device "
+             "are then not run, and the run goes on (0: no deadline).")
+    deadline: float = _declare(
+        0.0, type=float, metavar="SECONDS",
+        help="end the whole run after this many seconds, with a report of what finished and what did not: FAIL if "
+             "something failed by then, else INCOMPLETE. Set it below the CI job's own timeout, so the report is "
+             "written before the job is killed.",
+        default_text="no limit")
+    max_elements: int | None = _declare(
+        None, type=int, metavar="N",
+        help="largest batch (rows x dim) a case may draw, and the threshold checks build.",
+        default_text=f"on a GPU a share of its free memory, the sweep at most {GPU_SWEEP_ELEMENTS}; on a CPU "
+                     f"{CPU_SWEEP_ELEMENTS}, {INTERPRETED_SWEEP_ELEMENTS} for interpreted backends, and more for "
+                     "the threshold checks")
+
+    # pytest's and its plugins' options the harness reads.
+    workers: Any = None  # pytest-xdist's -n as it holds it (a count, 'auto', 'logical'), None without it
+    dist: str = "no"  # pytest-xdist's --dist
+    verbose: int = 0
+    keyword: str = ""
+    markexpr: str = ""
+    narrowing: tuple[str, ...] = ()  # --lf, --sw, --sw-skip as given
+    deselect: tuple[str, ...] = ()
+    hypothesis_seed: str | None = None
+    hypothesis_profile: str | None = None
+    help_or_version: bool = False
+    given: frozenset[str] = frozenset()  # the harness's options given a value other than their default
+
+    @property
+    def activating(self) -> bool:
+        """Was one of the options given that make a run a conformance run?"""
+        return any(how.activates for name, _, how in declared() if name in self.given)
+
+    @property
+    def shrink(self) -> bool:
+        return not self.no_shrink
+
+
+def declared() -> list[tuple[str, Any, Declared]]:
+    """(name, default, declaration) of each of the harness's options, in ``--help``'s order."""
+    return [(f.name, f.default, f.metadata["declared"]) for f in fields(Options) if "declared" in f.metadata]
+
+
+def flag(name: str) -> str:
+    """The command-line name of option ``name``."""
+    return "--" + name.replace("_", "-")
+
+
+REPEATS = {JOINED: "Repeatable: the values are joined.", APPEND: "Repeatable."}
+
+
+def help_text(name: str, default: Any, how: Declared) -> str:
+    """An option's help in the one style every option's follows: what it does, whether it repeats, its default."""
+    text = how.help.replace("{names}", ", ".join(known_backend_names())) if name == "backend" else how.help
+    return " ".join(part for part in (text, REPEATS.get(how.kind, ""), default_words(default, how)) if part)
+
+
+def default_words(default: Any, how: Declared) -> str:
+    """"Default: ..." where the option has a default worth saying (not a flag's off, nor an empty list)."""
+    shown = how.default_text or ("" if how.kind in (FLAG, APPEND) or default in (None, "") else f"{default:g}"
+                                 if isinstance(default, float) else str(default))
+    return f"Default: {shown}." if shown else ""
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """The harness's option group, every option declared on ``Options``."""
+    group = parser.getgroup(GROUP, "RMSNorm numerical-contract conformance")
+    for name, default, how in declared():
+        attrs: dict[str, Any] = {"dest": name, "help": help_text(name, default, how)}
+        if how.kind == FLAG:
+            attrs.update(action="store_true", default=False)
         else:
-            words.append(args[i])
-            i += 1
-    return "pytest " + shlex.join(words)
+            attrs.update(default=[] if how.kind == APPEND else None, metavar=how.metavar)
+            if how.kind == JOINED:
+                attrs["action"] = JoinedList
+            elif how.kind == APPEND:
+                attrs["action"] = "append"
+            if how.type is not None:
+                attrs["type"] = how.type
+            if how.choices is not None:
+                attrs.update(choices=list(how.choices), metavar=None)
+        group.addoption(flag(name), **attrs)
 
 
-def resolve(config: pytest.Config) -> RunOptions:
-    """Parse and check every option; a usage error names the option and the value."""
-    if HARNESS_WATCH not in config.stash:  # before any backend is imported
-        watch_test_framework()
-        config.stash[HARNESS_WATCH] = HarnessWatch()
-        config.stash[HARNESS_WATCH].take()
-    threads = worker_cpu_threads()
-    if threads is not None:  # before any backend call: the global-state snapshots start from this
-        torch.set_num_threads(threads)
-    devices = _resolve_devices(config.getoption("--device"))
-    reports = tuple(config.getoption("--report"))
-    _check_reports(reports)
-    bench = load_bench(config.getoption("--bench-json"))
-    _check_budget(config.getoption("--max-elements"), devices)
-    case_timeout = _resolve_case_timeout(config.getoption("--case-timeout"))
-    deadline, run_ends_at = _resolve_deadline(config)
-    sweep = config.getoption("--sweep") or default_sweep()
-    dtypes = _resolve_dtypes(config.getoption("--dtype"), sweep)
-    from rmsnorm_conformance.contract import ALL_RULES
-
-    rules = _parse_choice_list(config.getoption("--rule"), tuple(r.id for r in ALL_RULES), "--rule", patterns=True)
-    max_examples = config.getoption("--max-examples")
-    if max_examples is not None and max_examples < 1:
-        raise pytest.UsageError(f"--max-examples={max_examples}: must be at least 1")
-    replay = config.getoption("--replay")
-    replay_case = _parse_replay(replay)
-    shrink = not config.getoption("--no-shrink")
-    manifest = _load_known_failures(config.getoption("--known-failures"))
-    option = config.getoption("--backend")
-    backends, not_run = _resolve_backends(config, option, devices)
-    names = _unique_names(backends)
-    return RunOptions(
-        backends=tuple(backends), devices=devices, dtypes=dtypes, rules=rules, sweep=sweep,
-        settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(replay), shrink=shrink),
-        max_examples=max_examples, shrink=shrink,
-        case_timeout=case_timeout, deadline=deadline, run_ends_at=run_ends_at,
-        contract_profile=config.getoption("--contract-profile"),
-        strict_interface=bool(config.getoption("--strict-interface")), reports=reports, replay_case=replay_case,
-        manifest=manifest, named_backends=tuple(names) if option else (),
-        parity_pairs=tuple(_resolve_parity(backends, devices, config.getoption("--require-parity"),
-                                           config.getoption("--modes"))),
-        bench=bench, not_run=tuple(not_run), mode_sample=sample_on(config.getoption("--modes")))
+# The key each process keeps its Options under, once read.
+OPTIONS = pytest.StashKey[Options]()
 
 
-def _resolve_devices(option: str | None) -> tuple[torch.device, ...]:
-    """--device parsed; a device the user named must exist: a gate that asked for cuda:7 must not pass on the
-    CPU alone."""
-    try:
-        devices = tuple(parse_device_option(option))
-    except ValueError as exc:
-        raise pytest.UsageError(f"--device: {exc}") from exc
-    if option:
-        for device in devices:
-            reason = device_unavailable_reason(device)
-            if reason:
-                raise pytest.UsageError(f"--device={option}: {device}: {reason}")
-    return devices
+def of(config: pytest.Config) -> Options:
+    """The run's options, read once a process, at its configure at the earliest (pytest-xdist settles ``-n`` and
+    ``--dist`` in its ``pytest_cmdline_main``)."""
+    if OPTIONS not in config.stash:
+        config.stash[OPTIONS] = read(config)
+    return config.stash[OPTIONS]
 
 
-def _resolve_dtypes(option: str | None, sweep: str) -> tuple[str, ...]:
-    """--dtype parsed; without it, a sweep that is not the gate checks its own dtypes (each test then takes the
-    ones for its rules), and the gate every dtype."""
-    dtypes = _parse_choice_list(option, DTYPES, "--dtype")
-    scope = SWEEPS[sweep].scope
-    if scope is not None and not option:
-        dtypes = tuple(d for d in DTYPES if d in scope.dtypes + scope.bitwise_dtypes)
-    return dtypes
-
-
-def _resolve_case_timeout(option: float | None) -> float:
-    case_timeout = DEFAULT_CASE_TIMEOUT if option is None else option
-    if case_timeout < 0:
-        raise pytest.UsageError(f"--case-timeout={case_timeout:g}: must be 0 (no deadline) or more")
-    return case_timeout
-
-
-def _resolve_deadline(config: pytest.Config) -> tuple[float, float]:
-    """(--deadline in seconds, the time.time() at which it passes); (0, 0) for no limit. The clock starts at
-    pytest-xdist's controller's configure (controller.py), else when the options are resolved; workers take the
-    controller's end."""
-    deadline = config.getoption("--deadline", None) or 0.0
-    if deadline < 0:
-        raise pytest.UsageError(f"--deadline={deadline:g}: must be 0 (no limit) or more seconds")
-    # A worker takes the controller's end; the controller its own, taken at configure (controller.py).
-    run_ends_at = float(getattr(config, "workerinput", {}).get(WORKER_RUN_ENDS_AT, 0.0)) \
-        or config.stash.get(RUN_ENDS_AT, 0.0) or (time.time() + deadline if deadline else 0.0)
-    return deadline, run_ends_at
-
-
-def _parse_replay(replay: str | None) -> Any:
-    """The one case --replay names, or None without it."""
-    if not replay:
-        return None
-    try:
-        return parse_case(replay)
-    except ReplayError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-
-
-def _load_known_failures(path: str | None) -> Manifest | None:
-    if not path:
-        return None
-    try:
-        return load_manifest(path)
-    except (OSError, ValueError) as exc:
-        raise pytest.UsageError(f"--known-failures: {exc}") from exc
-
-
-def _unique_names(backends: list[Backend]) -> list[str]:
-    """The backends' names, each once: names key the report."""
-    names = [b.name for b in backends]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise pytest.UsageError(f"--backend: two backends share the name {', '.join(map(repr, duplicates))}; "
-                                "names key the report, so each must be unique")
-    return names
-
-
-def _unloadable(spec: str, reason: str) -> Backend:
-    class Unloadable:
-        name = spec
-        devices = None
-
-        def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-            raise RuntimeError(reason)
-
-        def unavailable_reason(self, device: torch.device) -> str:
-            return reason
-
-    return Backend(Unloadable(), spec=spec)
-
-
-def _interpreter_needed(specs: list[str]) -> bool:
-    """Triton reads TRITON_INTERPRET when its kernels are defined: set it only for a selected Triton backend on
-    a machine with no GPU, and never when the user set it themselves."""
-    return "triton" in specs and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available()
-
-
-def _resolve_backends(config: pytest.Config, option: str | None, devices: tuple[torch.device, ...],
-                      ) -> tuple[list[Backend], list[tuple[str, str, str]]]:
-    # By default: this project's own backends. Adapters and entry-point backends run when named or with 'all'.
-    specs = parse_backend_option(option) if option else list(BUILTIN_BACKENDS)
-    if _interpreter_needed(specs):
-        os.environ["TRITON_INTERPRET"] = "1"
-    # module:attr specs name the user's own code: import it from where pytest was started.
-    invocation_dir = str(config.invocation_params.dir)
-    if any(":" in s for s in specs) and invocation_dir not in sys.path:
-        sys.path.insert(0, invocation_dir)
-    chosen: list[Backend] = []
-    not_run: list[tuple[str, str, str]] = []
-    watch = config.stash.get(HARNESS_WATCH, None)
-    for spec in specs:
-        backend = _load_selected(spec)
-        replaced = watch.replaced() if watch is not None else []
-        if replaced:  # by its import or construction: put back, and its semantics.global_state fails
-            backend.import_changes = [*backend.import_changes,
-                                      f"the harness's own functions replaced: {', '.join(replaced)}"]
-        # A named backend always runs; a default one only where it can run on some selected device.
-        reasons = None if option else _reasons_not_run(backend, devices)
-        if reasons is None:
-            chosen.append(backend)
+def read(config: pytest.Config) -> Options:
+    """The options as they stand now, with each default put in: for the supervisor, which decides before any
+    plugin's configure (``of`` keeps the run's)."""
+    values: dict[str, Any] = {}
+    given = set()
+    for name, default, how in declared():
+        raw = config.getoption(name, None)
+        if raw not in (None, [], False):  # as given: 0 for a count is the user's (and checked), not the default
+            given.add(name)
+        if raw is None or (how.kind == APPEND and not raw):
+            values[name] = default
         else:
-            not_run += reasons
-    return chosen, not_run
-
-
-def _load_selected(spec: str) -> Backend:
-    """The backend ``spec`` names. A usage error where the user's code or declarations are at fault; one of the
-    project's own that cannot load here becomes a stand-in that is skipped with the reason."""
-    try:
-        return load_backend(spec)
-    except DeclarationError as exc:
-        raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
-    except (ImportError, RuntimeError, OSError) as exc:
-        if ":" in spec:  # the user's own module: a typo should stop the run, not skip it
-            raise pytest.UsageError(f"--backend={spec}: {exc}") from exc
-        return _unloadable(spec, f"{spec} cannot be loaded: {exc}")
-    except (ValueError, TypeError) as exc:
-        raise pytest.UsageError(f"--backend: {exc}") from exc
-
-
-def _reasons_not_run(backend: Backend, devices: tuple[torch.device, ...]) -> list[tuple[str, str, str]] | None:
-    """None where a default backend runs on some selected device; else (name, device, reason) for each."""
-    try:
-        reasons = {str(d): device_unavailable_reason(d) or backend.unavailable_reason(d) for d in devices}
-    except BackendError:
-        return None  # its tests fail with the probe's error: never a quiet skip
-    if any(r is None for r in reasons.values()):
-        return None
-    return [(backend.name, device, str(reason)) for device, reason in reasons.items()]
-
-
-def _resolve_parity(backends: list[Backend], devices: tuple[torch.device, ...], specs: list[str],
-                    modes_option: str | None) -> list[ParityPair]:
-    """Every required pair on every device it runs on; names must be among the selected backends."""
-    by_name = {b.name: b for b in backends}
-    try:
-        parsed = [parse_parity(v) for v in specs]
-        modes = parse_modes(modes_option)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    for spec in parsed:
-        for name in (spec.left, spec.right):
-            if name not in by_name:
-                raise pytest.UsageError(f"--require-parity={spec.label.replace('=', ':')}: {name!r} is not a "
-                                        f"selected backend (selected: {', '.join(by_name) or 'none'}); "
-                                        "add it to --backend")
-    pairs: list[ParityPair] = []
-    for spec in parsed:
-        for left_device, right_device in _pair_devices(spec, devices):
-            pairs.append(ParityPair(spec, by_name[spec.left], by_name[spec.right], left_device, right_device))
-    for mode in modes:
-        for backend in backends:
-            moded = Backend(ModeBackend(backend, mode), spec=backend.spec)
-            spec = ParitySpec(backend.name, moded.name)
-            for device in devices:
-                pairs.append(ParityPair(spec, backend, moded, device, device, mode=mode))
-    return pairs
-
-
-def _pair_devices(spec: ParitySpec, devices: tuple[torch.device, ...]) -> list[tuple[torch.device, torch.device]]:
-    if spec.left_device and spec.right_device:
-        return [(torch.device(spec.left_device), torch.device(spec.right_device))]
-    fixed = spec.left_device or spec.right_device
-    if fixed:
-        return [(torch.device(fixed), torch.device(fixed))]
-    return [(d, d) for d in devices]
-
-
-def _check_reports(paths: tuple[str, ...]) -> None:
-    """Every --report path: a known suffix and a writable place, checked before the run, not after it."""
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            raise pytest.UsageError(f"--report={raw}: is a directory")
-        if path.suffix not in REPORT_SUFFIXES:
-            raise pytest.UsageError(f"--report={raw}: unknown suffix {path.suffix or '(none)'!r}; use "
-                                    + " or ".join(REPORT_SUFFIXES))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # One probe a process: under -n the controller and every worker check the same paths at once, and a
-            # shared probe name let one process delete another's, a false "cannot write there" (about 1 run in 12).
-            probe = path.parent / f".{path.name}.{os.getpid()}.probe"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as exc:
-            raise pytest.UsageError(f"--report={raw}: cannot write there: {exc.strerror or exc}") from None
-
-
-def _check_budget(max_elements: int | None, devices: tuple[torch.device, ...]) -> None:
-    if max_elements is None:
-        return
-    bound = _memory_bound(devices)
-    if not 1 <= max_elements <= bound:
-        raise pytest.UsageError(f"--max-elements={max_elements}: must be between 1 and {bound} (the devices' "
-                                f"memory at {BYTES_PER_ELEMENT} bytes an element)")
-
-
-def load_bench(path: str | None) -> dict[str, Any] | None:
-    """--bench-json's data; a missing or malformed file is a usage error before the run, not a report without
-    the speed columns the user asked for."""
-    if not path:
-        return None
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise pytest.UsageError(f"--bench-json={path}: cannot be read as JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-        raise pytest.UsageError(f"--bench-json={path}: not a benchmark JSON (benchmarks/bench.py writes "
-                                "{'records': [...], 'environment': {...}})")
-    return data
-
-
-def _memory_bound(devices: tuple[torch.device, ...]) -> int:
-    """The largest element budget every device's memory can hold."""
-    sizes = []
-    for device in devices:
-        if device.type == "cuda" and torch.cuda.is_available():
-            sizes.append(torch.cuda.get_device_properties(device.index or 0).total_memory)
-        else:
-            with contextlib.suppress(ValueError, OSError, AttributeError):
-                sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return max(1, min(sizes or [1 << 36]) // BYTES_PER_ELEMENT)
-
-
-def _parse_choice_list(value: str | None, known: tuple[str, ...], option: str, *,
-                       patterns: bool = False) -> tuple[str, ...]:
-    if not value:
-        return known if not patterns else ()
-    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))  # order kept, once each
-    for item in chosen:
-        ok = any(fnmatchcase(k, item) for k in known) if patterns else item in known
-        if not ok:
-            raise pytest.UsageError(f"{option}={item}: unknown; known: {', '.join(known)}")
-    return chosen
+            values[name] = tuple(raw) if how.kind == APPEND else raw
+    if not values["sweep"]:
+        values["sweep"] = default_sweep()
+    option = config.option
+    return Options(
+        **values, given=frozenset(given),
+        workers=getattr(option, "numprocesses", None), dist=getattr(option, "dist", "no") or "no",
+        verbose=config.getoption("verbose", 0) or 0, keyword=config.getoption("keyword", "") or "",
+        markexpr=config.getoption("markexpr", "") or "",
+        narrowing=tuple(word for dest, word in (("lf", "--lf"), ("stepwise", "--sw"), ("stepwise_skip", "--sw-skip"))
+                        if config.getoption(dest, False)),
+        deselect=tuple(config.getoption("deselect", None) or ()),
+        hypothesis_seed=config.getoption("hypothesis_seed", None),
+        hypothesis_profile=config.getoption("hypothesis_profile", None),
+        help_or_version=bool(config.getoption("help", False) or config.getoption("version", False)))

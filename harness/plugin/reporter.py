@@ -9,17 +9,18 @@ import contextlib
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rmsnorm_conformance.contract import VERSION
-from rmsnorm_conformance.harness.checking.known_failures import entry_status, manifest_rows
-from rmsnorm_conformance.harness.plugin.options import HARNESS_WATCH, RunOptions
+from rmsnorm_conformance.harness.checking.known_failures import Breach, baseline_toml, entry_status, manifest_rows
 from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
+from rmsnorm_conformance.harness.plugin.run_options import HARNESS_WATCH, RunOptions
 from rmsnorm_conformance.harness.plugin.selection import selection
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
-from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.reporting.records import Collector, Summary
 from rmsnorm_conformance.harness.reporting.render import render_terminal, replace_reports, write_report
 from rmsnorm_conformance.harness.running import isolation
 
@@ -55,6 +56,37 @@ def exit_status(verdict: str, status: int | pytest.ExitCode, checks: bool) -> in
     return status
 
 
+def write_baseline(c: Collector, path: str) -> str:
+    """Every breach of the run, expected or not, written to ``path`` as a known-failures manifest, one entry per
+    (backend, device, dtype, rule) with its smallest failing case; returns what the terminal says of it. Interface
+    warnings fail no run, and are left out."""
+    found: dict[tuple[str, str, str, str], list[Summary]] = {}
+    for s in c.summaries.values():
+        if s.failures or s.expected_failures:
+            found.setdefault((s.backend, s.device, s.dtype, s.rule), []).append(s)
+    breaches = []
+    for (backend, device, dtype, rule), items in found.items():
+        smallest = min(items, key=lambda s: s.failing_size)
+        breaches.append(Breach(backend, device, dtype, rule, sum(s.failures + s.expected_failures for s in items),
+                               smallest.failing_detail, smallest.replay))
+    unlisted = [n for n, o in c.outcomes.items() if o["outcome"] in ("failed", "error") and not o.get("rule")]
+    try:
+        Path(path).write_text(baseline_toml(breaches, str(c.environment.get("command", ""))), encoding="utf-8")
+    except OSError as exc:
+        return f"known failures could NOT be written to {path}: {exc.strerror or exc}"
+    note = f"; {len(unlisted)} failed tests named no rule and are not listed" if unlisted else ""
+    return f"known failures written: {path} ({len(breaches)} entries{note})"
+
+
+def unmet_entries(c: Collector) -> list[tuple[str, bool]]:
+    """A line for each known-failure entry no check breached, and whether it fails the run (--strict-known-failures:
+    an entry checked and never breached)."""
+    failing = c.stale_entries()
+    return [(f"{'FAIL (--strict-known-failures)' if e in failing else 'warning'}: known-failure entry for "
+             f"{e['backend']} on {e['device']}, {e.get('dtype') or '*'}, {e['rule']}: "
+             f"{entry_status(e['breached'], e['passed'])}", e in failing) for e in c.expected if not e["breached"]]
+
+
 class Reporter:
     """The records of the run so far, and the hooks that feed, write and print them."""
 
@@ -65,11 +97,13 @@ class Reporter:
         c = self.collector
         if options.manifest is not None:
             c.expected = manifest_rows(options.manifest)
+        c.strict_known_failures = options.options.strict_known_failures
         c.named_backends = list(options.named_backends)
         for backend, device, reason in options.not_run:
             c.add_not_run(backend, device, reason)
         c.environment = fingerprint(list(options.devices), options.environment(config))
         self.written: list[str] = []
+        self.baseline_note = ""  # what --write-known-failures wrote, as the terminal says it
         self.final: dict[str, str | None] = {}  # each report's path: the verdict its last write holds, None: unwritten
         self.running: list[str] = []
         self.interrupted_by = ""
@@ -181,7 +215,7 @@ class Reporter:
         self._write_reports()
 
     def _distributed(self) -> bool:
-        return getattr(self.config.option, "dist", "no") != "no"
+        return self.options.options.dist != "no"
 
     def _write_reports(self) -> None:
         self._last_write = time.monotonic()
@@ -237,11 +271,13 @@ class Reporter:
         for name in c.named_but_not_run():
             c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
                                        "reasons above): nothing about it was shown to hold")
-        seed = self.config.getoption("--hypothesis-seed", None)
+        seed = self.options.options.hypothesis_seed
         c.environment["hypothesis seed"] = (
             seed or ("derandomized" if self.options.settings.derandomize
                      else "random: printed by Hypothesis on failure"))
         c.environment["exit status"] = int(session.exitstatus)
+        if self.options.options.write_known_failures:
+            self.baseline_note = write_baseline(c, self.options.options.write_known_failures)
         unwritten = self._last_writes(plots=True)
         if unwritten and not c.incomplete:
             # A report the run was asked for and could not write (a full disk, its folder gone, a file-size limit a
@@ -289,16 +325,13 @@ class Reporter:
         c = self.collector
         if not (c.conformance_tests or c.checks or c.parity):
             return
-        verbose = self.config.getoption("verbose", 0) > 0
+        verbose = self.options.options.verbose > 0
         terminalreporter.write_sep("=", "rmsnorm conformance report")
         width = getattr(terminalreporter, "_tw", None)
         for line in render_terminal(c, verbose=verbose, width=width.fullwidth if width is not None else 120):
             terminalreporter.write_line(line)
-        for e in c.expected:
-            if not e["breached"]:
-                terminalreporter.write_line(
-                    f"warning: known-failure entry for {e['backend']} on {e['device']}, {e['rule']}: "
-                    f"{entry_status(e['breached'], e['passed'])}", yellow=True)
+        for line, fails in unmet_entries(c):
+            terminalreporter.write_line(line, red=fails, yellow=not fails)
         if c.verdict() == "NOT RUN":
             terminalreporter.write_line("")
             terminalreporter.write_line("no conformance check ran (see 'Did not run'): exit status 5", red=True)
@@ -310,5 +343,7 @@ class Reporter:
                                         red=True)
         for path in self.written:
             terminalreporter.write_line(f"report written: {path}")
+        if self.baseline_note:
+            terminalreporter.write_line(self.baseline_note)
         if not verbose and not self.written:
             terminalreporter.write_line("full tolerance tables: -v, or --report=PATH.md / PATH.json")

@@ -14,7 +14,8 @@ import pytest
 
 from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
-from rmsnorm_conformance.harness.plugin.options import RunOptions
+from rmsnorm_conformance.harness.plugin import options
+from rmsnorm_conformance.harness.plugin.run_options import RunOptions
 from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running.devices import default_devices
 
@@ -60,15 +61,14 @@ def selection(config: pytest.Config, options: RunOptions, collector: Collector) 
 def narrowed_tests(config: pytest.Config) -> list[str]:
     """The options and arguments that left conformance tests out: -k, -m, --lf, --sw, --deselect, and
     arguments that name less than the whole suites."""
+    opts = options.of(config)
     found = []
-    if config.getoption("keyword", ""):
-        found.append(f"-k {config.getoption('keyword')!r}")
-    if config.getoption("markexpr", ""):
-        found.append(f"-m {config.getoption('markexpr')!r}")
-    for name, flag in (("lf", "--lf"), ("stepwise", "--sw"), ("stepwise_skip", "--sw-skip")):
-        if config.getoption(name, False):
-            found.append(flag)
-    if config.getoption("deselect", None):
+    if opts.keyword:
+        found.append(f"-k {opts.keyword!r}")
+    if opts.markexpr:
+        found.append(f"-m {opts.markexpr!r}")
+    found += opts.narrowing
+    if opts.deselect:
         found.append("--deselect")
     # An argument beside the whole suites (the project's own tests, `pytest suites tests`) leaves nothing out of
     # them; without the whole suites, every argument narrows the run.

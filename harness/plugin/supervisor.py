@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from rmsnorm_conformance.harness.plugin import options
 from rmsnorm_conformance.harness.plugin.activation import explicit, targets_suites
 
 # Set in the child: where it writes its exit status once its report is written. Its presence also marks a run as
@@ -82,16 +83,18 @@ def wanted(config: pytest.Config) -> bool:
         return False
     if not hasattr(signal, "pthread_sigmask") or not hasattr(signal, "sigtimedwait"):
         return False  # the signals cannot be passed on as described above
-    if config.getoption("help", False) or config.getoption("version", False):
+    opts = options.read(config)  # before pytest-xdist's own pytest_cmdline_main: not the run's, kept at configure
+    if opts.help_or_version:
         return False
     started_as = Path(sys.argv[0]).name if sys.argv else ""
     from_command_line = started_as in ("pytest", "py.test", "__main__.py") and \
         list(config.invocation_params.args) == sys.argv[1:]
-    return from_command_line and (explicit(config) or targets_suites(config))
+    return from_command_line and (explicit(opts) or targets_suites(config))
 
 
 def supervise(config: pytest.Config) -> int:
     """Run this command again as a child and return the exit status the run's verdict calls for."""
+    opts = options.read(config)
     command = [sys.executable, *sys.orig_argv[1:]]
     with tempfile.TemporaryDirectory(prefix="rmsnorm-conformance-") as folder:
         status_file = Path(folder, "status.json")
@@ -103,7 +106,7 @@ def supervise(config: pytest.Config) -> int:
         try:
             child = subprocess.Popen(command, env=env, cwd=config.invocation_params.dir,
                                      preexec_fn=lambda: _in_child(previous))
-            deadline = config.getoption("--deadline", None) or 0.0
+            deadline = opts.deadline
             returncode = _wait_passing_signals_on(child, status_file, passed_on,
                                                   time.monotonic() + deadline if deadline > 0 else None)
         finally:
@@ -113,7 +116,7 @@ def supervise(config: pytest.Config) -> int:
                 pass
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         written = _read_status(status_file)
-        reports = [str(Path(config.invocation_params.dir, p)) for p in config.getoption("--report") or []]
+        reports = [str(Path(config.invocation_params.dir, p)) for p in opts.report]
         status: int | None = written["exit"] if written is not None else None
         if written is not None and status is not None:
             status = _as_reports_say(status, written, reports)

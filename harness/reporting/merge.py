@@ -4,7 +4,7 @@ Rows are backends on devices; columns are the contract's rules, then max ULP, wo
 benchmark file is given, bandwidth against a device copy. A failing cell points to a footnote holding its
 minimal configuration and replay command.
 
-    rmsnorm-conformance merge reports/cpu/*.json reports/h200/*.json --bench reports/h200/bench.json \\
+    rmsnorm-conformance merge reports/cpu/*.json reports/gpu/*.json --bench reports/gpu/bench.json \\
         --out reports/matrix.md
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,9 +89,10 @@ class Matrix:
             self.not_run[(entry["backend"], _device_label(entry["device"], env))] = entry["reason"]
 
     def render(self, bench: dict[str, Any] | None = None, *, pick: list[str] | None = None,
-               pictures: list[str] | None = None) -> str:
+               pictures: list[str] | None = None, command: str | None = None) -> str:
         """The matrix, after the "Pick a kernel" section (``pick``'s lines) where given, and the pictures'
-        section (``pictures``) at the end."""
+        section (``pictures``) at the end. ``command``, where given, heads it: the one line that writes the
+        file again, so that a matrix kept as evidence says how it was made."""
         rows: list[list[Any]] = []
         notes: list[str] = []
         rules = [r for r in ALL_RULES if any(r.id in cells for cells in self.cells.values())]
@@ -113,7 +116,8 @@ class Matrix:
         headers = ["backend", "device", *(_column(r.id, r.title) for r in rules), "max ULP (B)", "margin"]
         if bench is not None:
             headers.append("fwd GB/s bf16 4096 | 128 (x copy)")
-        out = ["# Conformance matrix", "", *(pick or []), "## Rules per backend and device", "",
+        heading = ["# Conformance matrix", "", *([f"Command: `{command}`", ""] if command else [])]
+        out = [*heading, *(pick or []), "## Rules per backend and device", "",
                "Each cell: `ok N` (N checks, all passed), `FAIL [k]` (see note k), `xfail [k]` (a breach the "
                "known-failure manifest expects), `–` (not checked). max ULP is Axis-B output's worst, in the "
                "output dtype; margin is the worst error over its allowance across Axis-B and semantics "
@@ -159,7 +163,8 @@ def _read_json(path: str | Path, what: str) -> Any:
         raise ValueError(f"{path}: not {what}: {exc}") from exc
 
 
-def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None, out: str | Path | None = None) -> str:
+def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None, out: str | Path | None = None,
+          command: str | None = None) -> str:
     """The merged matrix, opening with the same "Pick a kernel" section a single run's report has. With ``out``
     (where the matrix will be written), the pictures are drawn beside it."""
     matrix = Matrix()
@@ -176,7 +181,15 @@ def merge(paths: Sequence[str | Path], *, bench: str | Path | None = None, out: 
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         pictures = pictures_lines(draw_pictures(records, bench_data, Path(out).parent, Path(out).stem))
-    return matrix.render(bench_data, pick=pick, pictures=pictures)
+    return matrix.render(bench_data, pick=pick, pictures=pictures, command=command)
+
+
+def _command_line(argv: Sequence[str] | None) -> str:
+    """The merge as a shell command, for the matrix's header."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["merge"]:
+        args = args[1:]
+    return shlex.join(["rmsnorm-conformance", "merge", *args])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--out", default=None, help="write the matrix here (default: print it)")
     args = parser.parse_args(argv)
     try:
-        text = merge(args.reports, bench=args.bench, out=args.out)
+        text = merge(args.reports, bench=args.bench, out=args.out, command=_command_line(argv))
     except (OSError, ValueError, KeyError) as exc:
         parser.error(str(exc))
     if args.out:

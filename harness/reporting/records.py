@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsnorm_conformance.contract import TARGET_DIMS
+from rmsnorm_conformance.harness.checking.known_failures import stale
 
 FORMAT = "rmsnorm-conformance-report/1"
 # The JSON Schema of that format, shipped beside this module; CHANGELOG.md records each release's changes to it.
@@ -170,6 +171,8 @@ class Collector:
     not_run: list[dict[str, str]] = field(default_factory=list)
     # Known-failure manifest entries with how often each was breached and how often it passed.
     expected: list[dict[str, Any]] = field(default_factory=list)
+    # --strict-known-failures: an entry the run checked and never saw breached fails the run (a strict xpass).
+    strict_known_failures: bool = False
     # Informational: how closely backends agree with each other on the same inputs.
     parity: list[dict[str, Any]] = field(default_factory=list)
     # Why the run did not finish ("" if it did), the tests it left running, and how many never started.
@@ -224,6 +227,10 @@ class Collector:
                     have.update({k: entry[k] for k in ("input", "exception", "case", "replay", "size", "rule")})
                 return
         self.refused.append({**entry, "count": entry.get("count", 1)})
+
+    def stale_entries(self) -> list[dict[str, Any]]:
+        """Known-failure entries that fail the run: under --strict-known-failures, those checked and never breached."""
+        return stale(self.expected) if self.strict_known_failures else []
 
     def gating_refusals(self) -> list[dict[str, Any]]:
         return [e for e in self.refused if e["gating"]]
@@ -291,7 +298,8 @@ class Collector:
         """PASS only when the run finished, nothing failed, and every named backend ran checks.
 
         FAIL: a gating check failed, or a test failed or raised, whether or not the run finished (a finished run
-        cannot undo a failure); INCOMPLETE: interrupted, stopped early or killed before the end with nothing
+        cannot undo a failure), or, under --strict-known-failures, a known-failure entry no longer matched;
+        INCOMPLETE: interrupted, stopped early or killed before the end with nothing
         failed by then, or checks left unrun because a device fault lost the device (the faulting backend's own
         row still reads FAIL); NOT RUN: a named backend ran nothing, or no conformance check ran at all.
         """
@@ -299,7 +307,7 @@ class Collector:
             return "NOT RUN"
         if self.device_lost():  # another backend took the device: what it left unrun makes the run unfinished
             return "INCOMPLETE"
-        if self.failed_tests() or self.failed_checks or self.gating_refusals():
+        if self.failed_tests() or self.failed_checks or self.gating_refusals() or self.stale_entries():
             return "FAIL"
         if self.incomplete:
             return "INCOMPLETE"
@@ -332,6 +340,7 @@ class Collector:
             "outcomes": self.outcomes,
             "not_run": self.not_run,
             "expected": self.expected,
+            "strict_known_failures": self.strict_known_failures,
             "parity": self.parity,
             "rounding": self.rounding,
             "refused": self.refused,
@@ -373,6 +382,7 @@ class Collector:
             self.add_refused(dict(entry))
         if data.get("selection"):
             self._merge_selection(data["selection"])
+        self.strict_known_failures = self.strict_known_failures or bool(data.get("strict_known_failures"))
         for i, entry in enumerate(data.get("expected", [])):
             if i < len(self.expected) and {**entry, "breached": 0, "passed": 0} == {
                     **self.expected[i], "breached": 0, "passed": 0}:

@@ -256,8 +256,15 @@ def not_run_rows(c: Collector) -> list[list[Any]]:
 
 
 def expected_rows(c: Collector) -> list[list[Any]]:
-    return [[e["backend"], e["device"], e.get("dtype", "*"), e["rule"], e["reason"], e["breached"], e["passed"],
-             entry_status(e["breached"], e["passed"])] for e in c.expected]
+    failing = c.stale_entries()
+    return [[e["backend"], e["device"], e.get("dtype", "*"), e["rule"] + _case_pattern(e), e["reason"], e["breached"],
+             e["passed"], entry_status(e["breached"], e["passed"])
+             + (" (FAIL: --strict-known-failures)" if e in failing else "")] for e in c.expected]
+
+
+def _case_pattern(entry: dict[str, Any]) -> str:
+    case = entry.get("case", "*")
+    return "" if case in ("*", None) else f", case {case}"
 
 
 def parity_rows(c: Collector) -> list[list[Any]]:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
+from rmsnorm_conformance.harness.drawing.budget import at_dim
 from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase
 from rmsnorm_conformance.harness.drawing.thresholds import Plan
 from rmsnorm_conformance.harness.running import exception_text, torch_server
@@ -48,13 +49,14 @@ SEED = 4099
 TIMEOUT_S = 600
 
 
-def first_call_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str]) -> Plan:
-    """One first call per dim and entry point, as many rows as the budget allows up to FIRST_CALL_ROWS; the
-    entry point that goes first rotates with the dim."""
+def first_call_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
+                    dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
+    """One first call per dim (the threshold dims ``dims``, then an odd one) and entry point, as many rows as the
+    budget allows up to FIRST_CALL_ROWS; the entry point that goes first rotates with the dim."""
     cases = []
-    for i, dim in enumerate(FIRST_CALL_DIMS):
-        batch = Batch(dim=dim, rows=max(1, min(FIRST_CALL_ROWS, budget // dim)), dtype=dtype, values="normal",
-                      weight="around_one", seed=SEED + dim)
+    for i, dim in enumerate(dict.fromkeys((*dims, *FIRST_CALL_DIMS))):
+        rows = max(1, min(FIRST_CALL_ROWS, at_dim(dim, budget, device) // dim))
+        batch = Batch(dim=dim, rows=rows, dtype=dtype, values="normal", weight="around_one", seed=SEED + dim)
         rotated = [*entries[i % len(entries):], *entries[: i % len(entries)]]
         cases += [FirstCallCase(batch, entry=entry) for entry in rotated]
     return Plan(cases)

@@ -1,18 +1,25 @@
 """Execution modes a backend also runs under: ``torch.compile`` and CUDA-graph capture and replay, the ways an
-engine runs a kernel at sampling time. The parity gate (``--modes``) holds each mode's forward to eager's over the
-full sweep; by default a small sample of every entry point is held to eager's bits (``axis_a.execution_mode``).
+engine runs a kernel at sampling time, ``torch.use_deterministic_algorithms(True)``, which RL trainers turn on, and
+other counts of intra-op threads. The parity gate (``--modes``) holds each mode's forward to eager's over the full
+sweep; by default a small sample of every entry point is held to eager's bits (``axis_a.execution_mode``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from rmsnorm_conformance.harness.running.backend import Backend, same_layout_copy
 
-MODES = ("eager", "compile", "cudagraph")
+MODES = ("eager", "compile", "cudagraph", "deterministic")
+# Intra-op thread counts a CPU call is also made with, beside the machine's own count: a CPU kernel may split a row's
+# reduction (or dw's sum over rows) over its threads, and under pytest-xdist each worker runs one thread a core it was
+# dealt, so the paths of 4 threads and more never ran on a small CI machine.
+THREAD_COUNTS = (1, 2, 4)
 # The entry points a mode wraps, each under the backend's own method of that name.
 WRAPPED = ("forward", "forward_fp32", "fused_add", "forward_offset", "forward_unweighted")
 # Declarations a wrapped backend keeps: how its entry points are called and what they take.
@@ -43,10 +50,11 @@ def compile_settings() -> dict[str, Any]:
 
 
 class ModeBackend:
-    """A backend's entry points run under ``torch.compile`` or captured in a CUDA graph and replayed.
+    """A backend's entry points run under ``torch.compile``, captured in a CUDA graph and replayed, or under
+    ``torch.use_deterministic_algorithms(True)``.
 
-    Both are how an engine runs a kernel at sampling time; both must give the eager call's bits. ``compiler`` is the
-    torch.compile backend (default: Inductor).
+    The first two are how an engine runs a kernel at sampling time, the third how many RL trainers run it; each must
+    give the eager call's bits. ``compiler`` is the torch.compile backend (default: Inductor).
     """
 
     def __init__(self, inner: Backend, mode: str, *, compiler: str = DEFAULT_COMPILER,
@@ -95,6 +103,9 @@ class ModeBackend:
                     self._compiled[method] = torch.compile(getattr(self.inner.impl, method), backend=self.compiler,
                                                            fullgraph=False, dynamic=self.dynamic)
                 return self._compiled[method](*args)
+        if self.mode == "deterministic":
+            with deterministic_algorithms():
+                return getattr(self.inner.impl, method)(*args)
         return self._replayed(method, args)
 
     def _replayed(self, method: str, args: tuple[Any, ...]) -> Any:
@@ -143,8 +154,38 @@ def sample_backend(inner: Backend, mode: str, device: torch.device) -> Backend:
 
 
 def sample_modes(device: torch.device) -> tuple[str, ...]:
-    """The modes the default gate's sample runs on ``device``: compile everywhere, CUDA-graph replay on a GPU."""
-    return ("compile", "cudagraph") if device.type == "cuda" else ("compile",)
+    """The modes the default gate's sample runs on ``device``: compile and deterministic algorithms everywhere,
+    CUDA-graph replay on a GPU."""
+    return ("compile", "cudagraph", "deterministic") if device.type == "cuda" else ("compile", "deterministic")
+
+
+@contextlib.contextmanager
+def deterministic_algorithms() -> Iterator[None]:
+    """``torch.use_deterministic_algorithms(True)`` inside, the process's own setting (and warn_only) put back
+    after."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+def thread_counts() -> tuple[int, ...]:
+    """The intra-op thread counts a CPU check runs with: THREAD_COUNTS and the machine's CPU count."""
+    return tuple(sorted({*THREAD_COUNTS, os.cpu_count() or 1}))
+
+
+@contextlib.contextmanager
+def intra_op_threads(count: int) -> Iterator[None]:
+    """``torch.set_num_threads(count)`` inside, the process's own count put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def describe_sample(device_types: tuple[str, ...]) -> str:
@@ -153,5 +194,7 @@ def describe_sample(device_types: tuple[str, ...]) -> str:
     for kind in dict.fromkeys(device_types):
         compiler = SAMPLE_COMPILERS.get(kind, DEFAULT_COMPILER)
         graphs = ", CUDA-graph replay" if kind == "cuda" else ""
-        parts.append(f"{kind}: torch.compile ({compiler}){graphs}, no_grad, inference_mode")
+        threads = ", ".join(map(str, thread_counts())) if kind == "cpu" else ""
+        parts.append(f"{kind}: torch.compile ({compiler}){graphs}, deterministic algorithms, no_grad, inference_mode"
+                     + (f", {threads} intra-op threads" if threads else ""))
     return "; ".join(parts)
