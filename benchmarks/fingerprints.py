@@ -13,13 +13,16 @@ time runs out (--time-limit) is listed with what was not probed.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
+try:  # the installed package (a GPU machine installs this tree as a wheel), else this source tree
+    import rmsnorm_conformance.contract  # noqa: F401
+except ImportError:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
@@ -65,7 +68,7 @@ def _rows_of_table(name: str, dim: int, rows: list[int], found: dict[int, list])
                  for r, s in sides.items()}
         cells = [describe(s, canon[r]) if s.window else "–" for r, s in sides.items()]
         table.append([name, dim, reduction, *cells, _changes(rows, sides)])
-        trees += [f"- {name}, dim {dim}, {reduction}, {r} rows: `{fp.newick(s.tree)}`"
+        trees += [f"- {name}, dim {dim}, {reduction}, {r} row{'s' * (r != 1)}: `{fp.newick(s.tree)}`"
                   for r, s in sides.items() if s.tree is not None and s.tree != canon[r]]
     return table, trees
 
@@ -104,19 +107,20 @@ def run(args: argparse.Namespace) -> tuple[list[list[Any]], list[str], list[str]
 
 
 def _changes(rows: list[int], sides: dict[int, Any]) -> str:
-    """The first batch size whose tree is not the smallest batch size's (over the same leaves)."""
+    """The first batch size whose tree is not the smallest revealed batch size's, over the leaves both windows hold
+    (dw's windows are rows of each batch: they share the first ones)."""
     from rmsnorm_conformance.harness.checking import fingerprint as fp
 
     revealed = [(r, s) for r, s in sides.items() if s.tree is not None]
     if len(revealed) < 2:
         return "–"
-    _, base = revealed[0]
+    base_rows, base = revealed[0]
     for r, s in revealed[1:]:
-        if s.window != base.window:
-            continue
-        level = fp.first_difference(base.tree, s.tree)
+        common = set(base.window) & set(s.window)
+        a, b = fp.restricted(base.tree, common), fp.restricted(s.tree, common)
+        level = fp.first_difference(a, b) if a is not None and b is not None else None
         if level is not None:
-            return f"at {r} rows (level {level})"
+            return f"at {r} rows (from {base_rows}; level {level} over leaves {min(common)}–{max(common)})"
     return "never (in these batch sizes)"
 
 
@@ -154,9 +158,12 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=12)
     parser.add_argument("--time-limit", type=float, default=240.0, help="seconds for the probes (default 240)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--json", default=None, help="also write the table, trees and notes as JSON here")
     parser.add_argument("--extra", action="append", default=[], help="a line added to the notes (what was skipped)")
     args = parser.parse_args()
     table, trees, notes = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"table": table, "trees": trees, "notes": notes}, indent=1))
     notes += args.extra
     command = (f"python benchmarks/fingerprints.py --device {args.device} --backends {args.backends} --dims "
                f"{','.join(map(str, args.dims))} --rows {','.join(map(str, args.rows))} --dtype {args.dtype} "

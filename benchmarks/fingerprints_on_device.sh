@@ -13,7 +13,7 @@ SITE=/tmp/fp-site
 mkdir -p "$OUT"
 start=$(date +%s)
 if ls .whl-fp/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl-fp/*.whl || echo "wheels: exit $?"
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .whl-fp/*.whl || echo "wheels: exit $?"
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/fp-whl . \
@@ -23,6 +23,6 @@ export MAX_JOBS=${MAX_JOBS:-16}
 ROOT=$(pwd)
 cd "$(mktemp -d)"
 python3 "$ROOT/benchmarks/fingerprints.py" --device cuda --backends "$BACKENDS" --time-limit "$LIMIT" \
-  --out "$OUT/fingerprints.md" \
+  --out "$OUT/fingerprints.md" --json "$OUT/fingerprints.json" --window "${WINDOW:-12}" \
   --extra "quack and flashinfer: not probed: their wheels (the CUTLASS DSL's CUDA 13 libraries, 92 MiB; FlashInfer, 101 MiB) do not fit one call's 64 MiB carry" \
   2>&1 | tail -n 60
