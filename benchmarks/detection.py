@@ -2,6 +2,7 @@
 failing check, and the wall time of the run that tests/test_detection.py makes for it. A measurement, not a test.
 
     python benchmarks/detection.py [--seeds 10] [--max-examples 100] [--out reports/cpu/detection.md]
+    python benchmarks/detection.py --seeds 0 --out reports/cpu/detection.md   (the ci runs alone)
     python benchmarks/detection.py --sweep smoke --seeds 0 --out reports/cpu/smoke.md
 
 Two measurements per defect, each on the suite test of the rule the defect breaks, in all three dtypes:
@@ -164,6 +165,63 @@ def measure_ci(defect: type, tmp: Path, sweep: str = "ci") -> dict[str, Any]:
             "run_before": sum(n["examples"] for n in ordered[:at]) if first else None, "wall": wall}
 
 
+def _first_failure(nodes: list[dict[str, Any]], breaks: str, wall: float | None) -> dict[str, Any]:
+    """One defect's ci result from its nodes, in the order they ran: the first failing node, caught if it failed
+    in the defect's rule."""
+    at = next((i for i, n in enumerate(nodes) if n["first_failure"] is not None), None)
+    first = nodes[at] if at is not None else None
+    return {"caught": first is not None and first["rule"] == breaks,
+            "examples": first["first_failure"] if first else None, "dtype": first["dtype"] if first else None,
+            "test": first["test"] if first else None,
+            "run_before": sum(n["examples"] for n in nodes[:at]) if first else None, "wall": wall}
+
+
+GROUPED_NOTE = (" (with --grouped, the runs are made in a few pytest processes, two at a time, as "
+                "tests/test_detection.py makes them: each defect still meets exactly its rule's tests and stops at "
+                "its first failure, but has no wall time of its own)")
+# Processes of --grouped: the numerics defects in this many runs, two at a time, beside the interface defects' run.
+GROUPS = 3
+
+
+def measure_ci_grouped(defects: list[type], tmp: Path, sweep: str = "ci") -> tuple[dict[str, dict], dict[str, float]]:
+    """The ci runs of every defect in a few pytest processes, as tests/test_detection.py makes them: each defect
+    held to the tests of its rule alone and stopped at its first failure (tests/detection_plan.py), the interface
+    defects apart under --strict-interface. Returns each defect's result (no wall time of its own) and each
+    group's wall time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rmsnorm_conformance.contract import rule
+
+    numerics = [d for d in defects if rule(d.breaks).severity != "interface"]
+    groups = {f"numerics-{i}": numerics[i::GROUPS] for i in range(GROUPS)}
+    groups["interface"] = [d for d in defects if d not in numerics]
+
+    def run(name: str) -> tuple[str, float, dict]:
+        members = groups[name]
+        where = tmp / name
+        (where / "tests").mkdir(parents=True, exist_ok=True)
+        (where / "tests" / "rmsnorm_detection_plan.py").write_text((ROOT / "tests" / "detection_plan.py").read_text())
+        (where / "plan.json").write_text(json.dumps({d.name: {"rules": [d.breaks], "stop_first": True}
+                                                     for d in members}))
+        strict = ["--strict-interface"] if name == "interface" else []
+        _, _, wall, nodes = _pytest(
+            ["-p", "rmsnorm_detection_plan", "--detection-plan=plan.json", "--pyargs", "rmsnorm_conformance.suites",
+             "--backend=" + ",".join(f"rmsnorm_conformance.zoo:{d.__name__}" for d in members),
+             f"--sweep={sweep}", "--no-shrink", *strict], where, where / f"{sweep}.json")
+        return name, wall, nodes
+
+    results: dict[str, dict] = {}
+    walls: dict[str, float] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for name, wall, nodes in pool.map(run, [g for g in groups if groups[g]]):
+            walls[name] = wall
+            for d in groups[name]:
+                results[d.name] = _first_failure([n for n in nodes.values() if n["backend"] == d.name], d.breaks,
+                                                 None)
+            print(f"{sweep} group {name}: {wall:.0f} s", flush=True)
+    return results, walls
+
+
 def _sweep_node_ids(defects: list[type], tmp: Path) -> list[str]:
     """Every collected id of each defect's own sweep tests, in every dtype and declared weight dtype: read from
     a collection run, since a test's ids depend on what the backend declares (``-w_float32`` for a mixed pair;
@@ -214,9 +272,24 @@ def _fmt(values: list[int | None], cap: int) -> tuple[str, str]:
     return (f"{median:g}" if median <= cap else f">{cap}"), worst
 
 
+def _wall(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds:.1f}"
+
+
+def environment_header() -> list[str]:
+    """Where the table was measured: the report's environment fingerprint (date, versions, device) as a list."""
+    import torch
+
+    from rmsnorm_conformance.harness.reporting.environment import fingerprint
+
+    env = fingerprint([torch.device("cpu")], {"CPU cores": str(os.cpu_count())})
+    return [f"- **{key}:** {value}" for key, value in env.items()]
+
+
 def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: float) -> str:
     from tabulate import tabulate
 
+    seeded = args.seeds > 0
     table = []
     for r in rows:
         ci, test = "not caught", "–"
@@ -226,31 +299,45 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: 
             ci = f"{r['ci']['examples']} {unit} ({r['ci']['dtype']})"
             if r["ci"]["run_before"]:
                 ci += f", after {r['ci']['run_before']} passing"
-        median, worst = _fmt(r["seeded"], args.max_examples)
-        within = sum(v is not None and v <= CI_EXAMPLES for v in r["seeded"])
-        table.append([r["name"], f"`{r['breaks']}`", test, ci, median, worst,
-                      f"{within}/{len(r['seeded'])}", ", ".join(r["dtypes"]) or "–", f"{r['ci']['wall']:.1f}"])
-    headers = ["defect", "breaks", "ci: caught by", "ci: to the first failure (dtype)", "sweep alone: median",
-               "sweep alone: worst", f"seeds caught within {CI_EXAMPLES}", "dtypes that caught it", "ci wall (s)"]
-    command = (f"python benchmarks/detection.py --seeds {args.seeds} --max-examples {args.max_examples}"
+        row = [r["name"], f"`{r['breaks']}`", test, ci]
+        if seeded:
+            median, worst = _fmt(r["seeded"], args.max_examples)
+            within = sum(v is not None and v <= CI_EXAMPLES for v in r["seeded"])
+            row += [median, worst, f"{within}/{len(r['seeded'])}", ", ".join(r["dtypes"]) or "–"]
+        table.append([*row, _wall(r["ci"]["wall"])])
+    headers = ["defect", "breaks", "ci: caught by", "ci: to the first failure (dtype)"]
+    if seeded:
+        headers += ["sweep alone: median", "sweep alone: worst", f"seeds caught within {CI_EXAMPLES}",
+                    "dtypes that caught it"]
+    headers.append("ci wall (s)")
+    command = (f"python benchmarks/detection.py --seeds {args.seeds}"
+               + (" --grouped" if args.grouped else "") + (f" --max-examples {args.max_examples}" if seeded else "")
                + (f" --out {args.out}" if args.out else ""))
+    caught = sum(r["ci"]["caught"] for r in rows)
+    described = (
+        f"*sweep alone*: the rule's Hypothesis sweeps without the explicit checks, "
+        f"`--hypothesis-seed=0..{args.seeds - 1}` instead of derandomization, no shrinking, at most "
+        f"{args.max_examples} examples a sweep; a seed's count is the fewest examples any sweep needed; *seeds "
+        f"caught within 12* counts the seeds whose count fits in one ci sweep; `>N` means the random draws did not "
+        "reach the defect, which only the explicit checks do. An example is one drawn configuration; Hypothesis "
+        "always tries the simplest configuration first, so a count of 1 in every seed means that configuration "
+        "already shows the defect." if seeded else
+        "The seeded runs (each rule's sweeps alone over several Hypothesis seeds) are left out: `--seeds N` adds "
+        "them.")
     return "\n".join([
         "# Detection power: examples the suites need to catch each planted defect", "",
         f"Command: `{command}`", "",
+        *environment_header(), "",
         "Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks, in float32, "
         "bfloat16 and float16. *ci*: the derandomized `ci` sweep as tests/test_detection.py runs it (`--rule`, "
-        "`-x`): the "
-        "Hypothesis sweeps and the explicit checks beside them (thresholds, QK-norm shapes, first calls); "
-        "which test failed first, the examples (or, in an explicit test, the cases) it ran to the first "
-        "failure, and the wall time of that run with pytest start-up. *sweep alone*: the rule's Hypothesis "
-        f"sweeps without the explicit checks, `--hypothesis-seed=0..{args.seeds - 1}` instead of "
-        f"derandomization, no shrinking, at most {args.max_examples} examples a sweep; a seed's count is the "
-        "fewest examples any sweep needed; *seeds caught within 12* counts the seeds whose count fits in one ci "
-        "sweep; `>N` means the random draws did not reach the defect, which only the explicit checks do. An "
-        "example is one drawn configuration; Hypothesis always tries the simplest configuration first, so a "
-        "count of 1 in every seed means that configuration already shows the defect.", "",
+        "`-x`, `--no-shrink`): the Hypothesis sweeps and the explicit checks beside them (thresholds, QK-norm "
+        "shapes, 3-D views, accuracy at the threshold dims, first calls); which test failed first, the examples "
+        "(or, in an explicit test, the cases) it ran to the first failure, and the wall time of that run with "
+        f"pytest start-up{GROUPED_NOTE if args.grouped else ''}. {described}", "",
+        f"Caught under ci: {caught} of {len(rows)}.", "",
         tabulate(table, headers, tablefmt="github"), "",
-        f"Sum of the ci wall times: {total_ci_wall:.0f} s on {os.cpu_count()} CPU cores.", "",
+        f"Sum of the ci wall times: {total_ci_wall:.0f} s on {os.cpu_count()} CPU cores, shared with other work "
+        "(the wall times are not a benchmark).", "",
     ])
 
 
@@ -264,13 +351,14 @@ def render_profile(rows: list[dict[str, Any]], args: argparse.Namespace, total_w
         examples = f"{r['ci']['examples']} ({r['ci']['dtype']}, {r['ci']['test']})" if caught else "–"
         if caught and r["ci"]["run_before"]:
             examples += f", after {r['ci']['run_before']} passing"
-        table.append([r["name"], f"`{r['breaks']}`", "yes" if caught else "no", examples, f"{r['ci']['wall']:.1f}"])
+        table.append([r["name"], f"`{r['breaks']}`", "yes" if caught else "no", examples, _wall(r["ci"]["wall"])])
     caught = sum(r["ci"]["caught"] for r in rows)
-    command = f"python benchmarks/detection.py --sweep {args.sweep} --seeds 0" + (f" --out {args.out}" if args.out
-                                                                                else "")
+    command = (f"python benchmarks/detection.py --sweep {args.sweep} --seeds 0" + (" --grouped" if args.grouped else "")
+               + (f" --out {args.out}" if args.out else ""))
     return "\n".join([
         f"# Detection under --sweep={args.sweep}: which planted defects it catches", "",
         f"Command: `{command}`", "",
+        *environment_header(), "",
         f"Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks under "
         f"`--sweep={args.sweep}` as tests/test_detection.py runs them under `ci` (`--rule`, `-x`, "
         "`--strict-interface` for an interface rule): caught means the run failed in that rule. *Examples to the "
@@ -292,6 +380,10 @@ def main() -> None:
     parser.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES,
                         help=f"examples a seeded sweep may run (default: {DEFAULT_MAX_EXAMPLES})")
     parser.add_argument("--defect", action="append", default=[], help="only these defects (class names)")
+    parser.add_argument("--grouped", action="store_true",
+                        help="make the ci runs in a few processes, as tests/test_detection.py does (two at a time), "
+                             "instead of one a defect: the same checks, a fraction of the start-ups; no wall time a "
+                             "defect")
     parser.add_argument("--out", default=None, help="write the markdown table here")
     args = parser.parse_args()
     if args.seeds < 0 or args.max_examples < 1:
@@ -301,8 +393,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
+        grouped, walls = measure_ci_grouped(defects, tmp, args.sweep) if args.grouped else ({}, {})
         for defect in defects:
-            ci = measure_ci(defect, tmp, args.sweep)
+            ci = grouped[defect.name] if args.grouped else measure_ci(defect, tmp, args.sweep)
             print(f"{args.sweep}  {defect.__name__}: {ci}", flush=True)
             rows.append({"name": defect.__name__, "breaks": defect.breaks, "tests": rule_tests[defect.breaks],
                          "ci": ci, "seeded": [], "dtypes": set()})
@@ -317,7 +410,7 @@ def main() -> None:
             print(f"seed {seed}: " + ", ".join(f"{k} {v['examples']}" for k, v in per_defect.items()), flush=True)
     for row in rows:
         row["dtypes"] = sorted(row["dtypes"])
-    total = sum(r["ci"]["wall"] for r in rows)
+    total = sum(walls.values()) if args.grouped else sum(r["ci"]["wall"] for r in rows)
     text = render(rows, args, total) if args.sweep == "ci" else render_profile(rows, args, total)
     print(text)
     if args.out:

@@ -156,9 +156,22 @@ def parse_tries(text: str) -> list[tuple[int, ...]]:
     return tries
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """``--shapes``: "ROWSxDIM,ROWSxDIM,..."."""
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        rows, sep, dim = part.partition("x")
+        if not sep or not rows.isdigit() or not dim.isdigit():
+            raise ValueError(f"--shapes: {part!r} is not ROWSxDIM")
+        shapes.append((int(rows), int(dim)))
+    return shapes
+
+
 def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backward"),
-          dtype: torch.dtype = torch.bfloat16, tries: list[tuple[int, ...]] | None = None) -> list[dict[str, Any]]:
-    """Every configuration of each kind in ``kinds`` (``tries`` in place of each kind's own list where given)."""
+          dtype: torch.dtype = torch.bfloat16, tries: list[tuple[int, ...]] | None = None,
+          only: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+    """Every configuration of each kind in ``kinds`` (``tries`` in place of each kind's own list where given), at
+    each kind's own shapes, or at the shapes ``only`` for every kind where given."""
     from rmsnorm_conformance.backends.cuda_rmsnorm import CudaRMSNormOp, _ops
     from rmsnorm_conformance.backends.native import NativeRMSNormOp
 
@@ -172,11 +185,11 @@ def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backwa
     def run(kind: str, config: tuple, shapes, measure) -> None:
         records.extend(_time_config(op, native, _ops.set_tuning, kind, config, shapes, measure))
 
-    shapes = [((rows, dim), Inputs(rows, dim, dtype, quick)) for rows, dim in FORWARD_SHAPES]
+    shapes = [((rows, dim), Inputs(rows, dim, dtype, quick)) for rows, dim in only or FORWARD_SHAPES]
     for config in forward_tries if "forward" in kinds else ():
         run("forward", config, shapes, lambda i: (_median_us(lambda: op.forward(i.x, i.w, EPS), quick),
                                                   2 * i.x.nbytes))
-    fused_shapes = [(s, i) for s, i in shapes if s in FUSED_SHAPES]
+    fused_shapes = [(s, i) for s, i in shapes if s in (only or FUSED_SHAPES)]
     for config in fused_tries if "fused_add" in kinds else ():
         run("fused_add", config, fused_shapes,
             lambda i: (_median_us(lambda: op.fused_add(i.x, i.r, i.w, EPS), quick), 4 * i.x.nbytes))
@@ -198,7 +211,7 @@ def sweep(quick: bool, kinds: tuple[str, ...] = ("forward", "fused_add", "backwa
     _ops.set_tuning("fused_add")
     _ops.set_tuning("forward")
     del fused_shapes
-    shapes = [(s, i) for s, i in shapes if s in BACKWARD_SHAPES]
+    shapes = [(s, i) for s, i in shapes if s in (only or BACKWARD_SHAPES)]
     torch.cuda.empty_cache()
     backward = _ops.op("rms_norm_backward")
     for config in backward_tries if "backward" in kinds else ():
@@ -233,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", help="the element type timed (default: bfloat16)")
     parser.add_argument("--tries", metavar="A,B,C,D;...",
                         help="the configurations to time, in place of each swept kind's own list")
+    parser.add_argument("--shapes", metavar="ROWSxDIM,...",
+                        help="time every kind at these shapes, in place of each kind's own (4096x4096,16384x4096, say)")
     parser.add_argument("--picks", metavar="JSON", help="print a sweep's picks as shell exports of "
                         "RMSNORM_CUDA_{FORWARD,FUSED_ADD,BACKWARD}_CONFIG, and exit")
     args = parser.parse_args(argv)
@@ -251,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     records = sweep(args.quick, tuple(args.kinds.split(",")), getattr(torch, args.dtype),
-                    parse_tries(args.tries) if args.tries else None)
+                    parse_tries(args.tries) if args.tries else None, parse_shapes(args.shapes) if args.shapes else None)
     picks = {kind: best(records, kind) for kind in ("forward", "fused_add", "fused_add_", "backward")}
     for kind, (config, worst) in picks.items():
         print(f"best {kind}: {config} (worst ratio to copy {worst:.3f})")

@@ -81,8 +81,10 @@ SEMANTIC_RULES: tuple[Rule, ...] = (
     Rule("semantics.dtype_routing", "dtype routing",
          "forward returns x.dtype, forward_fp32 returns float32; shape and device are those of x."),
     Rule("semantics.shape_guard", "shape guard",
-         "A weight that is not 1-D of size x.shape[-1] makes the call raise: it is never broadcast, reshaped "
-         "or read out of bounds."),
+         "A weight that is not 1-D of size x.shape[-1] makes the call raise, or, where it broadcasts against x "
+         "as that 1-D weight would (a (1, D) weight), gives x's shape and the 1-D weight's values within the "
+         "output bound: it is never reshaped, truncated or read out of bounds into other values or shapes. Not "
+         "raising at all is interface.shape_error's concern, which warns."),
     Rule("semantics.purity", "purity",
          "Inputs are unchanged, nothing outside the output is written, and the output aliases no input."),
     Rule("semantics.bounds", "guard zones",
@@ -380,12 +382,23 @@ GRADIENT_TERM_ROUNDINGS = 256
 _TERMS_WHY = (" Plus 256 fp32 roundings of the terms: correct fp32 backwards in other orders reached 15 (tree orders) "
               "and 146 (every sum left to right, dim 16384), margins of at most 0.08; one fp16 rounding of the terms "
               "is 32 times more (benchmarks/calibrate_gradients.py).")
+# Measured against Hugging Face's eager modules under autograd, weight in x's dtype (benchmarks/hf_gradients.py,
+# reports/cpu/hf-gradients.md), and kept: loosened for them, the bound would pass a planted defect as well.
+_EAGER_WHY = (" Hugging Face's LlamaRMSNorm (and Qwen3RMSNorm, the same code) under autograd fails it: {llama}. Its "
+              "backward rounds g * w and each g * xhat to x's dtype before the sums, 1-4 roundings in x's dtype of "
+              "the terms; the zoo's LowPrecisionGradientSum, which rounds dx's two terms so, reaches {zoo}, so a "
+              "bound that passed Llama's dx would pass that defect. GemmaRMSNorm, fp32 inside and rounded once, "
+              "passes at {gemma} (reports/cpu/hf-gradients.md).")
 _GRADIENTS: dict[str, Tolerance] = {
     "float32": Tolerance(1e-4, 1e-4, "fp32 dw sums thousands of rows; 1e-4 is ~800 ULP of slack." + _TERMS_WHY,
                          GRADIENT_TERM_ROUNDINGS),
-    "bfloat16": Tolerance(5e-2, 2e-2, "one bf16 rounding (2^-8 relative) of a value with cancellation." + _TERMS_WHY,
+    "bfloat16": Tolerance(5e-2, 2e-2, "one bf16 rounding (2^-8 relative) of a value with cancellation." + _TERMS_WHY
+                          + _EAGER_WHY.format(llama="dx margin 12.5, dw 2.8", zoo="dx margin 9.4",
+                                              gemma="0.19 and 0.18"),
                           GRADIENT_TERM_ROUNDINGS),
-    "float16": Tolerance(5e-3, 2e-3, "one fp16 rounding (2^-11 relative) of a value with cancellation." + _TERMS_WHY,
+    "float16": Tolerance(5e-3, 2e-3, "one fp16 rounding (2^-11 relative) of a value with cancellation." + _TERMS_WHY
+                         + _EAGER_WHY.format(llama="dx margin 2.6, dw 1.7", zoo="dx margin 3.8",
+                                             gemma="0.24 and 0.21"),
                          GRADIENT_TERM_ROUNDINGS),
 }
 

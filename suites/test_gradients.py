@@ -105,10 +105,11 @@ def check_dw_determinism(subject, case, memo=None):
     b = case.batch
     x, w, g = _inputs(subject, case)
     _, dw_first = _grads(subject, x, w, g, b.eps)
+    first = torch.get_num_threads()
     for attempt, threads in enumerate(_passes(subject), start=1):
         with intra_op_threads(threads) if threads else contextlib.nullcontext():
             _, dw_again = _grads(subject, x, w, g, b.eps)
-        how = f" (with {threads} intra-op threads)" if threads else ""
+        how = f" (with {threads} intra-op threads, the first pass with {first})" if threads else ""
         assert_bitwise(subject, case, actual=dw_again, expected=dw_first, dim=b.dim,
                        what=f"dw over {b.rows} rows changed on backward pass {attempt + 1} of identical passes{how}")
 

@@ -117,25 +117,46 @@ def _shape_text(shape) -> str:
 
 
 def _wrong_weights(x):
-    return [torch.ones(x.shape[-1] + 1, dtype=x.dtype, device=x.device),
-            torch.ones(1, x.shape[-1], dtype=x.dtype, device=x.device),
-            torch.ones(x.shape[-1], 2, dtype=x.dtype, device=x.device)]
+    """Weights of a wrong shape, each of distinct values, so that reading them reshaped or in part shows."""
+    dim = x.shape[-1]
+
+    def ramp(*shape):
+        return torch.linspace(0.5, 1.5, math.prod(shape), dtype=torch.float32).reshape(shape).to(x.device, x.dtype)
+
+    return [ramp(dim + 1), ramp(1, dim), ramp(dim, 2)]
+
+
+def _broadcasts_as_row(weight, x) -> bool:
+    """Does ``weight`` broadcast against x exactly as a 1-D weight of x's last dim would ((1, D), (1, 1, D))?"""
+    return (weight.dim() <= x.dim() and weight.shape[-1] == x.shape[-1]
+            and all(size == 1 for size in weight.shape[:-1]))
 
 
 @conformance("semantics.shape_guard", AccuracyCase, _small)
 def test_shape_guard(subject, case):
-    """The essential guard: a wrong-shaped weight makes the call raise (any exception), never broadcasts."""
+    """The essential guard, by harm: a wrong-shaped weight makes the call raise (any exception), or, where it
+    broadcasts as the 1-D weight would, gives the 1-D weight's output; a weight read truncated, reshaped or out of
+    bounds into other values or shapes fails. A call that does not raise warns under interface.shape_error."""
     b = case.batch
     x, _ = subject.inputs(b)
     for bad in _wrong_weights(x):
+        shown = f"weight of shape {tuple(bad.shape)} with x of shape {tuple(x.shape)}"
         try:
             out = subject.forward(x, bad, b.eps)
         except Exception:
-            raised, got = True, ""
-        else:
-            raised, got = False, f"returned shape {tuple(out.shape)}"
-        assert_holds(subject, case, ok=raised, dim=b.dim,
-                     what=f"weight of shape {tuple(bad.shape)} with x of shape {tuple(x.shape)} did not raise: {got}")
+            assert_holds(subject, case, ok=True, dim=b.dim, what=f"{shown} raised")
+            continue
+        if not _broadcasts_as_row(bad, x):
+            assert_holds(subject, case, ok=False, dim=b.dim,
+                         what=f"{shown} did not raise: returned shape {tuple(out.shape)}, though it does not "
+                              "broadcast as a 1-D weight")
+            continue
+        same_shape = tuple(out.shape) == tuple(x.shape) and out.dtype == x.dtype
+        assert_holds(subject, case, ok=same_shape, dim=b.dim,
+                     what=f"{shown} returned shape {tuple(out.shape)} and {out.dtype}, not x's")
+        if same_shape:
+            assert_within(subject, case, actual=out, reference=reference_fp32(x, bad.reshape(-1), b.eps),
+                          dim=b.dim, what=f"{shown} gave other values than the 1-D weight it broadcasts as")
 
 
 @conformance("interface.shape_error", AccuracyCase, _small)

@@ -1,6 +1,7 @@
-"""The example's GitHub Actions workflow (examples/gate-your-kernel/ci.yml) runs only steps that ci/gate.sh
-defines, so that the harness's test of the example (tests/test_wheel_install.py, which runs those steps in a
-fresh environment) tests what the workflow runs. Read without a YAML parser: the workflow's run steps are lines."""
+"""The example's GitHub Actions workflow (examples/gate-your-kernel/ci.yml) gates the kernel through the harness's
+action (action.yml at the repository's root) with inputs the action declares, under a timeout its deadline fits in;
+its local script (ci/gate.sh) passes the same options the action does. tests/test_wheel_install.py runs that script
+in a fresh environment, in a copy of the example and inside a clone."""
 
 from __future__ import annotations
 
@@ -8,48 +9,49 @@ import re
 import subprocess
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gate-your-kernel"
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "gate-your-kernel"
 
 
-def _jobs(text: str, *, commented: bool) -> dict[str, list[str]]:
-    """Each job's lines (the commented-out ones with their '# ' taken off when ``commented``)."""
-    jobs: dict[str, list[str]] = {}
-    current = None
-    for raw in text.splitlines():
-        line = re.sub(r"^(\s*)# ?", r"\1", raw) if commented else raw
-        if not commented and raw.lstrip().startswith("#"):
-            continue
-        job = re.match(r"^  ([\w-]+):\s*$", line)
-        if job:
-            current = job.group(1)
-            jobs[current] = []
-        elif current and (line.startswith("    ") or not line.strip()):
-            jobs[current].append(line)
-    return jobs
+def _uncommented(text: str) -> str:
+    """The workflow with its commented-out job's lines as they read uncommented (the GPU job)."""
+    return "\n".join(line.replace("# ", "", 1) if re.match(r"^  # (gate-gpu:|  )", line) else line
+                     for line in text.splitlines())
 
 
-def _runs(lines: list[str]) -> list[str]:
-    return [m.group(1).strip() for ln in lines if (m := re.match(r"^\s*(?:- )?run:\s*(.+)$", ln))]
+def _gate_step(job: dict) -> dict:
+    (step,) = [s for s in job["steps"] if s.get("uses") == "./"]
+    return step
 
 
-def test_the_workflow_runs_only_the_steps_of_its_script_with_a_timeout():
+def test_the_workflow_gates_the_kernel_with_the_action_under_a_timeout():
     text = (EXAMPLE / "ci.yml").read_text()
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    workflow = yaml.safe_load(text)
+    assert list(workflow["jobs"]) == ["gate-cpu"], "one job runs as written: the CPU one"
+    everything = yaml.safe_load(_uncommented(text))["jobs"]
+    assert list(everything) == ["gate-cpu", "gate-gpu"], "a GPU-runner job, commented out, for runners with a GPU"
+    for name, job in everything.items():
+        step = _gate_step(job)
+        given = step["with"]
+        assert set(given) <= set(action["inputs"]), (name, set(given) - set(action["inputs"]))
+        assert given["backend"] == "my_rmsnorm" and given["working-directory"] == "examples/gate-your-kernel"
+        # The deadline leaves the job's timeout time to install and to upload the report.
+        assert 0 < int(given["deadline"]) < job["timeout-minutes"] * 60 - 120, name
+        assert job["steps"][0]["uses"].startswith("actions/checkout@"), name
+    assert "torch" not in _gate_step(everything["gate-cpu"])["with"]  # the CPU build: the action's default
+    assert "cu1" in _gate_step(everything["gate-gpu"])["with"]["torch"]  # a CUDA build on the GPU runner
+    assert "pip install rmsnorm-conformance" not in text
+
+
+def test_the_script_passes_the_options_the_action_passes():
     script = (EXAMPLE / "ci" / "gate.sh").read_text()
-    steps = set(re.findall(r"^    (\w+)\) \w+ ;;$", script, re.MULTILINE))
-    assert steps == {"install", "gate"}
-    active = _jobs(text, commented=False)
-    assert list(active) == ["gate-cpu"], "one job runs as written: the CPU one"
-    everything = _jobs(text, commented=True)
-    assert "gate-gpu" in everything, "a GPU-runner job, commented out, for runners that have a GPU"
-    for name, lines in everything.items():
-        runs = _runs(lines)
-        assert runs == ["bash ci/gate.sh install", "bash ci/gate.sh gate"], (name, runs)
-        assert any(re.match(r"^\s*timeout-minutes: \d+\b", ln) for ln in lines), f"{name} has no timeout"
-    cpu = "\n".join(active["gate-cpu"])
-    assert "runs-on: ubuntu-latest" in cpu and "TORCH_INSTALL" not in cpu  # the CPU build, the script's default
-    assert "cu1" in "\n".join(everything["gate-gpu"])  # a CUDA build of torch on the GPU runner
-    # The harness is built from its repository, never installed by a name the package index does not have.
-    assert "pip install rmsnorm-conformance" not in text and "HARNESS: ${{ github.workspace }}" in text
+    action = (ROOT / "action.yml").read_text()
+    for option in ("--deadline=", "-n ", "--report=conformance.md", "--report=conformance.json",
+                   "--junitxml=conformance.xml", "--pyargs rmsnorm_conformance.suites"):
+        assert option in script and option in action, option
 
 
 def test_the_script_refuses_an_unknown_step_and_a_missing_harness(tmp_path):

@@ -74,3 +74,9 @@ def test_help_follows_one_style():
         text = options.help_text(name, default, how)
         assert text[0].islower() and text.endswith("."), name
         assert "repeatable" not in how.help.lower(), name
+
+
+def test_the_options_page_is_the_options_modules_own():
+    """docs/options.md is generated from the declarations: an option added, renamed or re-defaulted there shows
+    here until the page is regenerated (``python -m rmsnorm_conformance.harness.plugin.options > docs/options.md``)."""
+    assert (ROOT / "docs" / "options.md").read_text() == options.reference()

@@ -258,6 +258,7 @@ def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
     check_the_rules_text_ships_in_the_wheel(venv, user)
     check_kernels_of_every_shape_gate_and_replays_reproduce(venv, user)
     check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv, tmp_path)
+    check_the_example_gates_inside_the_clone_as_its_readme_says(venv, tmp_path)
     check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv, tmp_path / "own-tests")
 
 
@@ -349,6 +350,25 @@ def check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv: Venv, b
     assert (example / "conformance.md").read_text().startswith("# RMSNorm conformance report: PASS")
     assert (example / "conformance.xml").is_file()
     assert summary.read_text().startswith("### RMSNorm conformance: PASS")
+
+
+def check_the_example_gates_inside_the_clone_as_its_readme_says(venv: Venv, base: Path) -> None:
+    """The example's README, followed inside a clone of the harness: ``HARNESS=../.. bash ci/gate.sh install``, then
+    ``gate``. pytest then takes the clone's pyproject.toml and conftest.py, and put the clone's root first on the test
+    process's path; the first-call process had imported the clone's partial ``rmsnorm_conformance/`` folder instead
+    of the installed wheel and failed ``axis_a.first_call`` with ModuleNotFoundError (harness/running/child_imports.py).
+    """
+    example = base / "src" / "rmsnorm-conformance" / "examples" / "gate-your-kernel"
+    env = {"HARNESS": "../..", "TORCH_INSTALL": "", "PIP_FLAGS": "-q --no-index --no-build-isolation",
+           "GATE_WORKERS": "0",
+           "GATE_ARGS": "--sweep=ci --dtype=float32 --max-examples=3 --rule=axis_a.first_call,axis_b.output"}
+    for step in ("install", "gate"):
+        done = venv.run(["bash", "ci/gate.sh", step], example, env=env, timeout=600)
+        assert done.returncode == 0, f"{step} inside the clone: {done.stdout[-4000:]}"
+    assert "ModuleNotFoundError" not in done.stdout
+    report = json.loads((example / "conformance.json").read_text())
+    assert report["verdict"] == "PASS"
+    assert sum(s["checks"] for s in report["summaries"] if s["rule"] == "axis_a.first_call") > 0
 
 
 def check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv: Venv, own: Path) -> None:

@@ -387,17 +387,18 @@ class WrongOutputDtype(NativeRMSNormOp):
 
 
 class NoShapeGuard(NativeRMSNormOp):
-    """Breaks semantics.shape_guard: the weight is flattened before the check, so a wrong shape broadcasts.
+    """Breaks semantics.shape_guard: the weight is flattened and its first D elements read, whatever its shape.
 
-    Kernel wrappers flatten the weight for pointer arithmetic and then check only its length: a (1, D)
-    weight passes silently, and a (D, 2) one is reported by its flattened shape, not its own.
+    Kernel wrappers flatten the weight for pointer arithmetic and check only that it holds at least D elements:
+    a (D + 1,) weight or a (D, 2) one is read as its first D elements, with no error and other values than any
+    1-D weight of the caller's would give (a (1, D) weight happens to be read right).
     """
 
     name = "no_shape_guard"
     breaks = "semantics.shape_guard"
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        return super().forward_fp32(x, weight.reshape(-1), eps)
+        return super().forward_fp32(x, weight.reshape(-1)[: x.shape[-1]], eps)
 
 
 class MutatesInput(NativeRMSNormOp):

@@ -643,6 +643,22 @@ __global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const Forwar
   }
 }
 
+// Programmatic dependent launch (Hopper on): the backward lets dw's final kernel be scheduled while its own last
+// blocks run (`launch_dependents`), and the final kernel waits for the whole backward grid to finish and its
+// writes to be visible before it reads a partial row (`wait`, which returns at once where the launch had no such
+// dependency). Only when the final kernel starts moves, never what it reads: the same bits either way.
+__device__ __forceinline__ void dependents_may_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Backward. With g the output gradient (in fp32), w the weight and x the input, per row:
 //   rms = the forward's, recomputed in the canonical order (the kernel reads x anyway);
@@ -754,6 +770,7 @@ __device__ __forceinline__ void stage_rows_fast(uint32_t dst, uint32_t step, con
 // [run_shift][K][2][threads] float4, the row tree's scratch.
 template <typename T, typename G, int K>
 __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const BackwardArgs a) {
+  dependents_may_launch();
   extern __shared__ uint4 smem[];
   constexpr int kWx = kWordsOf<T>;
   constexpr int kWg = kWordsOf<G>;
@@ -1010,6 +1027,7 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
 // [Q + p log2(8M), Q + (p + 1) log2(8M)) of it), each column touched by one thread only.
 template <typename T, typename G>
 __global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const BackwardArgs a) {
+  dependents_may_launch();
   __shared__ float scratch[2 * 2 * kLoopThreads];
   const int tpr = blockDim.x;
   const int t = threadIdx.x;
@@ -1145,6 +1163,7 @@ __device__ __noinline__ float final_share_streamed(const float* __restrict__ wor
 template <typename T>
 __global__ void __launch_bounds__(kFinalCols* kFinalSplits)
     dw_final_kernel(const float* __restrict__ workspace, int q_shift, int dim, T* __restrict__ dw) {
+  wait_for_prerequisite_grid();
   __shared__ float sums[kFinalSplits][kFinalCols + 1];
   const int col = blockIdx.x * kFinalCols + threadIdx.x;
   const int f_shift = q_shift < 5 ? q_shift : 5;
@@ -1292,7 +1311,26 @@ const char* launch_backward(const BackwardPlan& c, BackwardArgs a, T* dw, cudaSt
   if (dw == nullptr) return nullptr;
   const dim3 block(kFinalCols, kFinalSplits);
   const unsigned grid = unsigned((a.dim + kFinalCols - 1) / kFinalCols);
-  dw_final_kernel<T><<<grid, block, 0, stream>>>(a.workspace, c.q_shift, a.dim, dw);
+  bool overlap = false;
+  if (const char* err = dependent_launch_enabled(&overlap)) return err;
+  if (!overlap) {
+    dw_final_kernel<T><<<grid, block, 0, stream>>>(a.workspace, c.q_shift, a.dim, dw);
+    return last_error();
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  const float* workspace = a.workspace;
+  const int q_shift = c.q_shift;
+  const int dim = a.dim;
+  if (cudaLaunchKernelEx(&config, dw_final_kernel<T>, workspace, q_shift, dim, dw) != cudaSuccess) return last_error();
   return last_error();
 }
 

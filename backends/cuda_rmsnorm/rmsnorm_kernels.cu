@@ -132,7 +132,10 @@ int power_of_two_in(int v, int lo, int hi) {
 // / 0.890 to 0.977 / 1.004 / 0.967 / 0.946, and the staged forward kernel is gone. RMSNORM_CUDA_FORWARD_CONFIG
 // (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override the
 // defaults as "k,threads,stages,sets": groups a thread and threads a block (stages and sets applied to the staged
-// kernel and are ignored).
+// kernel and are ignored). The forward takes 256 threads a block too (benchmarks/kernel_sweep.py --kinds forward on
+// an H100, bf16): 0.988 of a copy at 4096 x 4096 against 0.969 with 128 (1.004 / 1.002
+// against 1.006 / 1.001 at 65536 x 4096 and 2097152 x 128, within their spread): twice the rows a block, half the
+// blocks for the launch to ramp up and drain at a batch that fills the GPU about twice.
 ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const Tuning tune = tuning(fused_add ? 1 : 0);
   ForwardPlan c{};
@@ -152,7 +155,7 @@ ForwardPlan forward_plan(DType d, int dim, bool fused_add) {
   const int tpr = int(groups / k);
   c.k = k;
   c.tpr_shift = log2_floor(tpr);
-  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : (fused_add ? 256 : 128), 32, kMaxThreads);
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 256, 32, kMaxThreads);
   if (c.threads < tpr) c.threads = tpr;
   return c;
 }
@@ -167,7 +170,11 @@ int backward_fixed_bytes(const BackwardPlan& c, int element_bytes) {
 
 // Backward defaults: two groups a thread for 16-bit rows, one for fp32 (at most kMaxBackwardThreads threads a
 // row: the registers hold three levels of dw's tree, 24 floats a group), at least 256 threads a block, rows of dw
-// per block aiming at kRowBytesPerProgram of x but at least kMinPrograms blocks.
+// per block aiming at kRowBytesPerProgram of x but at least kMinPrograms blocks. Rows of 64 threads or more take
+// 512 threads a block (two rows at once) from kManyRows rows on: benchmarks/kernel_sweep.py --kinds backward on an
+// H100 (bf16) read 0.942 / 0.919 of a copy at 65536 x 4096 / 16384 x 4096 against 0.925 / 0.884 with 256, but
+// 0.830 against 0.856 at 4096 x 4096, where the 256 blocks of 512 threads are two waves of one block a
+// multiprocessor; 2097152 x 128 the same either way (0.903 / 0.904).
 // RMSNORM_CUDA_BACKWARD_CONFIG overrides them as "k,threads,stages,rows per block" (the stages are chosen in
 // backward(), where dy's dtype is known). A function of (dtype, rows, dim): the workspace's shape.
 BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
@@ -196,7 +203,8 @@ BackwardPlan backward_plan_for(DType d, int64_t rows, int dim) {
   const int tpr = int(groups / k);
   c.k = k;
   c.tpr_shift = log2_floor(tpr);
-  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : 256, 32, kMaxBackwardThreads);
+  const int wide_rows_threads = tpr >= 64 && padded_rows >= kManyRows ? 512 : 256;
+  c.threads = power_of_two_in(tune.v[1] ? tune.v[1] : wide_rows_threads, 32, kMaxBackwardThreads);
   if (c.threads < tpr) c.threads = tpr;
   // No more row slots than row groups: a slot's run is at least a row group, and runs of zero rows cost time.
   while (c.threads > tpr && int64_t(c.threads / tpr) * 8 > padded_rows) c.threads >>= 1;
@@ -283,6 +291,26 @@ const char* resident_blocks(const void* fn, int threads, size_t smem, int64_t* b
   cache[next] = Entry{fn, device, threads, smem, *blocks};
   next = (next + 1) % 64;
   if (used < 64) ++used;
+  return nullptr;
+}
+
+const char* dependent_launch_enabled(bool* enabled) {
+  static const bool allowed = [] {
+    const char* text = std::getenv("RMSNORM_CUDA_DEPENDENT_LAUNCH");
+    return text == nullptr || text[0] != '0';
+  }();
+  *enabled = false;
+  if (!allowed) return nullptr;
+  thread_local int known[64] = {};  // per device: 0 unknown, 1 no, 2 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return last_error();
+  if (device < 0 || device >= 64) return nullptr;
+  if (known[device] == 0) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return last_error();
+    known[device] = major >= 9 ? 2 : 1;
+  }
+  *enabled = known[device] == 2;
   return nullptr;
 }
 

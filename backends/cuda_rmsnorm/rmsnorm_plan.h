@@ -43,6 +43,8 @@ constexpr int kFinalCols = 32;
 constexpr int kFinalSplits = 32;
 // dw: blocks of the backward the plan aims at, at least (about two per multiprocessor of an H100/H200).
 constexpr int64_t kMinPrograms = 256;
+// The backward: rows from which rows of 64 threads or more take 512 threads a block (backward_plan_for).
+constexpr int64_t kManyRows = 16384;
 // dw: bytes of x (and as many of dy) per block the plan aims at: a block's partial row (dim fp32, written
 // and read back once) stays near 1 % of its rows' traffic.
 constexpr int64_t kRowBytesPerProgram = 1 << 19;
@@ -119,6 +121,10 @@ int backward_fixed_bytes(const BackwardPlan& c, int element_bytes);
 
 // The CUDA runtime's last error as a string, or nullptr.
 const char* last_error();
+
+// Whether dw's final kernel may overlap the backward's last blocks (programmatic dependent launch): on a device of
+// compute capability 9.0 or more, unless RMSNORM_CUDA_DEPENDENT_LAUNCH=0 (read once a process). Cached per device.
+const char* dependent_launch_enabled(bool* enabled);
 
 // Blocks of `fn` resident on the whole device at once (cached; raises the shared-memory limit first).
 const char* resident_blocks(const void* fn, int threads, size_t smem, int64_t* blocks);

@@ -23,12 +23,13 @@ def explicit(opts: options.Options) -> bool:
     return opts.activating
 
 
-def targets_suites(config: pytest.Config) -> bool:
-    """Do the run's arguments name the conformance suites (by package or by path)?"""
+def targets_suites(config: pytest.Config, targets: list[str] | None = None) -> bool:
+    """Do the run's arguments (or ``targets``, where pytest has not decided them yet) name the conformance suites
+    (by package or by path)?"""
     from rmsnorm_conformance import suites  # a package of test modules: only its location is read here
 
     suites_dir = Path(suites.__file__).resolve().parent
-    for arg in config.args:
+    for arg in config.args if targets is None else targets:
         target = arg.split("::", 1)[0]
         if target.startswith("rmsnorm_conformance"):
             return True

@@ -393,7 +393,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     device_option = str(request.param[1])
 
     def replay(rule_id: str, case: Any) -> str:
-        return replay_command(backend, device_option, dtype, rule_id, case, run.contract_profile)
+        return replay_command(backend, device_option, dtype, rule_id, case, run.contract_profile,
+                              run.options.flag)
 
     def on_failure(rule_id: str, reason: str, replay_line: str) -> None:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
@@ -436,7 +437,7 @@ def _pair_subject(request: pytest.FixtureRequest, run: RunOptions) -> Subject:
         request.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": replay_line}
 
     def replay(rule_id: str, case: Any) -> str:
-        return parity_replay_command(pair, dtype, case)
+        return parity_replay_command(pair, dtype, case, run.options.flag)
 
     def make(backend: Any, device: torch.device) -> Subject:
         return Subject(backend=backend, device=device, dtype=dtype, profile=profile_, collector=records,

@@ -87,6 +87,7 @@ class Controller:
         if ledger is not None and ledger.path is None:  # resolved at configure (the switch off)
             ledger.path = path
         node.workerinput[WORKER_HANGS] = str(path)
+        node.workerinput[options.WORKER_GIVEN] = sorted(options.of(config).given)
         tests_to_the_dead_wait(node)
         ends_at = config.stash.get(RUN_ENDS_AT, 0.0)
         if ends_at:

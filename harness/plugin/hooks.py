@@ -37,8 +37,31 @@ ACTIVE = "rmsnorm-conformance-run"
 WARM_UPS = pytest.StashKey[list["subprocess.Popen"]]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    options.add_options(parser)
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    # Loaded by a conftest's pytest_plugins, the plugin comes after the conftests' options: it claims its short
+    # names at once. Loaded as pytest loads plugins (pytest11, -p), it claims them once the conftests are loaded.
+    options.add_options(parser, conftests_loaded=bool(getattr(pluginmanager, "_conftest_plugins", None)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> Any:
+    """After the project's conftests have added their options, the harness's short names (``--backend``) where
+    none took them: pytest refuses a second option of one name, and a conftest adding ``--device`` stopped every
+    run of its project. The prefixed ones (``--rmsnorm-backend``) always work. Then, before pytest parses the
+    command line for good, a configuration file's ``workers`` becomes ``-n`` for a conformance run."""
+    try:
+        return (yield)
+    finally:
+        options.claim_short_names(parser)
+        options.apply_workers(early_config, args, bool(options.typed_on_command_line(early_config))
+                              or targets_suites(early_config, options.early_targets(early_config)))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line where the configuration sets conformance options and no conformance test ran: the run of the
+    project's own tests stays as it is, and says why it was not a conformance run."""
+    if not config.pluginmanager.has_plugin(ACTIVE) and options.of(config).configured:
+        terminalreporter.write_line(options.not_run_line(options.of(config)))
 
 
 @pytest.hookimpl(tryfirst=True)

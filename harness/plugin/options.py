@@ -12,6 +12,7 @@ is one (the backends loaded, the devices asked) is ``run_options.RunOptions``.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -47,6 +48,7 @@ class Declared:
     choices: tuple[str, ...] | None = None
     default_text: str = ""  # the help's "(default: ...)", where the field's default does not say it
     activates: bool = True  # given, it makes the run a conformance run (activation.py)
+    in_files: bool = True  # settable in a configuration file; not what is for one command (a case to replay)
 
 
 def _declare(default: Any, help: str, **how: Any) -> Any:
@@ -108,9 +110,10 @@ class Options:
     modes: str | None = _declare(
         None, metavar="MODES",
         help="also run each backend's forward under these execution modes over the full sweep and require bitwise "
-             "parity with eager: a comma list of compile, cudagraph (skipped with the reason where a mode cannot "
-             "run). Without it a sample of every entry point runs under torch.compile, no_grad, inference_mode and, "
-             "on a GPU, CUDA-graph replay (axis_a.execution_mode); none turns that sample off.")
+             "parity with eager: a comma list of compile, cudagraph, deterministic (skipped with the reason where a "
+             "mode cannot run). Without it a sample of every entry point runs under torch.compile, deterministic "
+             "algorithms, no_grad, inference_mode, on a CPU 1, 2, 4 and the machine's count of threads, and on a "
+             "GPU CUDA-graph replay (axis_a.execution_mode); none turns that sample off.")
     sweep: str = _declare(
         "", choices=tuple(sorted(SWEEPS)),
         help="how hard Hypothesis searches in conformance tests (and only there): "
@@ -140,12 +143,12 @@ class Options:
         help="fail the run on a --known-failures entry that was checked and never breached (as pytest's strict "
              "xfail fails an xpass): the manifest then lists exactly what is still broken.")
     write_known_failures: str | None = _declare(
-        None, metavar="PATH",
+        None, metavar="PATH", in_files=False,
         help="write every breach of this run to PATH as a known-failures manifest (TOML): the baseline a gate "
              "adopts with --known-failures=PATH, so that only new breaches fail it. Each case then runs to its end, "
              "so that one run lists every rule it breaks.")
     replay: str | None = _declare(
-        None, metavar="CASE",
+        None, metavar="CASE", in_files=False,
         help="run the selected conformance tests on this one case, as a failure printed it, instead of a sweep.")
     case_timeout: float = _declare(
         DEFAULT_CASE_TIMEOUT, type=float, metavar="SECONDS",
@@ -175,7 +178,15 @@ class Options:
     hypothesis_seed: str | None = None
     hypothesis_profile: str | None = None
     help_or_version: bool = False
-    given: frozenset[str] = frozenset()  # the harness's options given a value other than their default
+    given: frozenset[str] = frozenset()  # the harness's options the command line itself gave a value
+    configured: dict[str, str] = field(default_factory=dict)  # the others set, each with where (a file, addopts)
+    short_names: frozenset[str] = frozenset()  # the options that answer to their short name in this run
+    problems: tuple[str, ...] = ()  # what is wrong in the configuration file's settings
+
+    def flag(self, name: str) -> str:
+        """The name that sets option ``name`` in this run: ``--backend`` where it is the harness's, else
+        ``--rmsnorm-backend`` (a conftest of the project claimed ``--backend``)."""
+        return short(name) if name in self.short_names else prefixed(name)
 
     @property
     def activating(self) -> bool:
@@ -192,9 +203,20 @@ def declared() -> list[tuple[str, Any, Declared]]:
     return [(f.name, f.default, f.metadata["declared"]) for f in fields(Options) if "declared" in f.metadata]
 
 
-def flag(name: str) -> str:
-    """The command-line name of option ``name``."""
+def prefixed(name: str) -> str:
+    """The name option ``name`` always has: ``--rmsnorm-backend``."""
+    return "--rmsnorm-" + name.replace("_", "-")
+
+
+def short(name: str) -> str:
+    """The short name option ``name`` has where nothing else claimed it: ``--backend``."""
     return "--" + name.replace("_", "-")
+
+
+def dest(name: str) -> str:
+    """Where pytest keeps option ``name``'s value, and its ini key: ``rmsnorm_backend``, a name no other suite's
+    conftest is likely to take (``device`` is common in ML repositories)."""
+    return "rmsnorm_" + name
 
 
 REPEATS = {JOINED: "Repeatable: the values are joined.", APPEND: "Repeatable."}
@@ -213,11 +235,18 @@ def default_words(default: Any, how: Declared) -> str:
     return f"Default: {shown}." if shown else ""
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """The harness's option group, every option declared on ``Options``."""
+# Settable in a configuration file only: pytest-xdist's -n for a conformance run (``apply_workers``).
+WORKERS_HELP = "pytest-xdist workers (-n) for a conformance run whose command line gives no -n: a count or auto."
+INI_TYPES = {FLAG: "bool", APPEND: "linelist"}
+
+
+def add_options(parser: pytest.Parser, *, conftests_loaded: bool = False) -> None:
+    """The harness's option group, every option declared on ``Options``: each under its prefixed name, and each
+    as an ini key. The short names are claimed once the project's conftests have added their options (pytest's
+    ``pytest_load_initial_conftests``), or here where they already have."""
     group = parser.getgroup(GROUP, "RMSNorm numerical-contract conformance")
     for name, default, how in declared():
-        attrs: dict[str, Any] = {"dest": name, "help": help_text(name, default, how)}
+        attrs: dict[str, Any] = {"dest": dest(name), "help": help_text(name, default, how)}
         if how.kind == FLAG:
             attrs.update(action="store_true", default=False)
         else:
@@ -230,11 +259,80 @@ def add_options(parser: pytest.Parser) -> None:
                 attrs["type"] = how.type
             if how.choices is not None:
                 attrs.update(choices=list(how.choices), metavar=None)
-        group.addoption(flag(name), **attrs)
+        group.addoption(prefixed(name), **attrs)
+        if how.in_files:
+            parser.addini(dest(name), f"as {prefixed(name)} (or {short(name)}) on the command line.",
+                          type=INI_TYPES.get(how.kind, "string"), default=None)  # type: ignore[arg-type]
+    parser.addini(dest("workers"), WORKERS_HELP, type="string", default=None)
+    if conftests_loaded:
+        claim_short_names(parser)
+
+
+# pytest's option parser as pytest 8 and 9 keep it: the option strings taken, and adding a short name to one of
+# this plugin's options. pytest offers no public way to ask whether a name is taken, nor to give it back.
+def _arguments(parser: pytest.Parser) -> list[Any]:
+    return [argument for group in getattr(parser, "_groups", []) for argument in group.options]
+
+
+def _taken(parser: pytest.Parser) -> set[str]:
+    taken = {name for argument in _arguments(parser) for name in argument.names()}
+    actions = getattr(getattr(parser, "optparser", None), "_option_string_actions", None)  # pytest 9: core options
+    return taken | set(actions or ())
+
+
+def _ours(parser: pytest.Parser) -> dict[str, Any]:
+    """This plugin's options by name, as pytest's parser holds them."""
+    by_dest = {dest(name): name for name, _, _ in declared()}
+    return {by_dest[a.dest]: a for a in _arguments(parser) if a.dest in by_dest and prefixed(by_dest[a.dest])
+            in a.names()}
+
+
+def _names_of(argument: Any) -> list[str] | None:
+    """The list of option strings an option answers to, to add a name to or take one from (pytest 9 keeps the
+    argparse action's, pytest 8 its own long options); None where pytest keeps them otherwise."""
+    action = getattr(argument, "_action", None)
+    names = getattr(action, "option_strings", None) if action is not None else getattr(argument, "_long_opts", None)
+    return names if isinstance(names, list) else None
+
+
+def claim_short_names(parser: pytest.Parser) -> None:
+    """Give each of this plugin's options its short name (``--backend``) where no other option has it."""
+    taken = _taken(parser)
+    optparser = getattr(parser, "optparser", None)
+    for name, argument in _ours(parser).items():
+        names = _names_of(argument)
+        if names is None or short(name) in taken:
+            continue
+        names.append(short(name))
+        parser._opt2dest[short(name)] = argument.dest
+        if optparser is not None:
+            optparser._option_string_actions[short(name)] = argument._action
+
+
+def release_short_names(parser: pytest.Parser) -> None:
+    """Take this plugin's short names back, so that a conftest loaded next may add options of those names (pytest
+    refuses a second option of one name): ``claim_short_names`` gives back those it did not take."""
+    optparser = getattr(parser, "optparser", None)
+    for name, argument in _ours(parser).items():
+        names = _names_of(argument)
+        if names is None or short(name) not in names:
+            continue
+        names.remove(short(name))
+        parser._opt2dest.pop(short(name), None)
+        if optparser is not None:
+            optparser._option_string_actions.pop(short(name), None)
+
+
+def has_short_name(config: pytest.Config, name: str) -> bool:
+    """Does option ``name`` answer to its short name in this run?"""
+    argument = _ours(config._parser).get(name)
+    return argument is not None and short(name) in argument.names()
 
 
 # The key each process keeps its Options under, once read.
 OPTIONS = pytest.StashKey[Options]()
+# The key under which a pytest-xdist controller hands its workers the options given on its command line.
+WORKER_GIVEN = "rmsnorm_conformance_given"
 
 
 def of(config: pytest.Config) -> Options:
@@ -247,22 +345,31 @@ def of(config: pytest.Config) -> Options:
 
 def read(config: pytest.Config) -> Options:
     """The options as they stand now, with each default put in: for the supervisor, which decides before any
-    plugin's configure (``of`` keeps the run's)."""
+    plugin's configure (``of`` keeps the run's). The command line (and pytest's addopts) comes first, then the
+    configuration file's ``rmsnorm_*`` ini keys, then pyproject.toml's ``[tool.rmsnorm_conformance]`` table."""
     values: dict[str, Any] = {}
-    given = set()
+    typed = typed_on_command_line(config)
+    given, configured, short_names = set(), {}, set()
+    settings, problems = file_settings(config)
     for name, default, how in declared():
-        raw = config.getoption(name, None)
-        if raw not in (None, [], False):  # as given: 0 for a count is the user's (and checked), not the default
+        if has_short_name(config, name):
+            short_names.add(name)
+        raw = config.getoption(dest(name), None)
+        if raw is None or raw is False or (how.kind == APPEND and not raw):
+            raw, source = settings.get(name, (None, ""))
+            if raw is not None:
+                configured[name] = source
+        elif name not in typed:
+            configured[name] = "addopts"
+        if raw not in (None, [], False, ()) and name in typed:  # 0 for a count is checked, but not a trigger
             given.add(name)
-        if raw is None or (how.kind == APPEND and not raw):
-            values[name] = default
-        else:
-            values[name] = tuple(raw) if how.kind == APPEND else raw
+        values[name] = default if raw is None else tuple(raw) if how.kind == APPEND else raw
     if not values["sweep"]:
         values["sweep"] = default_sweep()
     option = config.option
     return Options(
-        **values, given=frozenset(given),
+        **values, given=frozenset(given), configured=configured, short_names=frozenset(short_names),
+        problems=tuple(problems),
         workers=getattr(option, "numprocesses", None), dist=getattr(option, "dist", "no") or "no",
         verbose=config.getoption("verbose", 0) or 0, keyword=config.getoption("keyword", "") or "",
         markexpr=config.getoption("markexpr", "") or "",
@@ -272,3 +379,200 @@ def read(config: pytest.Config) -> Options:
         hypothesis_seed=config.getoption("hypothesis_seed", None),
         hypothesis_profile=config.getoption("hypothesis_profile", None),
         help_or_version=bool(config.getoption("help", False) or config.getoption("version", False)))
+
+
+def typed_on_command_line(config: pytest.Config) -> frozenset[str]:
+    """The harness's options the command line itself names (not addopts, PYTEST_ADDOPTS or a file): only those
+    make a run a conformance run. A pytest-xdist worker has its controller's."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return frozenset(workerinput.get(WORKER_GIVEN, ()))
+    words = {str(arg).split("=", 1)[0] for arg in config.invocation_params.args}
+    return frozenset(name for name, _, _ in declared()
+                     if prefixed(name) in words or (short(name) in words and has_short_name(config, name)))
+
+
+def file_settings(config: pytest.Config) -> tuple[dict[str, tuple[Any, str]], list[str]]:
+    """The options a configuration file sets, each with the file it came from; and what in them is wrong (a usage
+    error once the run is a conformance run: a run of other tests must not fail for it)."""
+    settings: dict[str, tuple[Any, str]] = {}
+    problems: list[str] = []
+    table, where = pyproject_table(config, problems)
+    kinds = {name: how for name, _, how in declared()}
+    for key, value in table.items():
+        if key == "backends":  # backends' declared capabilities (running/adapters.py), not an option
+            continue
+        if key != "workers" and (key not in kinds or not kinds[key].in_files):
+            known = sorted(k for k in [*kinds, "workers"] if k == "workers" or kinds[k].in_files)
+            problems.append(f"{where}: unknown key {key!r}; known: {', '.join(known)}")
+            continue
+        settings[key] = (value, where)
+    inifile = config.inipath.name if config.inipath is not None else "ini"
+    for key in [*kinds, "workers"]:
+        if key != "workers" and not kinds[key].in_files:
+            continue
+        try:
+            value = config.getini(dest(key))
+        except (ValueError, KeyError):
+            continue
+        if value not in (None, "", [], False):
+            settings[key] = (value, f"{dest(key)} in {inifile}")
+    typed: dict[str, tuple[Any, str]] = {}
+    for key, (value, source) in settings.items():
+        try:
+            typed[key] = (_typed(value, kinds.get(key)), source)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{source}: {key} = {value!r}: {exc}")
+    return typed, problems
+
+
+def pyproject_table(config: pytest.Config, problems: list[str]) -> tuple[dict[str, Any], str]:
+    """pyproject.toml's ``[tool.rmsnorm_conformance]`` table, from the file pytest took its configuration from, else
+    the one in its rootdir; and how the report names where a setting came from."""
+    path = config.inipath if config.inipath is not None and config.inipath.name == "pyproject.toml" \
+        else config.rootpath / "pyproject.toml"
+    where = f"[tool.{TABLE}] in {path.name}"
+    if not path.is_file():
+        return {}, where
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10: tomli, a dependency there
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path}: {exc}")
+        return {}, where
+    table = data.get("tool", {}).get(TABLE, {})
+    if not isinstance(table, dict):
+        problems.append(f"{where}: not a table")
+        return {}, where
+    return table, where
+
+
+TABLE = "rmsnorm_conformance"
+
+
+def _typed(value: Any, how: Declared | None) -> Any:
+    """A file's value as the command line would have given it."""
+    if how is None:  # workers: a count, or what pytest-xdist takes instead of one
+        text = str(value).strip()
+        if text in ("auto", "logical") or (text.isdigit() and not isinstance(value, bool)):
+            return text
+        raise ValueError("a count of workers, auto or logical")
+    if how.kind == FLAG:
+        return _flag_value(value)
+    if how.kind in (APPEND, JOINED) and isinstance(value, (str, list)):
+        items = [value] if isinstance(value, str) else value
+        if not all(isinstance(i, str) for i in items):
+            raise TypeError("a string or a list of strings")
+        return tuple(items) if how.kind == APPEND else ",".join(items)
+    if how.kind in (APPEND, JOINED) or isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise TypeError("a string or a number")
+    if how.type is not None:
+        try:
+            return how.type(value)
+        except ValueError:
+            raise ValueError("not a whole number" if how.type is int else "not a number") from None
+    if how.choices is not None and str(value) not in how.choices:
+        raise ValueError(f"one of {', '.join(how.choices)}")
+    return str(value)
+
+
+def _flag_value(value: Any) -> bool:
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    if not isinstance(value, bool):
+        raise TypeError("true or false")
+    return value
+
+
+def apply_workers(config: pytest.Config, args: list[str], conformance: bool) -> None:
+    """A configuration file's ``workers``, as ``-n`` in ``args`` before pytest parses them for good: for a
+    conformance run with pytest-xdist loaded whose command line chose no workers itself."""
+    if not conformance or not config.pluginmanager.has_plugin("xdist"):
+        return
+    workers = file_settings(config)[0].get("workers")
+    chosen = any(a.split("=", 1)[0] in ("-n", "--numprocesses", "--dist", "-d", "--tx") or
+                 (a.startswith("-n") and a[2:].isalnum()) for a in map(str, args))
+    if workers is not None and not chosen:
+        args[:0] = ["-n", str(workers[0])]
+
+
+def early_targets(config: pytest.Config) -> list[str]:
+    """The run's targets as pytest will decide them (``Config._decide_args``), before it has: the arguments, else
+    the ``testpaths`` of a run started in the rootdir."""
+    typed = list(getattr(config.known_args_namespace, "file_or_dir", None) or ())
+    if typed or config.invocation_params.dir != config.rootpath:
+        return typed
+    return list(config.getini("testpaths") or ())
+
+
+def not_run_line(opts: Options) -> str:
+    """The one line a run prints when the configuration sets conformance options but no conformance suite was
+    selected, so that the settings do not read as a gate that passed."""
+    values = {name: getattr(opts, name) for name in opts.configured}
+    shown = ", ".join(f"{name}={','.join(v) if isinstance(v, tuple) else v}" for name, v in values.items())
+    where = ", ".join(dict.fromkeys(opts.configured.values()))
+    return (f"rmsnorm-conformance: {shown} set ({where}), but no conformance suite was selected, so none ran; run "
+            "`pytest --pyargs rmsnorm_conformance.suites`")
+
+
+def reference() -> str:
+    """docs/options.md: every option's names, ini key, default and help, from the declarations above
+    (``python -m rmsnorm_conformance.harness.plugin.options > docs/options.md``; a test keeps the page equal)."""
+    lines = [
+        "# Options",
+        "",
+        "<!-- Generated from harness/plugin/options.py: python -m rmsnorm_conformance.harness.plugin.options "
+        "> docs/options.md -->",
+        "",
+        "Every option of the harness has a prefixed name (`--rmsnorm-backend`) that always works, and a short name",
+        "(`--backend`) wherever no conftest or plugin of the project has claimed it. pytest refuses two options of",
+        "one name: where a project's `conftest.py` adds `--device`, its own option keeps `--device`, and the",
+        "harness's is `--rmsnorm-device`. The replay command a failure prints uses the names that work in that",
+        "project.",
+        "",
+        "Each option can also be set in a configuration file: as an ini key (`rmsnorm_backend = \"native\"` under",
+        "`[tool.pytest.ini_options]` in pyproject.toml, or `[pytest]` in pytest.ini), or in a",
+        f"`[tool.{TABLE}]` table of pyproject.toml (`backend = \"native\"`; lists may be TOML lists). The command",
+        "line comes first, then the ini key, then the table. A setting in a file never makes a run of the project's",
+        "own tests a conformance run: the suites run only when they are selected (`pytest --pyargs",
+        "rmsnorm_conformance.suites`, or `testpaths` naming them), and otherwise the run prints one line saying",
+        "why no conformance test ran. A wrong value in the file is a usage error of a conformance run only.",
+        "",
+        "| Option | Short name | ini key / table key | Default | What it does |",
+        "|---|---|---|---|---|",
+    ]
+    for name, default, how in declared():
+        text = how.help.replace("{names}", "native, triton, cuda, or an installed adapter's entry-point name")
+        repeats = REPEATS.get(how.kind, "")
+        key = f"`{dest(name)}` / `{name}`" if how.in_files else "command line only"
+        shown = default_words(default, how).removeprefix("Default: ").removesuffix(".") or "–"
+        lines.append(f"| `{prefixed(name)}` | `{short(name)}` | {key} | {shown} | "
+                     f"{' '.join(p for p in (text, repeats) if p).replace('|', '/')} |")
+    lines.append(f"| – | – | `{dest('workers')}` / `workers` | – | {WORKERS_HELP} |")
+    lines += [
+        "",
+        "A gate configured in pyproject.toml, run with a plain `pytest`:",
+        "",
+        "```toml",
+        "[tool.pytest.ini_options]",
+        'addopts = "--pyargs"',
+        'testpaths = ["rmsnorm_conformance.suites"]',
+        "",
+        f"[tool.{TABLE}]",
+        'backend = "mykernel:rms_norm"',
+        'device = "cuda"',
+        'sweep = "ci"',
+        'report = ["conformance.md", "conformance.json"]',
+        "deadline = 1500",
+        "workers = 8",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

@@ -172,6 +172,8 @@ def resolve(config: pytest.Config) -> RunOptions:
     if threads is not None:  # before any backend call: the global-state snapshots start from this
         torch.set_num_threads(threads)
     opts = options.of(config)
+    if opts.problems:
+        raise pytest.UsageError("the configuration file: " + "; ".join(opts.problems))
     devices = _resolve_devices(opts.device)
     reports = opts.report
     _check_reports(reports)

@@ -323,7 +323,9 @@ def pyargs_id(nodeid: str, suite: str = "") -> str:
 
 # Options of a run that a re-run of one test leaves out: the reports it would overwrite, the workers it needs not.
 _RERUN_DROPPED = ("--report", "--junitxml", "--junit-xml", "--rule", "-n", "--numprocesses", "--bench-json",
-                  "--replay", "--lf", "--last-failed", "-x", "--exitfirst")
+                  "--replay", "--lf", "--last-failed", "-x", "--exitfirst",
+                  # the same options under the names they have where a conftest of the project took the short ones
+                  "--rmsnorm-report", "--rmsnorm-rule", "--rmsnorm-bench-json", "--rmsnorm-replay")
 
 
 def rerun_command(nodeid: str, replay: str, command: str, suite: str = "") -> str:
@@ -332,7 +334,8 @@ def rerun_command(nodeid: str, replay: str, command: str, suite: str = "") -> st
     target = pyargs_id(nodeid, suite)
     if target == nodeid:
         return ""
-    words = shlex.split(replay.split(" --replay=", 1)[0]) if replay else shlex.split(command or "pytest")
+    words = shlex.split(re.split(r" --(?:rmsnorm-)?replay=", replay, maxsplit=1)[0]) if replay else \
+        shlex.split(command or "pytest")
     options, skip_value = [], False
     for word in words[1:]:
         if skip_value:

@@ -8,7 +8,8 @@ of a new interpreter that ran ``import torch`` and no more, as every process tha
 touched a GPU (a child initialises CUDA itself), and nothing of the test process (the backend already imported,
 warm caches) is in it, since the server is a new interpreter, not a fork of the test process. The child takes the
 asking process's working directory and environment and runs ``module.main(argv)``; its crash, hang, signal or exit
-status is its own, reported as ``subprocess`` reports it. (Not ``multiprocessing``'s forkserver: its children run
+status is its own, reported as ``subprocess`` reports it. Each module the asking process imported is found in the
+child where that process found it (child_imports.py). (Not ``multiprocessing``'s forkserver: its children run
 the asking process's ``__main__`` again, and a user's gate script without a ``__main__`` guard would start the whole
 gate once more in each.)
 
@@ -30,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rmsnorm_conformance.harness.running.child_imports import PIN_SOURCE, bootstrap_command, pins, write_pins
+
 # Variables read when Python starts or torch is imported (with its thread pools, numpy's and Triton's settings):
 # where one differs from the server's, a new server.
 READ_AT_START = ("PYTHON", "TORCH", "TRITON", "OMP_", "MKL_", "KMP_", "GOMP_", "CUDA", "LD_", "MALLOC", "NUMPY",
@@ -37,7 +40,7 @@ READ_AT_START = ("PYTHON", "TORCH", "TRITON", "OMP_", "MKL_", "KMP_", "GOMP_", "
 
 # The server: imports torch, then per request line forks a child that becomes the asked-for process. It ends when
 # its stdin does (the asking process ended); on Linux a child it leaves running then ends with it.
-_SERVER = r"""
+_SERVER = PIN_SOURCE + r"""
 import importlib, json, os, sys
 import torch
 requests, replies = sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "w", buffering=1)
@@ -60,6 +63,7 @@ for line in requests:
             os.chdir(request["cwd"])
             os.environ.clear(); os.environ.update(request["env"])
             sys.path[:0] = [p for p in request["sys_path"] if p not in sys.path]
+            _pin(request["pins"])  # each module the asking process imported, from where it imported it
             sys.argv = [request["module"], *request["argv"]]
             for fd, target in ((0, os.open(os.devnull, os.O_RDONLY)),
                                (1, os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))):
@@ -133,7 +137,7 @@ class _Server:
     def run(self, module: str, argv: Sequence[str], log: Path, timeout_s: float) -> int | None:
         process = self._ensure()
         request = {"module": module, "argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ),
-                   "sys_path": sys.path, "log": str(log)}
+                   "sys_path": sys.path, "pins": pins(), "log": str(log)}
         assert process.stdin is not None
         started: dict | None = None
         try:
@@ -177,10 +181,11 @@ def forking() -> bool:
     return sys.platform.startswith("linux") and os.environ.get("RMSNORM_FRESH_INTERPRETER") != "1"
 
 
-def _new_interpreter(module: str, argv: Sequence[str], timeout_s: float) -> tuple[int | None, str]:
+def _new_interpreter(module: str, argv: Sequence[str], log: Path, timeout_s: float) -> tuple[int | None, str]:
+    """``python -m module argv...``, with this process's modules pinned (child_imports.py), beside ``log``."""
+    command = bootstrap_command(write_pins(log.with_name(log.name + ".pins.json")), module, list(argv))
     try:
-        done = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True,
-                              timeout=timeout_s, env=dict(os.environ))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
     except subprocess.TimeoutExpired:
         return None, ""
     return done.returncode, (done.stderr or "") + (done.stdout or "")
@@ -191,10 +196,10 @@ def run_main(module: str, argv: Sequence[str], log: Path, timeout_s: float) -> t
     killed; its stdout and stderr)``, a forked child writing them to ``log``. A negative status is the signal
     that ended it. Where the server itself fails (not the child), a new interpreter runs it."""
     if not forking():
-        return _new_interpreter(module, argv, timeout_s)
+        return _new_interpreter(module, argv, log, timeout_s)
     try:
         code = _SERVER_OF_THIS_PROCESS.run(module, argv, log, timeout_s)
     except (OSError, RuntimeError):
         _SERVER_OF_THIS_PROCESS.close()
-        return _new_interpreter(module, argv, timeout_s)
+        return _new_interpreter(module, argv, log, timeout_s)
     return code, log.read_text(errors="replace") if log.is_file() else ""

@@ -9,6 +9,8 @@
 # requirement such as "rmsnorm-conformance @ git+https://github.com/OWNER/REPO@REF".
 # TORCH_INSTALL is what pip installs first (default: the CPU build; empty: keep the torch already installed).
 # PIP_FLAGS are added to every pip install (e.g. --no-index for an offline run); GATE_ARGS to the gate's pytest.
+# GATE_DEADLINE (seconds, default 1500: below the job's 30-minute timeout, so the report is written before the job is
+# killed) and GATE_WORKERS (pytest-xdist's -n, default auto; 0: one process) are the gate's --deadline and -n.
 set -euo pipefail
 
 install() {
@@ -35,6 +37,7 @@ gate() {
     # GitHub Actions, prints each breach as an annotation on the kernel's source.
     # shellcheck disable=SC2086
     python -m pytest --pyargs rmsnorm_conformance.suites --backend=my_rmsnorm \
+        --deadline="${GATE_DEADLINE:-1500}" -n "${GATE_WORKERS:-auto}" \
         --report=conformance.md --report=conformance.json --junitxml=conformance.xml ${GATE_ARGS:-}
 }
 
