@@ -232,13 +232,13 @@ def _collector_with_a_diagnosis() -> Collector:
 def test_every_report_carries_the_diagnosis(tmp_path):
     from rmsnorm_conformance.harness.reporting.ci_output import step_summary
     from rmsnorm_conformance.harness.reporting.render import render_markdown, render_terminal
-    from tests.test_report_schema import SCHEMA, errors
+    from tests.test_report_schema import errors
 
     c = _collector_with_a_diagnosis()
     assert "## Diagnoses of bitwise breaches" in render_markdown(c)
     assert any("differ from 16 rows" in line for line in render_terminal(c, verbose=False))
     assert "diagnosis: equal for" in step_summary(c)
-    assert errors(Collector.from_json(c.to_json()).to_json(), SCHEMA) == []
+    assert errors(Collector.from_json(c.to_json()).to_json()) == []
     assert diagnosis_lines(Collector.from_json(c.to_json()), markdown=False) == diagnosis_lines(c, markdown=False)
 
 
