@@ -111,8 +111,8 @@ def _defects() -> list[type]:
 
 
 def _rule_tests() -> dict[str, list[str]]:
-    """rule -> ``module.py::test`` of every suite test declaring it (harness/checking/rule_index.py)."""
-    from rmsnorm_conformance.harness.checking.rule_index import rule_tests
+    """rule -> ``module.py::test`` of every suite test declaring it (suites/rule_index.py)."""
+    from rmsnorm_conformance.suites.rule_index import rule_tests
 
     return rule_tests()
 
@@ -312,6 +312,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: 
     headers.append("ci wall (s)")
     command = (f"python benchmarks/detection.py --seeds {args.seeds}"
                + (" --grouped" if args.grouped else "") + (f" --max-examples {args.max_examples}" if seeded else "")
+               + "".join(f" --defect {d}" for d in args.defect)
                + (f" --out {args.out}" if args.out else ""))
     caught = sum(r["ci"]["caught"] for r in rows)
     described = (
@@ -354,7 +355,7 @@ def render_profile(rows: list[dict[str, Any]], args: argparse.Namespace, total_w
         table.append([r["name"], f"`{r['breaks']}`", "yes" if caught else "no", examples, _wall(r["ci"]["wall"])])
     caught = sum(r["ci"]["caught"] for r in rows)
     command = (f"python benchmarks/detection.py --sweep {args.sweep} --seeds 0" + (" --grouped" if args.grouped else "")
-               + (f" --out {args.out}" if args.out else ""))
+               + "".join(f" --defect {d}" for d in args.defect) + (f" --out {args.out}" if args.out else ""))
     return "\n".join([
         f"# Detection under --sweep={args.sweep}: which planted defects it catches", "",
         f"Command: `{command}`", "",

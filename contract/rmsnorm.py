@@ -5,6 +5,7 @@ Every suite, report and CONTRACT.md reads this module; a number lives here once,
 
 from __future__ import annotations
 
+from .families import axis_a, axis_b, fp8, gradients, interface, parity, semantics, variants
 from .rules import Profile, Rule, Tolerance, UlpBound
 
 VERSION = "2.9.0"
@@ -24,142 +25,18 @@ DOMAIN = (
     "holds everywhere: no row may change another row's bits."
 )
 
-AXIS_A_VARIANTS: tuple[Rule, ...] = (
-    Rule("axis_a.batch_size", "batch size",
-         "Rows [0:b] computed alone equal the same rows inside a batch of N > b (at the thresholds, further "
-         "runs of b consecutive rows too, so that a threshold of a few rows is checked on many)."),
-    Rule("axis_a.slice_offset", "slice offset",
-         "Rows [a:a+b], as a view and as a copy, equal rows a..a+b of the full batch."),
-    Rule("axis_a.padding", "padding",
-         "Real rows beside pad rows of any content (zeros, random, huge, NaN, Inf), before or after, equal "
-         "the real rows computed alone."),
-    Rule("axis_a.position", "position",
-         "The same row placed at any index of a batch gives the same bits."),
-    Rule("axis_a.permutation", "permutation",
-         "Permuting the rows of a batch permutes the output rows and changes no bits."),
-    Rule("axis_a.leading_dims", "leading dims",
-         "[B, S, D] equals the flattened [B*S, D]; QK-norm's [T, H, 128] equals [T*H, 128]."),
-    Rule("axis_a.strided_rows", "strided rows",
-         "A view whose rows sit in a wider buffer, a column-major layout, or a 3-D view whose last dim is strided (a "
-         "transposed [B, D, S] activation seen as [B, S, D]) equals a contiguous copy; a weight "
-         "that is a strided view or an offset slice of a larger tensor equals a contiguous weight."),
-    Rule("axis_a.repeat", "repeat",
-         "The same call twice gives the same bits."),
-    Rule("axis_a.grad_mode", "grad mode",
-         "The same rows give the same bits with inputs that require grad (training: x and the weight, x alone with "
-         "the weight frozen as under LoRA, the weight alone, the weight an nn.Parameter), with plain inputs, under "
-         "torch.no_grad() and under torch.inference_mode() (sampling)."),
-    Rule("axis_a.execution_mode", "execution mode",
-         "The same call gives eager's bits under torch.compile, captured in a CUDA graph and replayed (on a GPU), "
-         "under torch.use_deterministic_algorithms(True), with 1, 2, 4 and the machine's count of intra-op threads "
-         "(on a CPU), under torch.no_grad() and under torch.inference_mode(), through every entry point (forward, "
-         "forward_fp32, the fused add in place or not, offset, no weight), every output. The default gate holds a "
-         "sample to it (1 and 17 rows at the target dims, the weight in x's dtype, and a few drawn cases); --modes "
-         "widens the compiled and captured forward to the full sweep, --modes=none turns the sample off."),
-    Rule("axis_a.first_call", "first call",
-         "The first call a fresh backend gets for a (dim, dtype), in a fresh process where no cache is warm, "
-         "gives the same bits as its later calls and as a long-running process's calls, through every entry point "
-         "(forward, forward_fp32, and each variant offered), every output."),
-)
+AXIS_A_VARIANTS: tuple[Rule, ...] = axis_a.RULES
 
-AXIS_B_RULES: tuple[Rule, ...] = (
-    Rule("axis_b.output", "output accuracy",
-         "forward(x, w) in x.dtype lies within the profile's bound of the fp32 reference computed from the "
-         "very inputs the backend received (upcast), and NaN/Inf sit exactly where the reference has them."),
-    Rule("axis_b.forward_fp32", "fp32 output accuracy",
-         "Where a backend offers forward_fp32, its fp32 output lies within the float32 bound of the "
-         "reference for inputs of every dtype."),
-)
+AXIS_B_RULES: tuple[Rule, ...] = axis_b.RULES
 
-SEMANTIC_RULES: tuple[Rule, ...] = (
-    Rule("semantics.eps_inside_sqrt", "eps inside the sqrt",
-         "eps is added to mean(x^2) before the square root: rows whose mean square is near eps show it."),
-    Rule("semantics.plain_weight", "plain weight",
-         "The output is scaled by weight, not by 1 + weight: a zero weight gives a zero output."),
-    Rule("semantics.independent_formula", "independent formula",
-         "The output agrees, within the bound, with the formula written directly in fp32 torch ops."),
-    Rule("semantics.dtype_routing", "dtype routing",
-         "forward returns x.dtype, forward_fp32 returns float32; shape and device are those of x."),
-    Rule("semantics.shape_guard", "shape guard",
-         "A weight that is not 1-D of size x.shape[-1] makes the call raise, or, where it broadcasts against x "
-         "as that 1-D weight would (a (1, D) weight), gives x's shape and the 1-D weight's values within the "
-         "output bound: it is never reshaped, truncated or read out of bounds into other values or shapes. Not "
-         "raising at all is interface.shape_error's concern, which warns."),
-    Rule("semantics.purity", "purity",
-         "Inputs are unchanged, nothing outside the output is written, and the output aliases no input."),
-    Rule("semantics.bounds", "guard zones",
-         "A call writes nothing outside the tensors it writes: every input and in-place output lies in a larger "
-         "allocation with canaries (signalling-NaN bits) before and after the view and in the gaps of strided and "
-         "padded layouts, and after the call every canary is unchanged (forward, the variants, an in-place fused "
-         "add's x and residual, and the backward's grad_output and inputs)."),
-    Rule("semantics.device_fault", "device fault",
-         "A call leaves the device usable: no device-side assert, illegal memory access or launch failure after "
-         "which the context is lost. A fault is the failure of the backend and case that raised it alone; "
-         "the process ends, and checks of other backends that could not run read 'not run: the device was lost'."),
-    Rule("semantics.empty_batch", "empty batch",
-         "Zero rows (any leading dims with a zero) give an empty output of x's shape and dtype."),
-    Rule("semantics.dim_one", "dim 1",
-         "A last dim of 1 is normalised like any other."),
-    Rule("semantics.global_state", "global state",
-         "A call leaves torch's process-wide state as it found it: default dtype and device, grad and inference "
-         "mode, deterministic-algorithm flags, matmul precision, RNG state, thread count, autocast, the "
-         "flushing of subnormals to zero, torch's own functions (none replaced), its mode stacks (no mode left "
-         "on) and its saved-tensor hooks (none left pushed), the process's SIGINT and SIGTERM handlers and "
-         "working directory, the interpreter's trace and profile functions and its recursion limit (not "
-         "lowered), and the functions the verdict is computed and "
-         "its report written with: the harness's own, pytest's and Hypothesis' in-test functions, and the "
-         "standard library's json, file and process functions (none replaced)."),
-    Rule("semantics.fresh_output", "fresh output",
-         "An output, once returned, belongs to the caller: a later call must not change it (no reused output "
-         "buffer, as a CUDA-graph static output would be)."),
-    Rule("semantics.nonfinite_confined", "NaN/Inf confined",
-         "A NaN or Inf in one row changes no other row's bits and sits where the reference puts it."),
-)
+SEMANTIC_RULES: tuple[Rule, ...] = semantics.RULES
 
-INTERFACE_RULES: tuple[Rule, ...] = (
-    Rule("interface.shape_error", "shape error",
-         "The error for a wrong-shaped weight is a ValueError naming both shapes.", severity="interface"),
-    Rule("interface.input_errors", "input errors",
-         "Dtypes the backend does not declare raise TypeError naming the dtype, and so does every (x dtype, "
-         "weight dtype) pair it does not declare, naming both; mismatched devices raise "
-         "ValueError naming both devices; an eps that is not a number raises TypeError or ValueError naming eps; "
-         "a non-finite or non-positive eps raises ValueError naming eps.", severity="interface"),
-    Rule("interface.opcheck", "torch.library op check",
-         "A backend that is a torch.library op passes torch.library.opcheck: its schema matches what it does "
-         "(no undeclared mutation or aliasing), its fake (meta) kernel gives the real output's shape, dtype and "
-         "strides, and its autograd registration is sound.", severity="interface"),
-    Rule("interface.in_place_version", "in-place version counters",
-         "A fused add that declares fused_add_in_place moves the autograd version counters of x and residual "
-         "when it writes them, as every in-place torch op does: a graph that saved either before the write then "
-         "refuses to use it, where a kernel that writes through pointers alone lets a backward run on "
-         "overwritten values.", severity="interface"),
-)
+INTERFACE_RULES: tuple[Rule, ...] = interface.RULES
 
-GRADIENT_RULES: tuple[Rule, ...] = (
-    Rule("gradients.dx_tolerance", "dx accuracy",
-         "dx, with the weight trained and with it frozen (x alone requiring grad, as under LoRA), lies within the "
-         "profile's gradient bound of fp32 autograd through the reference. Besides atol and "
-         "rtol, the bound allows fp32 roundings of the terms dx sums, inv * (|g w| + |xhat| * mean(|g w xhat|)): "
-         "in rows of small scale those terms cancel to a small dx, and any fp32 order is off by roundings of them."),
-    Rule("gradients.dw_tolerance", "dw accuracy",
-         "dw lies within the profile's gradient bound of fp32 autograd through the reference, with the same "
-         "allowance for roundings of its terms, sum(|g xhat|) over the rows."),
-    Rule("gradients.dx_batch_invariance", "dx batch invariance",
-         "dx of rows [0:b] computed alone equals dx of the same rows inside a larger batch, bitwise, with the "
-         "weight trained and with it frozen (requires_grad=False, as under LoRA)."),
-    Rule("gradients.dw_determinism", "dw determinism",
-         "dw is bitwise identical run to run for the same inputs, and on a CPU with 1, 2, 4 and the machine's count "
-         "of intra-op threads, at drawn batches and at the large-batch thresholds."),
-)
+GRADIENT_RULES: tuple[Rule, ...] = gradients.RULES
 
 # Checked only when a run asks for it (--require-parity, --modes): then it gates like any numerics rule.
-PARITY_RULES: tuple[Rule, ...] = (
-    Rule("parity.bitwise", "bitwise parity",
-         "Two backends required to be at parity (or one backend and itself under torch.compile or CUDA-graph "
-         "replay) give identical output bits for the same input bits, under every Axis-A variant, dtype and "
-         "entry point both offer. A NaN matches any NaN in the same place: IEEE 754 leaves NaN sign and payload "
-         "to the implementation, and devices differ in them."),
-)
+PARITY_RULES: tuple[Rule, ...] = parity.RULES
 
 # --- Declared capabilities, the variants engines ship, and rounding classes ---------------------------------
 
@@ -218,54 +95,7 @@ FUSED_ADD_INPUTS: dict[str, str] = {
                        "variants.fused_add_stored_residual)",
 }
 
-VARIANT_RULES: tuple[Rule, ...] = (
-    Rule("axis_a.fused_add", "fused add batch invariance",
-         "fused_add's y and residual_out hold every Axis-A variant above (batch size, slice offset, padding, "
-         "position, permutation, leading dims, strided rows and weight layouts, repeat, grad mode, and the "
-         "thresholds), bitwise, the residual transformed like x; its first calls are held to axis_a.first_call."),
-    Rule("axis_a.offset", "offset batch invariance",
-         "forward_offset's output holds every Axis-A variant above, bitwise, the thresholds included (its first "
-         "calls: axis_a.first_call)."),
-    Rule("axis_a.unweighted", "no-weight batch invariance",
-         "forward_unweighted's output holds every Axis-A variant above, bitwise, the thresholds included (its first "
-         "calls: axis_a.first_call)."),
-    Rule("variants.fused_add_residual", "fused add residual",
-         "residual_out is bitwise x + residual computed in fp32 and rounded once to the residual's dtype; a "
-         "backend that declares fused_add_in_place writes it into residual (and y into x), and returns nothing "
-         "or the tensors it wrote, (x, residual)."),
-    Rule("variants.fused_add_output", "fused add output accuracy",
-         "fused_add's y, in x's dtype and shape, lies within the output bound of the fp32 reference RMSNorm of "
-         "residual_out as stored."),
-    Rule("variants.fused_add_stored_residual", "fused add normalizes the stored residual",
-         "The rms and the normalized row of y both come from residual_out as stored, never from the fp32 sum. y "
-         "is held against each other choice in turn (both from the sum, the rms from the sum, the row from the "
-         "sum), within its rounding class: on the elements where that choice and the stored residual give "
-         "different bits, y has that choice's bits on no more of them than the stored residual's (a breach "
-         "needs two)."),
-    Rule("variants.offset_output", "offset output accuracy",
-         "forward_offset's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
-         "(x / rms) * (1 + weight), 1 + weight formed in the declared offset dtype."),
-    Rule("variants.offset_dtype", "offset dtype",
-         "1 + weight is formed where the backend declares (fp32 by default): on the elements where forming it in "
-         "fp32 or in the weight's dtype gives different bits, y has the other one's bits on no more of them than "
-         "the declared one's (a breach needs two)."),
-    Rule("variants.unweighted_output", "no-weight output accuracy",
-         "forward_unweighted's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
-         "x / rms."),
-    Rule("variants.purity", "variant purity",
-         "A variant leaves its inputs unchanged and returns outputs that alias no input; a fused add that "
-         "declares fused_add_in_place writes y into x and residual_out into residual, and nothing else."),
-    Rule("variants.rounding_class", "declared rounding class",
-         "A backend that declares its rounding class follows it, through every entry point it declares it for "
-         "(forward, fused_add, forward_offset, forward_unweighted): held against each other class in turn, on "
-         "the elements where that class and the declared one give different bits, its output has that class's "
-         "bits on no more of them than the declared one's (a breach needs two)."),
-    Rule("mixed_precision.fp32_weight", "fp32 weight",
-         "With an fp32 weight and bf16/fp16 x, the weight enters the product in fp32 (forward, and the fused add "
-         "and offset where offered): on the elements where rounding the weight to x's dtype first gives "
-         "different bits, the output has the rounded weight's bits on no more of them than the fp32 weight's "
-         "(a breach needs two)."),
-)
+VARIANT_RULES: tuple[Rule, ...] = variants.RULES
 
 # --- fp8 output: RMSNorm fused with fp8 (E4M3FN) quantization, as rollout engines ship it ---------------------
 # The format's facts and the references are in contract/fp8.py. Kept in a block of its own.
@@ -304,25 +134,7 @@ FP8_SCALE_BOUND = Tolerance(
                   "2^-10.3; native 0; python benchmarks/calibrate_fp8.py); 2^-6 leaves a factor of two, while a "
                   "scale from other rows' max (a block of rows, the batch) is off by tens of percent.")
 
-FP8_RULES: tuple[Rule, ...] = (
-    Rule("axis_a.fp8", "fp8 batch invariance",
-         "The fp8 entry points' outputs (the fp8 bits, the per-row dynamic scales, a fused add's residual_out) "
-         "hold every Axis-A variant above (batch size, slice offset, padding, position, leading dims, repeat), "
-         "bitwise, with one static scale for the whole case."),
-    Rule("variants.fp8_output", "fp8 output accuracy",
-         "q is float8_e4m3fn of x's shape and lies within 1 fp8 ULP (ordered-bit distance) of the correctly "
-         "rounded fp8 value of y32 / scale, or of y rounded to x's dtype first and then divided (the "
-         "through_x_dtype class: in fp16's subnormal range that rounding alone can exceed an fp8 step), with the "
-         "kernel's own scale for a dynamic quantization (so a scale difference does not compound); values past "
-         "+-448 saturate to +-448, and q is NaN exactly where the reference is."),
-    Rule("variants.fp8_scale", "fp8 dynamic scale",
-         "A dynamic scale is fp32 of shape x.shape[:-1] + (1,), and each row's is that row's own "
-         "max(max |y32| / 448, 1 / (448 * 512)) within the fp8 scale bound."),
-    Rule("variants.fp8_rounding_class", "declared fp8 rounding class",
-         "A backend that declares its fp8 rounding class follows it: on the elements where the two classes give "
-         "different fp8 bits, its output has the other class's bits on no more of them than the declared one's "
-         "(a breach needs two)."),
-)
+FP8_RULES: tuple[Rule, ...] = fp8.RULES
 
 # --- Thresholds: where real kernels switch strategy ---------------------------------------------------
 # Every sweep checks the batch-size, slice-offset and padding variants at each of these row counts in each of

@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     # checking
     "Subject": "checking.checks",
     "conformance": "checking.checks",
+    "run_check": "checking.checks",
     "assert_bitwise": "checking.checks",
     "assert_within": "checking.checks",
     "assert_holds": "checking.checks",
@@ -50,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "rounding": "checking",
     "OutsideDeclaredLimits": "checking.refusals",
     "skip_outside_limits": "checking.refusals",
+    "Refused": "checking.refusals",
     # used by the suites
     "WEIGHT_LAYOUTS": "drawing.cases",
     "BatchSizeCase": "drawing.cases",
@@ -86,7 +88,7 @@ _EXPORTS: dict[str, str] = {
     "generate_tests": "checking.entry_checks",
     "variant_group": "checking.entry_checks",
     # reporting
-    "Collector": "reporting.records",
+    "Collector": "vocabulary.records",
 }
 
 __all__ = sorted(_EXPORTS)

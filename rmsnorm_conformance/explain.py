@@ -155,7 +155,7 @@ def family_page(name: str, rules: list[Rule], defects: dict[str, list[Defect]], 
 
 def family_pages() -> dict[str, str]:
     """Family id -> its page of the rule reference (docs/rules/<family>.md on the site)."""
-    from .harness.checking.rule_index import rule_tests
+    from .suites.rule_index import rule_tests
 
     defects, tests = defects_by_rule(), rule_tests()
     return {name: family_page(name, rules, defects, tests) for name, rules in families().items()}
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rmsnorm-conformance explain: no contract rule {query!r}{hint}\n"
               "`rmsnorm-conformance explain --list` lists every rule id.", file=sys.stderr)
         return 2
-    from .harness.checking.rule_index import rule_tests
+    from .suites.rule_index import rule_tests
 
     defects, tests = defects_by_rule(), rule_tests()
     print("\n".join(explain(r, defects.get(r.id, []), tests.get(r.id, [])) for r in chosen), end="")

@@ -4,6 +4,7 @@ threshold dim (the wide ones and a model's own included), which a sweep reaches 
 
 from __future__ import annotations
 
+from rmsnorm_conformance.contract.families import axis_b
 from rmsnorm_conformance.harness import (
     AccuracyCase,
     assert_within,
@@ -28,12 +29,12 @@ def _inputs(subject, b):
     return x, lay_out_weight(w, b.weight_layout)
 
 
-@conformance("axis_b.output", AccuracyCase, lambda s: strategies.accuracy_cases(**_draw(s)))
+@conformance(axis_b.OUTPUT.id, AccuracyCase, lambda s: strategies.accuracy_cases(**_draw(s)))
 def test_output(subject, case):
     check_output(subject, case)
 
 
-@explicit_cases("axis_b.output", AccuracyCase, thresholds.accuracy_plan)
+@explicit_cases(axis_b.OUTPUT.id, AccuracyCase, thresholds.accuracy_plan)
 def test_output_at_threshold_dims(subject, case, memo):
     check_output(subject, case)
 
@@ -53,13 +54,13 @@ def _no_forward_fp32(subject):
     return None if subject.backend.has_forward_fp32 else f"{subject.backend.name} has no forward_fp32"
 
 
-@conformance("axis_b.forward_fp32", AccuracyCase, lambda s: strategies.accuracy_cases(**_draw(s)),
+@conformance(axis_b.FORWARD_FP32.id, AccuracyCase, lambda s: strategies.accuracy_cases(**_draw(s)),
              skip_reason=_no_forward_fp32)
 def test_forward_fp32(subject, case):
     check_forward_fp32(subject, case)
 
 
-@explicit_cases("axis_b.forward_fp32", AccuracyCase, thresholds.accuracy_plan, skip_reason=_no_forward_fp32)
+@explicit_cases(axis_b.FORWARD_FP32.id, AccuracyCase, thresholds.accuracy_plan, skip_reason=_no_forward_fp32)
 def test_forward_fp32_at_threshold_dims(subject, case, memo):
     check_forward_fp32(subject, case)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rmsnorm_conformance.contract.families import axis_a, axis_b, semantics
 from rmsnorm_conformance.contract.rmsnorm import INT32_OFFSET_ROWS_CHECKED
 from rmsnorm_conformance.harness import (
     WEIGHT_LAYOUTS,
@@ -54,7 +55,7 @@ def _takes(backend, *tensors: torch.Tensor) -> bool:
     return not backend.limits.declared_any or backend.limits.outside(("x",) * len(tensors), tensors) is None
 
 
-@conformance(("semantics.bounds", "semantics.device_fault"), AccuracyCase,
+@conformance((semantics.BOUNDS.id, semantics.DEVICE_FAULT.id), AccuracyCase,
              lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=SMALL))
 def test_bounds(subject, case):
     """Every entry point on every layout, each call inside guard zones: a changed canary fails the call, and a
@@ -81,9 +82,9 @@ def test_bounds(subject, case):
         if residuals and _takes(backend, rows, residuals[where], w):
             subject.call("fused_add", rows, residuals[where], w, b.eps)
             calls += 1
-    assert_holds(subject, case, ok=True, dim=b.dim, rule="semantics.bounds",
+    assert_holds(subject, case, ok=True, dim=b.dim, rule=semantics.BOUNDS.id,
                  what=f"{calls} calls on {len(residuals) or 3} layouts of x left every canary in place")
-    assert_holds(subject, case, ok=True, dim=b.dim, rule="semantics.device_fault",
+    assert_holds(subject, case, ok=True, dim=b.dim, rule=semantics.DEVICE_FAULT.id,
                  what=f"{calls} calls left the device usable")
 
 
@@ -93,7 +94,7 @@ def _no_backward(subject):
     return f"{subject.backend.name} has no backward (its output does not require grad)"
 
 
-@conformance("semantics.bounds", GradientCase,
+@conformance(semantics.BOUNDS.id, GradientCase,
              lambda s: strategies.gradient_cases(dtype=s.dtype, max_elements=SMALL), skip_reason=_no_backward)
 def test_backward_bounds(subject, case):
     """The backward's buffers the harness allocates, in guard zones: x and weight (saved for the backward),
@@ -107,8 +108,7 @@ def test_backward_bounds(subject, case):
     wg = zones["weight"].view.requires_grad_(True)
     xg.grad = zones["x.grad"].view
     y = subject.forward(xg, wg, b.eps)
-    with subject.isolated("backward"):
-        y.backward(zones["grad_output"].view)
+    subject.backward(y, zones["grad_output"].view, zones=list(zones.values()))
     breaches = [w_ for z in zones.values() if (w_ := z.written())]
     assert_holds(subject, case, ok=not breaches, dim=b.dim,
                  what="the forward and backward wrote outside the tensors they were given: " + "; ".join(breaches))
@@ -137,7 +137,7 @@ def _whole(subject, case, memo):
     return x, w, memo["whole"][1]
 
 
-@explicit_cases("axis_a.batch_size", BatchSizeCase, thresholds.int32_batch_plan, room=offset_room)
+@explicit_cases(axis_a.BATCH_SIZE.id, BatchSizeCase, thresholds.int32_batch_plan, room=offset_room)
 def test_batch_size_past_int32_offsets(subject, case, memo):
     """The last rows of a batch past 2^31 elements, alone, against the same rows in the batch."""
     _own_weight_dtype(subject)
@@ -156,7 +156,7 @@ def _accuracy_plan(dtype, device, budget, source, entries, *, dims=()):
     return thresholds.Plan([AccuracyCase(c.batch) for c in plan.cases], plan.skipped)
 
 
-@explicit_cases("axis_b.output", AccuracyCase, _accuracy_plan, room=offset_room)
+@explicit_cases(axis_b.OUTPUT.id, AccuracyCase, _accuracy_plan, room=offset_room)
 def test_output_past_int32_offsets(subject, case, memo):
     """The last rows of a batch past 2^31 elements against the reference of those rows."""
     _own_weight_dtype(subject)
@@ -168,7 +168,7 @@ def test_output_past_int32_offsets(subject, case, memo):
                                            "2^31 elements, are off the reference")
 
 
-@explicit_cases("axis_a.strided_rows", StridedCase, thresholds.int32_strided_plan, room=offset_room)
+@explicit_cases(axis_a.STRIDED_ROWS.id, StridedCase, thresholds.int32_strided_plan, room=offset_room)
 def test_strided_rows_past_int32_offsets(subject, case, memo):
     """A view whose last rows start past 2^31 elements of its buffer: those rows against a contiguous copy."""
     _own_weight_dtype(subject)

@@ -18,6 +18,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import FP8_OUTPUT_BOUND, FP8_ROUNDING_CLASSES, FP8_SCALE_BOUND
+from rmsnorm_conformance.contract.families import fp8
 from rmsnorm_conformance.contract.fp8 import (
     E4M3_MAX,
     FP8_DTYPE,
@@ -31,7 +32,6 @@ from rmsnorm_conformance.harness import (
     Batch,
     BatchSizeCase,
     LeadingDimsCase,
-    OutsideDeclaredLimits,
     PaddingCase,
     PositionCase,
     RepeatCase,
@@ -42,7 +42,7 @@ from rmsnorm_conformance.harness import (
     conformance,
     make_pad,
     rounding,
-    skip_outside_limits,
+    run_check,
     strategies,
     ulp_distance,
 )
@@ -233,7 +233,7 @@ def _axis_a_test(entry: Fp8Entry, variant: str, case_type: type, strategy: Calla
 
     test.__name__ = test.__qualname__ = f"test_fp8_{entry.short}_{variant}"
     test.__doc__ = f"axis_a.fp8 for {entry.method}: the {variant.replace('_', ' ')} variant."
-    return conformance("axis_a.fp8", case_type, _cases(strategy), skip_reason=_not_offered(entry))(test)
+    return conformance(fp8.AXIS_A_FP8.id, case_type, _cases(strategy), skip_reason=_not_offered(entry))(test)
 
 
 # One test per (entry point, Axis-A variant): test_fp8_static_batch_size, ..., test_fp8_fused_add_dynamic_repeat.
@@ -294,7 +294,7 @@ def check_output(subject, entry: Fp8Entry, case: AccuracyCase) -> None:
     # y32 from the residual the kernel stored (its own rule checks that one), as a fused add's y is.
     rows = outs[-1].detach() if entry.residual else x
     y32 = reference_fp32(rows, w, b.eps).detach()
-    used = _kernel_scale(subject, case, entry, outs, x, "variants.fp8_output") if entry.dynamic else scale
+    used = _kernel_scale(subject, case, entry, outs, x, fp8.FP8_OUTPUT.id) if entry.dynamic else scale
     scaled = (y32 / used).clamp(-E4M3_MAX, E4M3_MAX)
     saturated = int((scaled.abs() == E4M3_MAX).sum())
     subnormal = int(((scaled.abs() < MIN_NORMAL) & (scaled != 0)).sum())
@@ -313,7 +313,7 @@ def check_scale(subject, entry: Fp8Entry, case: AccuracyCase) -> None:
     rows_in, w = _inputs(subject, entry, b)
     outs = _run(subject, entry, rows_in, w, b.eps, None)
     x = rows_in[0]
-    scale = _kernel_scale(subject, case, entry, outs, x, "variants.fp8_scale")
+    scale = _kernel_scale(subject, case, entry, outs, x, fp8.FP8_SCALE.id)
     rows = outs[-1].detach() if entry.residual else x
     assert_within(subject, case, actual=scale, reference=dynamic_scale(reference_fp32(rows, w, b.eps).detach()),
                   bound=FP8_SCALE_BOUND, dim=b.dim,
@@ -331,10 +331,10 @@ def _rule_test(rule: str, entry: Fp8Entry, name: str, check: Callable) -> Callab
 
 
 for _entry in ENTRIES:
-    _test = _rule_test("variants.fp8_output", _entry, "output", check_output)
+    _test = _rule_test(fp8.FP8_OUTPUT.id, _entry, "output", check_output)
     globals()[_test.__name__] = _test
     if _entry.dynamic:
-        _test = _rule_test("variants.fp8_scale", _entry, "scale", check_scale)
+        _test = _rule_test(fp8.FP8_SCALE.id, _entry, "scale", check_scale)
         globals()[_test.__name__] = _test
 del _entry, _test
 
@@ -355,11 +355,11 @@ def _rounding_sides(subject, entry: Fp8Entry, batch: Batch) -> tuple[torch.Tenso
     return outs[0], fp8_rounding_class_outputs(rows, w, batch.eps, rows_in[0].dtype, used)
 
 
-@pytest.mark.conformance(rules=("variants.fp8_rounding_class",), case_types=("AccuracyCase",))
+@pytest.mark.conformance(rules=(fp8.FP8_ROUNDING_CLASS.id,), case_types=("AccuracyCase",))
 def test_fp8_rounding_class(subject):
     """A backend that declares an fp8 rounding class is held to it on every fp8 entry point it declares it for;
     one that declares none is skipped."""
-    subject.rules = ("variants.fp8_rounding_class",)
+    subject.rules = (fp8.FP8_ROUNDING_CLASS.id,)
     claims = subject.backend.fp8_rounding_classes
     offered = [e for e in ENTRIES if subject.backend.offers(e.method) and e.method in claims]
     if not offered:
@@ -368,21 +368,24 @@ def test_fp8_rounding_class(subject):
     batches = [replayed.batch] if isinstance(replayed, AccuracyCase) else [
         Batch(dim=dim, rows=rows, dtype=subject.dtype, weight="around_one", seed=seed,
               weight_dtype=subject.weight_dtype) for seed, (rows, dim) in enumerate(ROUNDING_SHAPES)]
-    ran = False
+    ran: list[Batch] = []
+
+    def check(batch: Batch, entry: Fp8Entry) -> None:
+        q, classes = _rounding_sides(subject, entry, batch)
+        ran.append(batch)
+        claimed = claims[entry.method]
+        others = [name for name in FP8_ROUNDING_CLASSES if name != claimed]
+        result = rounding.vote(q, classes[claimed], [t for name in others for t in classes[name]])
+        other = " or ".join(others)
+        assert_holds(subject, AccuracyCase(batch), ok=not result.breached, dim=batch.dim,
+                     what=f"{entry.method} declares fp8 rounding class {claimed!r} but follows {other}: "
+                          + result.describe(claimed, other))
+
+    # Each shape as every check runs a case: outside the declared limits not run, a clear refusal recorded as one.
     for batch in batches:
         for entry in offered:
-            try:
-                q, classes = _rounding_sides(subject, entry, batch)
-            except OutsideDeclaredLimits as exc:  # a shape it declares it does not take: "Did not run", with why
-                skip_outside_limits(subject, exc)
-                continue
-            ran = True
-            claimed = claims[entry.method]
-            others = [name for name in FP8_ROUNDING_CLASSES if name != claimed]
-            result = rounding.vote(q, classes[claimed], [t for name in others for t in classes[name]])
-            other = " or ".join(others)
-            assert_holds(subject, AccuracyCase(batch), ok=not result.breached, dim=batch.dim,
-                         what=f"{entry.method} declares fp8 rounding class {claimed!r} but follows {other}: "
-                              + result.describe(claimed, other))
+            run_check(subject, (fp8.FP8_ROUNDING_CLASS.id,), AccuracyCase(batch),
+                      lambda batch=batch, entry=entry: check(batch, entry))
     if not ran:
-        pytest.skip(f"every shape of the fp8 rounding-class test is outside {subject.backend.name}'s declared limits")
+        pytest.skip(f"no shape of the fp8 rounding-class test ran for {subject.backend.name}: each was outside its "
+                    "declared limits or refused")

@@ -9,6 +9,7 @@ import contextlib
 
 import torch
 
+from rmsnorm_conformance.contract.families import gradients
 from rmsnorm_conformance.contract.reference import gradient_terms, reference_fp32
 from rmsnorm_conformance.harness import (
     GradientCase,
@@ -42,9 +43,7 @@ def _grads(subject, x, w, g, eps, *, frozen_weight=False):
     so dw is None, and a backward that branches on which inputs need a gradient takes its other path."""
     x = x.detach().requires_grad_(True)
     w = w.detach().requires_grad_(not frozen_weight)
-    y = subject.forward(x, w, eps)
-    with subject.isolated("backward"):
-        y.backward(g)
+    subject.backward(subject.forward(x, w, eps), g)
     return x.grad, w.grad
 
 
@@ -57,7 +56,7 @@ def _inputs(subject, case):
     return x, w, g
 
 
-@conformance(("gradients.dx_tolerance", "gradients.dw_tolerance"), GradientCase, _cases, skip_reason=_no_backward)
+@conformance((gradients.DX_TOLERANCE.id, gradients.DW_TOLERANCE.id), GradientCase, _cases, skip_reason=_no_backward)
 def test_gradient_accuracy(subject, case):
     b = case.batch
     x, w, g = _inputs(subject, case)
@@ -67,20 +66,20 @@ def test_gradient_accuracy(subject, case):
     reference_fp32(x32, w32, b.eps).backward(g.float())
     dx_terms, dw_terms = gradient_terms(x, w, g, b.eps)
     # Each gradient is held to the bound of its own dtype: dw of an fp32 weight is fp32 even when x is bf16.
-    assert_within(subject, case, rule="gradients.dx_tolerance", actual=dx, reference=x32.grad,
+    assert_within(subject, case, rule=gradients.DX_TOLERANCE.id, actual=dx, reference=x32.grad,
                   bound=subject.profile.gradient_bound(b.dtype), terms=dx_terms,
                   dim=b.dim, what="dx is off fp32 autograd through the reference")
-    assert_within(subject, case, rule="gradients.dw_tolerance", actual=dw, reference=w32.grad,
+    assert_within(subject, case, rule=gradients.DW_TOLERANCE.id, actual=dw, reference=w32.grad,
                   bound=subject.profile.gradient_bound(b.weight_dtype), terms=dw_terms,
                   dim=b.dim, what=f"dw over {b.rows} rows is off fp32 autograd through the reference")
     dx_frozen, _ = _grads(subject, x, w, g, b.eps, frozen_weight=True)
-    assert_within(subject, case, rule="gradients.dx_tolerance", actual=dx_frozen, reference=x32.grad,
+    assert_within(subject, case, rule=gradients.DX_TOLERANCE.id, actual=dx_frozen, reference=x32.grad,
                   bound=subject.profile.gradient_bound(b.dtype), terms=dx_terms,
                   dim=b.dim, what="dx with the weight frozen (x alone requiring grad, as under LoRA) is off fp32 "
                                   "autograd through the reference")
 
 
-@conformance("gradients.dx_batch_invariance", GradientCase, _cases, skip_reason=_no_backward)
+@conformance(gradients.DX_BATCH_INVARIANCE.id, GradientCase, _cases, skip_reason=_no_backward)
 def test_dx_batch_invariance(subject, case):
     """dx of a sub-batch alone against the same rows in the whole batch, with the weight trained and with it frozen
     (LoRA): a backward that branches on which inputs need a gradient has a dx-only path of its own."""
@@ -114,13 +113,13 @@ def check_dw_determinism(subject, case, memo=None):
                        what=f"dw over {b.rows} rows changed on backward pass {attempt + 1} of identical passes{how}")
 
 
-@conformance("gradients.dw_determinism", GradientCase, _cases, skip_reason=_no_backward)
+@conformance(gradients.DW_DETERMINISM.id, GradientCase, _cases, skip_reason=_no_backward)
 def test_dw_determinism(subject, case):
     check_dw_determinism(subject, case)
 
 
 # Half the threshold budget: a backward holds several batch-sized tensors.
-@explicit_cases("gradients.dw_determinism", GradientCase, thresholds.large_batch_gradient_plan, budget_share=2,
+@explicit_cases(gradients.DW_DETERMINISM.id, GradientCase, thresholds.large_batch_gradient_plan, budget_share=2,
                 skip_reason=_no_backward)
 def test_dw_determinism_at_thresholds(subject, case, memo):
     """dw at the largest threshold row count in reach at each threshold dim, across thread counts."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
+from rmsnorm_conformance.contract.families import parity
 from rmsnorm_conformance.harness import (
     BatchSizeCase,
     LeadingDimsCase,
@@ -63,7 +64,7 @@ def _same_layout(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return storage
 
 
-@conformance("parity.bitwise", (BatchSizeCase, SliceCase, PaddingCase, StridedCase, LeadingDimsCase), _cases)
+@conformance(parity.BITWISE.id, (BatchSizeCase, SliceCase, PaddingCase, StridedCase, LeadingDimsCase), _cases)
 def test_bitwise_parity(subject, case):
     left, right = subject, subject.other
     b = case.batch

@@ -10,6 +10,7 @@ import torch
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import profile
+from rmsnorm_conformance.contract.families import interface, semantics
 from rmsnorm_conformance.contract.reference import seed_formula_fp32
 from rmsnorm_conformance.harness import (
     ENTRY_POINTS,
@@ -44,7 +45,7 @@ def _small_any(subject):
     return st.builds(AccuracyCase, strategies.batches(dtype=subject.dtype, max_elements=SMALL))
 
 
-@conformance("semantics.eps_inside_sqrt", AccuracyCase,
+@conformance(semantics.EPS_INSIDE_SQRT.id, AccuracyCase,
              lambda s: strategies.accuracy_cases(**_budget(s), values="near_eps"))
 def test_eps_inside_sqrt(subject, case):
     """Rows whose mean square is comparable to eps: eps outside the sqrt is off by up to sqrt(2)."""
@@ -55,7 +56,7 @@ def test_eps_inside_sqrt(subject, case):
                   what=f"rows with mean(x^2) near eps={b.eps:g} are off the reference")
 
 
-@conformance("semantics.plain_weight", AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
+@conformance(semantics.PLAIN_WEIGHT.id, AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
 def test_plain_weight(subject, case):
     """A zero weight zeroes the output; a `1 + weight` kernel returns the normalised rows instead."""
     b = case.batch
@@ -67,7 +68,7 @@ def test_plain_weight(subject, case):
                  what=f"weight = 0 left {nonzero} of {out.numel()} outputs nonzero")
 
 
-@conformance("semantics.independent_formula", AccuracyCase,
+@conformance(semantics.INDEPENDENT_FORMULA.id, AccuracyCase,
              lambda s: strategies.accuracy_cases(**_budget(s), values="normal"))
 def test_independent_formula(subject, case):
     """The seed's own formula in fp32 torch ops, held to the seed bound whatever the profile (its rounding
@@ -80,7 +81,7 @@ def test_independent_formula(subject, case):
                   what="the output disagrees with x * rsqrt(mean(x^2) + eps) * w computed directly")
 
 
-@conformance("semantics.dtype_routing", AccuracyCase, _small)
+@conformance(semantics.DTYPE_ROUTING.id, AccuracyCase, _small)
 def test_dtype_routing(subject, case):
     b = case.batch
     x, w = subject.inputs(b)
@@ -96,15 +97,25 @@ def test_dtype_routing(subject, case):
                      what=f"forward_fp32 returned {out32.dtype}, but should be torch.float32")
 
 
-def _raises(fn, expected: type[BaseException] | tuple[type[BaseException], ...]) -> tuple[bool, str]:
+def _raises(subject, fn, expected: type[BaseException] | tuple[type[BaseException], ...]) -> tuple[bool, str]:
+    """Does ``fn``, a call with input the contract says the backend must reject, raise ``expected``?"""
     want = _names(expected)
     try:
-        fn()
+        with subject.judging_exceptions():
+            fn()
     except expected as exc:
         return True, exception_text.message(exc)
     except Exception as exc:
         return False, f"raised {exception_text.described(exc)} (should be {want})"
     return False, f"raised nothing (should be {want})"
+
+
+def _taken(subject, b):
+    """The case's x and weight, after one valid call with them: a kernel that refuses the shape refuses it there
+    (read as refused), so the errors a check then asks for are judged only where the kernel takes the shape."""
+    x, w = subject.inputs(b)
+    subject.forward(x, w, b.eps)
+    return x, w
 
 
 def _names(expected) -> str:
@@ -132,17 +143,18 @@ def _broadcasts_as_row(weight, x) -> bool:
             and all(size == 1 for size in weight.shape[:-1]))
 
 
-@conformance("semantics.shape_guard", AccuracyCase, _small)
+@conformance(semantics.SHAPE_GUARD.id, AccuracyCase, _small)
 def test_shape_guard(subject, case):
     """The essential guard, by harm: a wrong-shaped weight makes the call raise (any exception), or, where it
     broadcasts as the 1-D weight would, gives the 1-D weight's output; a weight read truncated, reshaped or out of
     bounds into other values or shapes fails. A call that does not raise warns under interface.shape_error."""
     b = case.batch
-    x, _ = subject.inputs(b)
+    x, _ = _taken(subject, b)
     for bad in _wrong_weights(x):
         shown = f"weight of shape {tuple(bad.shape)} with x of shape {tuple(x.shape)}"
         try:
-            out = subject.forward(x, bad, b.eps)
+            with subject.judging_exceptions():
+                out = subject.forward(x, bad, b.eps)
         except Exception:
             assert_holds(subject, case, ok=True, dim=b.dim, what=f"{shown} raised")
             continue
@@ -159,13 +171,13 @@ def test_shape_guard(subject, case):
                           dim=b.dim, what=f"{shown} gave other values than the 1-D weight it broadcasts as")
 
 
-@conformance("interface.shape_error", AccuracyCase, _small)
+@conformance(interface.SHAPE_ERROR.id, AccuracyCase, _small)
 def test_shape_error(subject, case):
     """The seed's wording: ValueError naming both shapes (an interface rule: a warning unless strict)."""
     b = case.batch
-    x, _ = subject.inputs(b)
+    x, _ = _taken(subject, b)
     for bad in _wrong_weights(x):
-        ok, message = _raises(lambda bad=bad: subject.forward(x, bad, b.eps), ValueError)
+        ok, message = _raises(subject, lambda bad=bad: subject.forward(x, bad, b.eps), ValueError)
         named = _shape_text(x.shape) in message and _shape_text(bad.shape) in message
         assert_holds(subject, case, ok=ok and named, dim=b.dim,
                      what=f"weight of shape {tuple(bad.shape)} with x of shape {tuple(x.shape)}: "
@@ -181,7 +193,7 @@ def _not_an_op(subject):
 OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor")
 
 
-@conformance("interface.opcheck", AccuracyCase,
+@conformance(interface.OPCHECK.id, AccuracyCase,
              lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=1 << 10), skip_reason=_not_an_op)
 def test_opcheck(subject, case):
     """A torch.library op, as a kernel ships it, passes torch.library.opcheck on the case's inputs."""
@@ -199,7 +211,7 @@ def test_opcheck(subject, case):
     assert_holds(subject, case, ok=ok, dim=b.dim, what=what or "opcheck passed")
 
 
-@conformance("semantics.purity", AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
+@conformance(semantics.PURITY.id, AccuracyCase, lambda s: strategies.accuracy_cases(**_budget(s)))
 def test_purity(subject, case):
     """Inputs live inside guard buffers; after the call every byte of both buffers must be unchanged."""
     b = case.batch
@@ -223,14 +235,18 @@ def test_purity(subject, case):
                  what="the output shares storage with an input")
 
 
-@conformance("semantics.empty_batch", AccuracyCase, _small_any)
+@conformance(semantics.EMPTY_BATCH.id, AccuracyCase, _small_any)
 def test_empty_batch(subject, case):
+    """Zero rows give an empty output. One row of the same dim first: a kernel that refuses the dim refuses it
+    there too (read as refused), so only an exception its empty batch alone raises is this rule's breach."""
     b = case.batch
-    _, w = subject.inputs(b)
+    x, w = subject.inputs(b, rows=1)
+    subject.forward(x, w, b.eps)
     for shape in ((0, b.dim), (2, 0, b.dim), (0, 3, b.dim)):
         x = torch.empty(shape, dtype=w.dtype, device=w.device)
         try:
-            out = subject.forward(x, w, b.eps)
+            with subject.judging_exceptions():
+                out = subject.forward(x, w, b.eps)
             got = f"dtype {out.dtype}, shape {tuple(out.shape)}"
         except Exception as exc:
             got = f"raised {exception_text.described(exc)}"
@@ -239,7 +255,7 @@ def test_empty_batch(subject, case):
                      what=f"x of shape {shape} gave {got}, but should give {want}")
 
 
-@conformance("semantics.dim_one", AccuracyCase,
+@conformance(semantics.DIM_ONE.id, AccuracyCase,
              lambda s: st.builds(AccuracyCase, strategies.batches(dtype=s.dtype, dim=1, max_elements=s.max_elements)))
 def test_dim_one(subject, case):
     b = case.batch
@@ -253,10 +269,10 @@ def test_dim_one(subject, case):
 globals().update(generate_tests(FORWARD_GROUP, __name__, SEMANTIC_CHECKS))
 
 
-@conformance("interface.input_errors", AccuracyCase, _small)
+@conformance(interface.INPUT_ERRORS.id, AccuracyCase, _small)
 def test_input_errors(subject, case):
     b = case.batch
-    x, w = subject.inputs(b)
+    x, w = _taken(subject, b)
     other_device = "cpu" if x.device.type != "cpu" else "meta"
     calls = [
         ("x of dtype int32", TypeError, ("int32",),
@@ -280,7 +296,7 @@ def test_input_errors(subject, case):
         calls.append((f"eps={bad_eps!r}", (TypeError, ValueError), ("eps",),
                       lambda bad_eps=bad_eps: subject.forward(x, w, bad_eps)))
     for label, expected, names, call in calls:
-        ok, message = _raises(call, expected)
+        ok, message = _raises(subject, call, expected)
         named = all(n in message for n in names)
         assert_holds(subject, case, ok=ok and named, dim=b.dim,
                      what=f"{label}: " + (message if not ok else
@@ -290,7 +306,7 @@ def test_input_errors(subject, case):
 RING = 4  # output buffers a backend may cycle through that test_isolation still finds reused
 
 
-@conformance(("semantics.global_state", "semantics.fresh_output"), AccuracyCase, _small)
+@conformance((semantics.GLOBAL_STATE.id, semantics.FRESH_OUTPUT.id), AccuracyCase, _small)
 def test_isolation(subject, case):
     """Every call of every test is watched for these two rules; this test makes the calls that show them most
     plainly, through every entry point the backend offers: a batch, then ``RING`` more of the same shape and one of
@@ -312,10 +328,10 @@ def test_isolation(subject, case):
             other, _ = entry.inputs(b, subject.device, rows=rows, salt=salt)
             subject.call(entry.name, *entry.args(other, w, b.eps))
         for name, t, copy in zip(entry.outputs, first, kept, strict=True):
-            assert_holds(subject, case, ok=compare_bitwise(t.detach(), copy).equal, rule="semantics.fresh_output",
+            assert_holds(subject, case, ok=compare_bitwise(t.detach(), copy).equal, rule=semantics.FRESH_OUTPUT.id,
                          dim=b.dim, what=f"{entry.name} {name} of the first call changed when a second batch went "
                                          "through the backend")
     changes = getattr(subject.backend, "import_changes", [])
-    assert_holds(subject, case, ok=not changes, rule="semantics.global_state", dim=b.dim,
+    assert_holds(subject, case, ok=not changes, rule=semantics.GLOBAL_STATE.id, dim=b.dim,
                  what=f"importing {subject.backend.name} changed torch's global state (put back since): "
                       f"{'; '.join(changes)}" if changes else "torch's global state is watched around every call")

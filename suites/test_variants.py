@@ -16,6 +16,7 @@ import torch
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import FUSED_ADD_INPUTS, ROUNDING_CLASSES
+from rmsnorm_conformance.contract.families import interface, variants
 from rmsnorm_conformance.contract.reference import (
     offset_scale,
     oracle_fp64,
@@ -33,7 +34,6 @@ from rmsnorm_conformance.harness import (
     AccuracyCase,
     Batch,
     EntryPoint,
-    OutsideDeclaredLimits,
     assert_bitwise,
     assert_holds,
     assert_within,
@@ -42,8 +42,8 @@ from rmsnorm_conformance.harness import (
     missing_reason,
     reference_fp32,
     rounding,
+    run_check,
     same_layout_copy,
-    skip_outside_limits,
     strategies,
     variant_group,
 )
@@ -119,7 +119,7 @@ def _same_tensor(a, b: torch.Tensor) -> bool:
             and a.storage_offset() == b.storage_offset() and a.shape == b.shape and a.stride() == b.stride())
 
 
-@conformance("variants.fused_add_residual", AccuracyCase, _accuracy(FUSED_ADD), skip_reason=_not_offered(FUSED_ADD))
+@conformance(variants.FUSED_ADD_RESIDUAL.id, AccuracyCase, _accuracy(FUSED_ADD), skip_reason=_not_offered(FUSED_ADD))
 def test_fused_add_residual(subject, case):
     b = case.batch
     (x, r), w = _inputs(subject, FUSED_ADD, b)
@@ -139,7 +139,7 @@ def test_fused_add_residual(subject, case):
                      what=f"the in-place fused_add returned {got} that is not (x, residual), the tensors it wrote")
 
 
-@conformance("variants.fused_add_output", AccuracyCase, _accuracy(FUSED_ADD), skip_reason=_not_offered(FUSED_ADD))
+@conformance(variants.FUSED_ADD_OUTPUT.id, AccuracyCase, _accuracy(FUSED_ADD), skip_reason=_not_offered(FUSED_ADD))
 def test_fused_add_output(subject, case):
     b = case.batch
     (x, r), w = _inputs(subject, FUSED_ADD, b)
@@ -152,7 +152,7 @@ def test_fused_add_output(subject, case):
                        "reference of residual_out as stored")
 
 
-@conformance("variants.fused_add_stored_residual", AccuracyCase, _accuracy(FUSED_ADD, values="normal"),
+@conformance(variants.FUSED_ADD_STORED_RESIDUAL.id, AccuracyCase, _accuracy(FUSED_ADD, values="normal"),
              skip_reason=_not_offered(FUSED_ADD))
 def test_fused_add_stored_residual(subject, case):
     """The rms and the normalized row both come from residual_out as stored: y is held against each other
@@ -173,7 +173,7 @@ def test_fused_add_stored_residual(subject, case):
                           + result.describe("the stored residual", name))
 
 
-@conformance("variants.offset_output", AccuracyCase, _accuracy(OFFSET), skip_reason=_not_offered(OFFSET))
+@conformance(variants.OFFSET_OUTPUT.id, AccuracyCase, _accuracy(OFFSET), skip_reason=_not_offered(OFFSET))
 def test_offset_output(subject, case):
     b = case.batch
     (x,), w = _inputs(subject, OFFSET, b)
@@ -194,7 +194,7 @@ def _offset_discriminates(subject) -> str | None:
     return reason
 
 
-@conformance("variants.offset_dtype", AccuracyCase, _accuracy(OFFSET, values="normal"),
+@conformance(variants.OFFSET_DTYPE.id, AccuracyCase, _accuracy(OFFSET, values="normal"),
              skip_reason=_offset_discriminates)
 def test_offset_dtype(subject, case):
     b = case.batch
@@ -210,7 +210,7 @@ def test_offset_dtype(subject, case):
                       + result.describe(names[declared], names[other]))
 
 
-@conformance("variants.unweighted_output", AccuracyCase, _accuracy(UNWEIGHTED), skip_reason=_not_offered(UNWEIGHTED))
+@conformance(variants.UNWEIGHTED_OUTPUT.id, AccuracyCase, _accuracy(UNWEIGHTED), skip_reason=_not_offered(UNWEIGHTED))
 def test_unweighted_output(subject, case):
     b = case.batch
     (x,), _ = _inputs(subject, UNWEIGHTED, b)
@@ -235,7 +235,7 @@ def _offers_any(subject) -> str | None:
     return None if offered else f"{subject.backend.name} offers none of " + ", ".join(e.name for e in ENTRY_POINTS)
 
 
-@conformance("variants.purity", AccuracyCase, lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=1 << 14),
+@conformance(variants.PURITY.id, AccuracyCase, lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=1 << 14),
              skip_reason=_offers_any)
 def test_variant_purity(subject, case):
     """Inputs in guard buffers: only what a variant declares it writes may change; outputs alias no input.
@@ -287,7 +287,7 @@ def _declares_in_place(subject) -> str | None:
         f"{subject.backend.name} does not declare fused_add_in_place"
 
 
-@conformance("interface.in_place_version", AccuracyCase,
+@conformance(interface.IN_PLACE_VERSION.id, AccuracyCase,
              lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=1 << 12), skip_reason=_declares_in_place)
 def test_in_place_version(subject, case):
     """An in-place fused add moves x's and residual's version counters: autograd then refuses a graph that saved
@@ -322,7 +322,7 @@ def _mixed_only(subject) -> str | None:
     return None
 
 
-@conformance("mixed_precision.fp32_weight", AccuracyCase,
+@conformance(variants.MIXED_PRECISION_FP32_WEIGHT.id, AccuracyCase,
              lambda s: strategies.accuracy_cases(dtype=s.dtype, max_elements=_budget(s), values="normal"),
              skip_reason=_mixed_only)
 def test_fp32_weight(subject, case):
@@ -378,25 +378,22 @@ def _claim_sides(entry: str, claimed: str, classes: dict[str, torch.Tensor]):
     return classes[prefix + claimed], {name: classes[prefix + name] for name in ROUNDING_CLASSES if name != claimed}
 
 
-@pytest.mark.conformance(rules=("variants.rounding_class",), case_types=("AccuracyCase",))
+@pytest.mark.conformance(rules=(variants.ROUNDING_CLASS.id,), case_types=("AccuracyCase",))
 def test_rounding_class(subject):
     """Informational: for each entry point, the rows whose bits match each rounding class go to the report.
     A backend that declares its class is held to it (variants.rounding_class); one that declares none is
     skipped after its shares are recorded."""
-    subject.rules = ("variants.rounding_class",)
+    subject.rules = (variants.ROUNDING_CLASS.id,)
     replayed = subject.replay_case
     batches = [replayed.batch] if isinstance(replayed, AccuracyCase) else [
         Batch(dim=dim, rows=rows, dtype=subject.dtype, weight="around_one", seed=seed,
               weight_dtype=subject.weight_dtype) for seed, (rows, dim) in enumerate(ROUNDING_SHAPES)]
     claims = subject.backend.rounding_classes
-    ran = False
-    for batch in batches:
-        try:
-            found = _rounding_outputs(subject, batch)
-        except OutsideDeclaredLimits as exc:  # a shape it declares it does not take: under "Did not run", with why
-            skip_outside_limits(subject, exc)
-            continue
-        ran = True
+    ran: list[Batch] = []
+
+    def check(batch: Batch) -> None:
+        found = _rounding_outputs(subject, batch)
+        ran.append(batch)
         for entry, (out, classes) in found.items():
             subject.collector.rounding.append({
                 "backend": subject.backend.name, "device": str(subject.device), "dtype": subject.dtype_label,
@@ -410,8 +407,13 @@ def test_rounding_class(subject):
                     assert_holds(subject, AccuracyCase(batch), ok=not result.breached, dim=batch.dim,
                                  what=f"{entry} declares rounding class {claims[entry]!r} but follows {other}: "
                                       + result.describe(claims[entry], other))
+
+    # Each shape as every check runs a case: outside the declared limits not run, a clear refusal recorded as one.
+    for batch in batches:
+        run_check(subject, (variants.ROUNDING_CLASS.id,), AccuracyCase(batch), lambda batch=batch: check(batch))
     if not ran:
-        pytest.skip(f"every shape of the rounding-class test is outside {subject.backend.name}'s declared limits")
+        pytest.skip(f"no shape of the rounding-class test ran for {subject.backend.name}: each was outside its "
+                    "declared limits or refused")
     if not any(e in claims for e in ROUNDED_ENTRY_POINTS):
         pytest.skip(f"{subject.backend.name} declares no rounding_class: the classes its bits match are in the "
                     "report, no claim was checked")

@@ -835,3 +835,36 @@ class OutOfMemoryOnTheRunsFirstCall(NativeRMSNormOp):
                 f.write(str(os.getpid()))
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB (the CPU twin)")
         return super().forward(x, weight, eps)
+
+
+class RefusesWideRows(NativeRMSNormOp):
+    """Correct, and raises a clear ValueError on rows wider than 4096 elements in every entry point, forward and
+    backward, without declaring ``max_dim``: the kernel built for one model's hidden size. Each refusal must read as
+    refused in every test, and since both target dims are within reach, the run passes with its refusals named."""
+
+    name = "refuses_wide_rows"
+    widest = 4096
+
+
+class RefusesTargetDims(RefusesWideRows):
+    """The same kernel for rows of at most 64 elements: it refuses both target dims (4096, 128), so the run never
+    checks the model's own shapes, and it must not read PASS."""
+
+    name = "refuses_target_dims"
+    widest = 64
+
+
+def _refusing_wide_rows(method: str):
+    def call(self, x: torch.Tensor, *args, **kwargs):
+        if x.dim() and x.shape[-1] > self.widest:
+            raise ValueError(f"rows of {x.shape[-1]} elements are wider than this kernel's {self.widest}")
+        return getattr(NativeRMSNormOp, method)(self, x, *args, **kwargs)
+
+    call.__name__ = method
+    return call
+
+
+for _method in ("forward", "forward_fp32", "fused_add", "forward_offset", "forward_unweighted", "forward_fp8_static",
+                "forward_fp8_dynamic", "fused_add_fp8_static", "fused_add_fp8_dynamic"):
+    if hasattr(NativeRMSNormOp, _method):
+        setattr(RefusesWideRows, _method, _refusing_wide_rows(_method))

@@ -958,8 +958,8 @@ def test_markdown_survives_hostile_names_and_json_is_strict(gate, pytester):
 
 
 def test_non_finite_statistics_are_encoded_explicitly(tmp_path):
-    from rmsnorm_conformance.harness.reporting.records import Check, Collector
     from rmsnorm_conformance.harness.reporting.render import write_report
+    from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
     c = Collector()
     c.add(Check("b", "cpu", "float32", 8, "axis_b.output", False, max_abs=float("inf"), max_rel=float("nan"),

@@ -24,9 +24,9 @@ from rmsnorm_conformance.contract.reference import (
 from rmsnorm_conformance.harness.checking import rounding
 from rmsnorm_conformance.harness.drawing.cases import Batch
 from rmsnorm_conformance.harness.drawing.replay import parse_case
-from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.reporting.render import render_markdown
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError, same_layout_copy
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 from rmsnorm_conformance.zoo import EngineStyleRMSNorm
 
 # What these runs check needs no large batch: the threshold plans and sweeps at a CPU budget's 1/32.

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rmsnorm_conformance.harness.reporting.ci_output import source_location, step_summary, workflow_annotations
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.reporting.render import pyargs_id, render_markdown, render_terminal, rerun_command
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"

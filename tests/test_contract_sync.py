@@ -25,7 +25,7 @@ def test_every_number_in_the_module_appears_in_contract_md():
 
 
 def test_every_rule_is_checked_by_a_suite():
-    from rmsnorm_conformance.harness.checking.rule_index import rule_tests
+    from rmsnorm_conformance.suites.rule_index import rule_tests
 
     checked = rule_tests()  # read from the tests the suites declare (or generate from the shared check set)
     unchecked = [r.id for r in contract.ALL_RULES if r.id not in checked]

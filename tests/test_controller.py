@@ -38,7 +38,7 @@ def pytest_configure_node(node):
 def pytest_unconfigure(config):
     if hasattr(config, "workerinput"):
         return
-    from rmsnorm_conformance.harness.plugin.active import OPTIONS
+    from rmsnorm_conformance.harness.plugin.state import OPTIONS
 
     options = config.stash.get(OPTIONS, None)
     seen["resolved_ends_at"] = options.run_ends_at if options else None

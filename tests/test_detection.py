@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from rmsnorm_conformance.contract import ALL_RULES, rule
-from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.replay import parse_case
+from rmsnorm_conformance.suites.rule_index import rule_tests
 from rmsnorm_conformance.zoo import DEFECTS, EngineStyleRMSNorm, LaneOrderRMSNorm
 from tests.forkserver import share_hypothesis_constants, shared
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from rmsnorm_conformance.harness.checking.entry_checks import ENTRY_CHECKS, _with_nonfinite
-from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.cases import Batch, BatchSizeCase, NonfiniteCase
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
+from rmsnorm_conformance.suites.rule_index import rule_tests
 
 # Where each entry point's generated tests live, and their name prefix.
 GENERATED = {"forward": ("test_axis_a.py", ""), "fused_add": ("test_variants.py", "fused_add_"),

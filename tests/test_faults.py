@@ -19,8 +19,8 @@ from rmsnorm_conformance.harness.checking.bounds import GuardedCall, guard
 from rmsnorm_conformance.harness.checking.comparison import equal_flag, read_flags
 from rmsnorm_conformance.harness.drawing import thresholds
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import pick_rows
-from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST, Check, Collector
 from rmsnorm_conformance.harness.running import device_faults
+from rmsnorm_conformance.harness.vocabulary.records import DEVICE_LOST, Check, Collector
 
 ROOT = Path(__file__).resolve().parents[1]
 D = "rmsnorm_conformance.zoo.faults"

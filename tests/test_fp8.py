@@ -30,9 +30,9 @@ from rmsnorm_conformance.contract.fp8 import (
 )
 from rmsnorm_conformance.contract.reference import reference_fp32
 from rmsnorm_conformance.harness.checking.comparison import compare_bitwise, ulp_distance
-from rmsnorm_conformance.harness.checking.rule_index import rule_tests
 from rmsnorm_conformance.harness.drawing.cases import Batch
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
+from rmsnorm_conformance.suites.rule_index import rule_tests
 from rmsnorm_conformance.suites.test_fp8 import SCALE_SHIFTS, STATIC, static_scale
 from rmsnorm_conformance.zoo.fp8 import FP8_DEFECTS, VllmOrderFp8, unsaturated_cast
 

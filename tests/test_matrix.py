@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from rmsnorm_conformance.harness.reporting.merge import main, merge
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 
 def _report(path, backend, device, device_name, *, fail_rule=None):

@@ -17,8 +17,8 @@ from rmsnorm_conformance.harness.plugin.run_options import load_bench as _load_b
 from rmsnorm_conformance.harness.reporting import plots, render
 from rmsnorm_conformance.harness.reporting.merge import merge
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import SORT_ORDER, labelled, pick_rows
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.reporting.render import render_markdown, render_report, write_report
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 

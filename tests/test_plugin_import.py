@@ -48,7 +48,7 @@ def test_the_report_writer_imports_no_torch():
     """The report's writer runs in a process whose import of torch a Ctrl-C may have cut short, to say the run was
     interrupted (harness/plugin/controller.py): importing torch again there fails, or crashes the process."""
     code = ("import sys; from rmsnorm_conformance.harness.reporting.render import write_report; "
-            "from rmsnorm_conformance.harness.reporting.records import Collector; print('torch' in sys.modules)")
+            "from rmsnorm_conformance.harness.vocabulary.records import Collector; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", "importing the report's writer imported torch"

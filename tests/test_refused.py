@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running.adapters import adapt, rmsnorm_backend
 from rmsnorm_conformance.harness.running.backend import Backend, DeclarationError
 from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, InputLimits, layout_of
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 from rmsnorm_conformance.zoo import DeclaresMaxDim4096
 
 # What these runs check needs no large batch: the threshold plans and sweeps at a CPU budget's 1/32.
@@ -108,12 +108,28 @@ class UndeclaredMaxDim(DeclaresMaxDim4096):
     max_dim = None
 
 
-def test_a_kernel_that_raises_in_the_cross_backend_table_is_named(run, pytester):
-    result = run("--pyargs", "rmsnorm_conformance.suites.test_parity", "--device=cpu", "--dtype=float32",
-                 "--backend=native,tests.test_refused:UndeclaredMaxDim")
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(["*undeclared_max_dim on cpu, float32, cross-backend parity at (64, 8192): "
-                                 "undeclared_max_dim raised ValueError: rows of 8192 elements are past*"])
+def test_a_correct_kernel_that_refuses_wide_rows_passes_with_its_refusals_named(run, pytester):
+    """The kernel of issue 65: correct, a clean ValueError past 4096 and no max_dim declared. Its first calls past
+    4096 and the cross-backend table's 64x8192 are refused (before, its first calls failed and the whole table failed
+    naming it); both target dims were checked, so it passes, exit 0, its refusals listed as its limits."""
+    result = run("--pyargs", "rmsnorm_conformance.suites.test_axis_a::test_first_call",
+                 "rmsnorm_conformance.suites.test_parity", "--device=cpu", "--dtype=float32", SMALL,
+                 "--backend=native,tests.test_refused:UndeclaredMaxDim", "--report=wide.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    report = json.loads((pytester.path / "wide.json").read_text())
+    assert report["verdict"] == "PASS" and report["verdict_label"] == "PASS (partial)"
+    assert not [o for o in report["outcomes"].values() if o["outcome"] in ("failed", "error")]
+    # Folded by kind (entry point, dim, exception type): the table's 8192 with the first calls' of forward.
+    refused = {(e["entry"], e["feature"]): e["count"] for e in report["refused"]
+               if e["backend"] == "undeclared_max_dim"}
+    assert {("forward", "dim 5120"), ("forward_fp32", "dim 8192")} <= set(refused), refused
+    assert all(int(feature.split()[1]) > 4096 for _, feature in refused) and refused["forward", "dim 8192"] == 2
+    assert all(e["exception"].startswith("ValueError: rows of") for e in report["refused"])
+    dims = {p["dim"] for p in report["parity"] if p["pair"] == "native / undeclared_max_dim"}
+    assert dims == {4096, 128, 1000}
+    (row,) = [r for r in report["pick"]["rows"] if r["backend"] == "undeclared_max_dim"]
+    assert row["verdict"] == "PASS" and row["limits"].startswith("refused: dims 5120, 8192")
+    result.stdout.fnmatch_lines(["RMSNorm conformance: PASS (partial)*refused inputs*"])
 
 
 class DeclaresMaxDim64(DeclaresMaxDim4096):
@@ -128,27 +144,32 @@ class DeclaresMaxDim64(DeclaresMaxDim4096):
         return super().forward_fp32(x, weight, eps)
 
 
-def test_a_kernel_that_declines_the_target_dims_never_passes_as_if_they_were_checked(run, pytester):
-    """A kernel whose limits keep out hidden 4096 and head_dim 128 passes what it takes, but its pass says the
-    model's own shapes were never checked: in the headline, its "Pick a kernel" row and the report's JSON. Before,
-    it read a plain PASS beside native's, and only "declares dim 1–64" told a reader."""
+def test_a_kernel_that_declines_the_target_dims_never_passes(run, pytester):
+    """A kernel whose limits keep out hidden 4096 and head_dim 128 is checked at what it takes, but nothing says how
+    it does on the model's own shapes: it reads INCOMPLETE naming them, in the headline, its "Pick a kernel" row and
+    the report's JSON, and the run exits non-zero. Before, it read a PASS beside native's."""
     result = run(*ARGS, "--backend=native,tests.test_refused:DeclaresMaxDim64", "--report=narrow.json",
                  "--report=narrow.md")
-    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert result.ret == 2, result.stdout.str()[-3000:]
     report = json.loads((pytester.path / "narrow.json").read_text())
-    # One dtype of three makes the run partial too: both say so.
-    assert report["verdict"] == "PASS"
-    assert report["verdict_label"] == "PASS (partial; not at hidden 4096, head_dim 128)"
+    label = "INCOMPLETE (not checked at hidden 4096 (declared limits), head_dim 128 (declared limits))"
+    assert report["verdict"] == "INCOMPLETE" and report["verdict_label"] == label
     assert report["selection"]["target_gaps"] == {"declares_max_dim_64": ["hidden 4096", "head_dim 128"]}
     rows = {row["backend"]: row for row in report["pick"]["rows"]}
-    assert rows["declares_max_dim_64"]["scope"] == "partial; not at hidden 4096, head_dim 128"
-    assert rows["native"]["scope"] == "partial"  # the other kernel's pass is not narrowed by it
+    assert rows["declares_max_dim_64"]["verdict"] == "INCOMPLETE"
+    assert rows["declares_max_dim_64"]["scope"] == ("not checked at hidden 4096 (declared limits), head_dim 128 "
+                                                    "(declared limits)")
+    assert rows["native"]["verdict"] == "PASS" and rows["native"]["scope"] == "partial"  # not narrowed by it
     assert sum(s["checks"] for s in report["summaries"] if s["backend"] == "declares_max_dim_64") > 0
     markdown = (pytester.path / "narrow.md").read_text()
-    assert "# RMSNorm conformance report: PASS (partial; not at hidden 4096, head_dim 128)" in markdown
-    assert "- declares_max_dim_64: hidden 4096, head_dim 128" in markdown
-    result.stdout.fnmatch_lines(["RMSNorm conformance: PASS (partial; not at hidden 4096, head_dim 128)*",
-                                 "Not checked at the contract's target dims*"])
+    assert f"# RMSNorm conformance report: {label}" in markdown
+    assert "- declares_max_dim_64: hidden 4096 (declared limits), head_dim 128 (declared limits)" in markdown
+    result.stdout.fnmatch_lines([f"RMSNorm conformance: {label}*", "Not checked at the run's target dims*"])
+    # A model whose target dim it takes: the same kernel passes (--target-dims names the model's dims).
+    result = run(*ARGS, "--backend=native,tests.test_refused:DeclaresMaxDim64", "--target-dims=dim=64",
+                 "--report=own.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert json.loads((pytester.path / "own.json").read_text())["verdict_label"] == "PASS (partial)"
 
 
 def test_wrong_bits_on_a_strided_weight_stay_a_numerics_failure(run, pytester):
@@ -297,14 +318,15 @@ def test_the_rounding_class_tests_hold_a_kernel_to_the_shapes_it_declares(run, p
     pytester.makepyfile(qk_norm_only=QK_NORM_ONLY)
     result = run("--pyargs", "rmsnorm_conformance.suites.test_variants::test_rounding_class",
                  "rmsnorm_conformance.suites.test_fp8::test_fp8_rounding_class", "--backend=qk_norm_only:QkNormOnly",
-                 "--device=cpu", "--dtype=float32", "--sweep=ci", SMALL, "--report=r.json")
+                 "--device=cpu", "--dtype=float32", "--sweep=ci", SMALL, "--target-dims=head_dim=128",
+                 "--report=r.json")
     assert result.ret == 0, result.stdout.str()[-3000:]
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["verdict"] == "PASS" and report["totals"]["checks"] > 0
     assert {r["rows"] for r in report["rounding"]} == {256}  # (256, 128) ran; the rows of 4096 and 1000 did not
     assert any("max_dim=128" in e["reason"] for e in report["not_run"]), report["not_run"]
-    # head_dim 128 was checked, hidden 4096 was not: the pass names the one it never reached.
-    assert report["verdict_label"] == "PASS (partial; not at hidden 4096)"
+    # A QK-norm kernel's model dim is head_dim alone (--target-dims), and it was checked there.
+    assert report["verdict_label"] == "PASS (partial)"
 
 
 def test_a_declared_limit_met_in_a_test_body_skips_the_test_with_the_limit(run, pytester):
@@ -321,3 +343,64 @@ def test_a_declared_limit_met_in_a_test_body_skips_the_test_with_the_limit(run, 
     report = json.loads((pytester.path / "r.json").read_text())
     assert [o["outcome"] for o in report["outcomes"].values()] == ["skipped"]
     assert report["verdict"] == "NOT RUN" and result.ret != 0  # it ran nothing: never a pass
+
+
+@pytest.mark.early  # every test id of the suites in one process: started first, it runs while the rest drain
+def test_a_refusal_is_a_refusal_in_every_test_of_the_suites(run, pytester):
+    """A correct kernel that refuses every row wider than 64 (tests/hostile.py), held to every test id of the suites
+    beside native: no test of it fails (before, the first calls, the empty batch and both rounding-class tests did),
+    each refusal is recorded under the rule of the check that met it, and since it refused both target dims the run
+    reads INCOMPLETE naming them, never PASS."""
+    result = run("--pyargs", "rmsnorm_conformance.suites", "--backend=native,tests.hostile:RefusesTargetDims",
+                 "--device=cpu", "--dtype=float32", "--sweep=smoke", "-p", "no:xdist", "-W", "ignore",
+                 "--report=every.json")
+    report = json.loads((pytester.path / "every.json").read_text())
+    assert not [n for n, o in report["outcomes"].items() if o["outcome"] in ("failed", "error")], report["outcomes"]
+    assert result.ret == 2, result.stdout.str()[-3000:]
+    assert report["verdict_label"] == "INCOMPLETE (not checked at hidden 4096 (refused), head_dim 128 (refused))"
+    rows = {row["backend"]: row for row in report["pick"]["rows"]}
+    assert rows["native"]["verdict"] == "PASS" and rows["refuses_target_dims"]["verdict"] == "INCOMPLETE"
+    rules = {e["rule"] for e in report["refused"] if e["backend"] == "refuses_target_dims"}
+    # Folded by kind, so each rule below is the first of its kind met; these are the checks that failed it before.
+    met = {"axis_a.first_call", "semantics.empty_batch", "variants.rounding_class", "variants.fp8_rounding_class"}
+    assert rules & met and len(rules) > 3, rules
+    assert all(e["exception"].startswith("ValueError: rows of") for e in report["refused"])
+
+
+def test_a_target_dim_is_a_gap_where_it_was_refused_and_never_checked():
+    """Refused at a target dim and checked nowhere there: a gap. Refused at a target dim only at some batch sizes (a
+    fixed grid's limit) and checked there otherwise: covered. A strided weight refused at a target dim: covered."""
+    c = Collector(named_backends=["k"], selection={"target_dims": {"hidden": 5120}})
+    c.add(Check("k", "cpu", "float32", 4096, "axis_b.output", True))
+    entry = {"backend": "k", "device": "cpu", "dtype": "float32", "rule": "axis_a.batch_size", "entry": "forward",
+             "input": "x ...", "feature": "dim 4096", "exception": "ValueError: no", "case": "c", "replay": "r",
+             "size": 8, "gating": False}
+    c.add_refused(entry)  # 4096 is not this run's target
+    c.add_refused({**entry, "feature": "strided weight", "input": "x [2, 5120] ..."})
+    assert c.coverage_gaps() == {} and c.verdict() == "PASS"
+    c.add_refused({**entry, "feature": "dim 5120"})
+    assert c.coverage_gaps() == {"k": ["hidden 5120 (refused)"]}
+    assert c.verdict() == "INCOMPLETE" and c.verdict_label() == "INCOMPLETE (not checked at hidden 5120 (refused))"
+    c.add(Check("k", "cpu", "float32", 5120, "axis_b.output", True))  # checked there at other batch sizes
+    assert c.coverage_gaps() == {} and c.verdict() == "PASS"
+    c.add(Check("k", "cpu", "float32", 64, "axis_a.batch_size", False, detail="wrong bits"))
+    assert c.verdict() == "FAIL"  # a failure found outranks what was left unchecked
+
+
+@pytest.mark.parametrize(("option", "parsed"), [
+    (None, (("hidden", 4096), ("head_dim", 128))),
+    ("hidden=5120,head_dim=128", (("hidden", 5120), ("head_dim", 128))),
+    ("6144, 128", (("dim", 6144), ("dim", 128))),
+])
+def test_target_dims_are_parsed(option, parsed):
+    from rmsnorm_conformance.harness.plugin.run_options import parse_target_dims
+
+    assert parse_target_dims(option) == parsed
+
+
+@pytest.mark.parametrize("option", ["hidden=", "hidden=0", "hidden=four", "5120.5"])
+def test_a_malformed_target_dim_is_a_usage_error_naming_it(option):
+    from rmsnorm_conformance.harness.plugin.run_options import parse_target_dims
+
+    with pytest.raises(pytest.UsageError, match=r"--target-dims=.*is not NAME=DIM"):
+        parse_target_dims(option)

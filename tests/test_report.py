@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rmsnorm_conformance.harness.reporting.records import Check, Collector, dim_bucket
 from rmsnorm_conformance.harness.reporting.render import render_markdown, render_terminal, write_report
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector, dim_bucket
 
 
 def _check(**over):
@@ -98,7 +98,7 @@ def test_a_failed_test_without_checks_joins_its_backends_device_row():
 def test_a_summarys_json_record_is_asdicts_without_its_deep_copy():
     from dataclasses import asdict
 
-    from rmsnorm_conformance.harness.reporting.records import Summary, _summary_dict
+    from rmsnorm_conformance.harness.vocabulary.records import Summary, _summary_dict
 
     s = Summary("b", "cpu", "bfloat16", "4096", "axis_b.output", checks=3, failures=1, max_abs=float("inf"),
                 max_ulp=7, dims=[4096, 4097], failing_case="c", ulp_hist=[5, 0, 1], dim_margins={"4096": 0.5})
@@ -121,8 +121,8 @@ def test_a_json_reports_pick_is_that_of_its_own_records_relabelled():
     """The JSON report derives "pick a kernel" from the records it has just serialised, not from a second
     serialisation: the same rows, and the records beside them untouched by the derivation."""
     from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json
-    from rmsnorm_conformance.harness.reporting.records import finite_tree
     from rmsnorm_conformance.harness.reporting.render import render_report
+    from rmsnorm_conformance.harness.vocabulary.records import finite_tree
 
     c = Collector(environment={"device cuda:0": "NVIDIA H200"})
     c.add(_check(device="cuda:0", margin=float("inf"), passed=False, case="Case(a)", replay="pytest a", size=3))

@@ -1,4 +1,4 @@
-"""The JSON report's format is versioned and published as a JSON Schema (harness/reporting/report.schema.json,
+"""The JSON report's format is versioned and published as a JSON Schema (harness/vocabulary/report.schema.json,
 shipped in the wheel): reports of every section, and of a real run, validate against it with jsonschema."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from rmsnorm_conformance.harness.reporting.records import FORMAT, SCHEMA_PATH, Check, Collector
 from rmsnorm_conformance.harness.reporting.render import render_report
+from rmsnorm_conformance.harness.vocabulary.records import FORMAT, SCHEMA_PATH, Check, Collector
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -41,7 +41,10 @@ def _every_section() -> Collector:
     c.outcomes["t.py::test_c[mine-cpu-float32]"] = {"outcome": "xfailed", "reason": "known", "where": "w"}
     c.add_not_run("other", "cuda", "no GPU")
     c.expected = [{"backend": "mine", "device": "*", "rule": "axis_a.*", "dtype": None, "reason": "why",
-                   "breached": 1, "passed": 0}]
+                   "breached": 1, "passed": 0},
+                  {"backend": "mine", "device": "cpu", "rule": "axis_b.output", "dtype": "float32",
+                   "case": "*rows=3,*", "reason": "stale", "breached": 0, "passed": 2}]
+    c.strict_known_failures = True
     c.parity = [{"device": "cpu", "dtype": "bfloat16", "dim": 128, "pair": "a / b", "equal": 10, "total": 12,
                  "max_ulp": 1, "equal_rows": 1, "rows": 2}]
     c.rounding = [{"backend": "mine", "device": "cpu", "dtype": "bfloat16", "variant": "forward", "rows": 4,

@@ -21,8 +21,8 @@ from rmsnorm_conformance.harness.drawing.cases import (
     StridedCase,
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, sweep_settings
-from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.reporting.render import headline, partial_lines, render_markdown
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -90,7 +90,7 @@ def test_a_smoke_pass_reads_as_smoke_in_the_json_the_pick_table_and_a_merged_mat
     had read plain PASS, where only the headline and the selection's fields said otherwise."""
     from rmsnorm_conformance.harness.reporting.merge import main as merge_main
     from rmsnorm_conformance.harness.reporting.pick_a_kernel import pick_json
-    from rmsnorm_conformance.harness.reporting.records import Check
+    from rmsnorm_conformance.harness.vocabulary.records import Check
 
     c = Collector(selection=dict(SMOKE_SELECTION))
     c.add(Check("mine", "cpu", "bfloat16", 4096, "axis_b.output", True))

@@ -316,12 +316,14 @@ def test_a_budget_that_leaves_thresholds_out_says_so_in_the_report(pytester, mon
 
 
 def test_a_models_own_dims_are_checked_and_the_report_lists_the_shapes(pytester, monkeypatch):
-    """--dims adds a model's own dims: the explicit checks run at them (here Axis-B's few rows at every threshold
-    dim), and the report's environment lists the dims and head counts the run checked."""
+    """--dims (here its configuration key, in pyproject.toml's [tool.rmsnorm_conformance] table) adds a model's own
+    dims: the explicit checks run at them (here Axis-B's few rows at every threshold dim), and the report's
+    environment lists the dims and head counts the run checked."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    pytester.makepyprojecttoml("[tool.rmsnorm_conformance]\ndims = [6144, 96]\n")
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites", "--backend=native", "--device=cpu",
-        "--dtype=float32", "-k", "test_output_at_threshold_dims", "--dims=6144,96", "--report=dims.json")
+        "--dtype=float32", "-k", "test_output_at_threshold_dims", "--report=dims.json")
     assert result.ret == 0, result.stdout.str()[-3000:]
     data = json.loads((pytester.path / "dims.json").read_text())
     shapes = data["environment"]["shapes checked"]

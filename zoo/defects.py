@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.contract.families import axis_a, axis_b, gradients, interface, semantics, variants
 from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS, check_inputs, check_residual
 from rmsnorm_conformance.contract.reference import (
     reference_backward_fp32,
@@ -94,7 +95,7 @@ class SmallBatchReduction(NativeRMSNormOp):
     """
 
     name = "small_batch_reduction"
-    breaks = "axis_a.batch_size"
+    breaks = axis_a.BATCH_SIZE.id
     mechanism = ("threshold", 16, "per-row scale")  # rows: 1-15 in lane order, 16 on in the tree
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -113,7 +114,7 @@ class LargeBatchReduction(NativeRMSNormOp):
     """
 
     name = "large_batch_reduction"
-    breaks = "axis_a.batch_size"
+    breaks = axis_a.BATCH_SIZE.id
     mechanism = ("threshold", 257, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -133,7 +134,7 @@ class AlignmentDependentReduction(NativeRMSNormOp):
     """
 
     name = "alignment_dependent_reduction"
-    breaks = "axis_a.slice_offset"
+    breaks = axis_a.SLICE_OFFSET.id
     mechanism = ("alignment", 16, "per-row scale")  # bytes
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -153,7 +154,7 @@ class BatchStatisticLeak(NativeRMSNormOp):
     """
 
     name = "batch_statistic_leak"
-    breaks = "axis_a.padding"
+    breaks = axis_a.PADDING.id
     mechanism = ("every", None, "per-row scale")  # any pad row moves the batch mean
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -172,7 +173,7 @@ class PositionDependentReduction(NativeRMSNormOp):
     """
 
     name = "position_dependent_reduction"
-    breaks = "axis_a.position"
+    breaks = axis_a.POSITION.id
     mechanism = ("period", 2, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -194,7 +195,7 @@ class LeadingDimsReduction(NativeRMSNormOp):
     """
 
     name = "leading_dims_reduction"
-    breaks = "axis_a.leading_dims"
+    breaks = axis_a.LEADING_DIMS.id
     mechanism = ("mode", "3-D", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -214,7 +215,7 @@ class IgnoresStrides(NativeRMSNormOp):
     """
 
     name = "ignores_strides"
-    breaks = "axis_a.strided_rows"
+    breaks = axis_a.STRIDED_ROWS.id
     mechanism = ("mode", "rows inside a wider buffer, column-major rows", "wrong values")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -238,7 +239,7 @@ class RandomReductionOrder(NativeRMSNormOp):
     """
 
     name = "random_reduction_order"
-    breaks = "axis_a.repeat"
+    breaks = axis_a.REPEAT.id
     mechanism = ("nondeterministic", None, "per-row scale")
     splits = 8
 
@@ -276,7 +277,7 @@ class DroppedTailBlock(NativeRMSNormOp):
     """
 
     name = "dropped_tail_block"
-    breaks = "axis_b.output"
+    breaks = axis_b.OUTPUT.id
     block = 64
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -295,7 +296,7 @@ class LowPrecisionAccumulation(NativeRMSNormOp):
     """
 
     name = "low_precision_accumulation"
-    breaks = "axis_b.output"
+    breaks = axis_b.OUTPUT.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -313,7 +314,7 @@ class HalfPrecisionSquares(NativeRMSNormOp):
     """
 
     name = "half_precision_squares"
-    breaks = "axis_b.output"
+    breaks = axis_b.OUTPUT.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -329,7 +330,7 @@ class RoundedForwardFp32(NativeRMSNormOp):
     """
 
     name = "rounded_forward_fp32"
-    breaks = "axis_b.forward_fp32"
+    breaks = axis_b.FORWARD_FP32.id
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return super().forward_fp32(x, weight, eps).to(x.dtype)
@@ -349,7 +350,7 @@ class EpsOutsideSqrt(NativeRMSNormOp):
     """
 
     name = "eps_outside_sqrt"
-    breaks = "semantics.eps_inside_sqrt"
+    breaks = semantics.EPS_INSIDE_SQRT.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -366,7 +367,7 @@ class OnePlusWeight(NativeRMSNormOp):
     """
 
     name = "one_plus_weight"
-    breaks = "semantics.plain_weight"
+    breaks = semantics.PLAIN_WEIGHT.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return super().forward_fp32(x, torch.ones_like(weight), eps) * (1 + weight.float())
@@ -380,7 +381,7 @@ class WrongOutputDtype(NativeRMSNormOp):
     """
 
     name = "wrong_output_dtype"
-    breaks = "semantics.dtype_routing"
+    breaks = semantics.DTYPE_ROUTING.id
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return self.forward_fp32(x, weight, eps)
@@ -395,7 +396,7 @@ class NoShapeGuard(NativeRMSNormOp):
     """
 
     name = "no_shape_guard"
-    breaks = "semantics.shape_guard"
+    breaks = semantics.SHAPE_GUARD.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return super().forward_fp32(x, weight.reshape(-1)[: x.shape[-1]], eps)
@@ -409,7 +410,7 @@ class MutatesInput(NativeRMSNormOp):
     """
 
     name = "mutates_input"
-    breaks = "semantics.purity"
+    breaks = semantics.PURITY.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -427,7 +428,7 @@ class WritesBesideInput(NativeRMSNormOp):
     """
 
     name = "writes_beside_input"
-    breaks = "semantics.bounds"
+    breaks = semantics.BOUNDS.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         out = super().forward_fp32(x, weight, eps)
@@ -450,7 +451,7 @@ class EmptyBatchCrash(NativeRMSNormOp):
     """
 
     name = "empty_batch_crash"
-    breaks = "semantics.empty_batch"
+    breaks = semantics.EMPTY_BATCH.id
     max_grid_rows = 65535
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -469,7 +470,7 @@ class BatchWideNonfiniteGuard(NativeRMSNormOp):
     """
 
     name = "batch_wide_nonfinite_guard"
-    breaks = "semantics.nonfinite_confined"
+    breaks = semantics.NONFINITE_CONFINED.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         out = super().forward_fp32(x, weight, eps)
@@ -484,7 +485,7 @@ class SilentDtypeCast(NativeRMSNormOp):
     """
 
     name = "silent_dtype_cast"
-    breaks = "interface.input_errors"
+    breaks = interface.INPUT_ERRORS.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if x.dtype in self.dtypes and weight.dtype in self.dtypes:
@@ -524,7 +525,7 @@ class LowPrecisionGradientSum(NativeRMSNormOp):
     """
 
     name = "low_precision_gradient_sum"
-    breaks = "gradients.dx_tolerance"
+    breaks = gradients.DX_TOLERANCE.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -558,7 +559,7 @@ class ActivationSavedInBf16(NativeRMSNormOp):
     """
 
     name = "activation_saved_in_bf16"
-    breaks = "gradients.dx_tolerance"
+    breaks = gradients.DX_TOLERANCE.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -596,7 +597,7 @@ class SmallBatchBackward(NativeRMSNormOp):
     """
 
     name = "small_batch_backward"
-    breaks = "gradients.dx_batch_invariance"
+    breaks = gradients.DX_BATCH_INVARIANCE.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -612,7 +613,7 @@ class AtomicWeightGradient(NativeRMSNormOp):
     """
 
     name = "atomic_weight_gradient"
-    breaks = "gradients.dw_determinism"
+    breaks = gradients.DW_DETERMINISM.id
 
     def __init__(self) -> None:
         self._arrival = torch.Generator()
@@ -643,7 +644,7 @@ class MixedPairSmallBatch(NativeRMSNormOp):
     """
 
     name = "mixed_pair_small_batch"
-    breaks = "axis_a.batch_size"
+    breaks = axis_a.BATCH_SIZE.id
     mechanism = ("threshold", 16, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -664,7 +665,7 @@ class ResidualRoundedTwice(NativeRMSNormOp):
     """
 
     name = "residual_rounded_twice"
-    breaks = "variants.fused_add_residual"
+    breaks = variants.FUSED_ADD_RESIDUAL.id
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -682,7 +683,7 @@ class NormalizesFp32Sum(NativeRMSNormOp):
     """
 
     name = "normalizes_fp32_sum"
-    breaks = "variants.fused_add_stored_residual"
+    breaks = variants.FUSED_ADD_STORED_RESIDUAL.id
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -699,7 +700,7 @@ class FusedAddNormalizesInput(NativeRMSNormOp):
     """
 
     name = "fused_add_normalizes_input"
-    breaks = "variants.fused_add_output"
+    breaks = variants.FUSED_ADD_OUTPUT.id
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -716,7 +717,7 @@ class UndeclaredInPlaceFusedAdd(NativeRMSNormOp):
     """
 
     name = "undeclared_in_place_fused_add"
-    breaks = "variants.purity"
+    breaks = variants.PURITY.id
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -735,7 +736,7 @@ class FusedAddAlignmentSwitch(NativeRMSNormOp):
     """
 
     name = "fused_add_alignment_switch"
-    breaks = "axis_a.fused_add"
+    breaks = variants.AXIS_A_FUSED_ADD.id
     mechanism = ("alignment", 16, "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -755,7 +756,7 @@ class OffsetLargeBatchReduction(NativeRMSNormOp):
     """
 
     name = "offset_large_batch_reduction"
-    breaks = "axis_a.offset"
+    breaks = variants.AXIS_A_OFFSET.id
     mechanism = ("threshold", 257, "per-row scale")
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -775,7 +776,7 @@ class UnweightedSmallBatchReduction(NativeRMSNormOp):
     """
 
     name = "unweighted_small_batch_reduction"
-    breaks = "axis_a.unweighted"
+    breaks = variants.AXIS_A_UNWEIGHTED.id
     mechanism = ("threshold", 16, "per-row scale")
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -795,7 +796,7 @@ class OffsetInWeightDtype(NativeRMSNormOp):
     """
 
     name = "offset_in_weight_dtype"
-    breaks = "variants.offset_dtype"
+    breaks = variants.OFFSET_DTYPE.id
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return super().forward(x, 1 + weight, eps)
@@ -809,7 +810,7 @@ class OffsetIgnored(NativeRMSNormOp):
     """
 
     name = "offset_ignored"
-    breaks = "variants.offset_output"
+    breaks = variants.OFFSET_OUTPUT.id
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return super().forward(x, weight, eps)
@@ -824,7 +825,7 @@ class UnweightedLowPrecisionSum(NativeRMSNormOp):
     """
 
     name = "unweighted_low_precision_sum"
-    breaks = "variants.unweighted_output"
+    breaks = variants.UNWEIGHTED_OUTPUT.id
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if x.dtype == torch.float32:
@@ -843,7 +844,7 @@ class WeightRoundedToInputDtype(NativeRMSNormOp):
     """
 
     name = "weight_rounded_to_input_dtype"
-    breaks = "mixed_precision.fp32_weight"
+    breaks = variants.MIXED_PRECISION_FP32_WEIGHT.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -860,7 +861,7 @@ class HfOrderDeclaredAsFp32Product(NativeRMSNormOp):
     """
 
     name = "hf_order_declared_as_fp32_product"
-    breaks = "variants.rounding_class"
+    breaks = variants.ROUNDING_CLASS.id
     rounding_class = "product_fp32"
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -879,7 +880,7 @@ class UndeclaredMixedPair(NativeRMSNormOp):
     """
 
     name = "undeclared_mixed_pair"
-    breaks = "interface.input_errors"
+    breaks = interface.INPUT_ERRORS.id
     dtype_pairs = SAME_DTYPE_PAIRS
 
 
@@ -911,7 +912,7 @@ class PrefillSplitReduction(NativeRMSNormOp):
     """
 
     name = "prefill_split_reduction"
-    breaks = "axis_a.batch_size"
+    breaks = axis_a.BATCH_SIZE.id
     mechanism = ("threshold", 2048, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -929,7 +930,7 @@ class PersistentKernelReduction(NativeRMSNormOp):
     """
 
     name = "persistent_kernel_reduction"
-    breaks = "axis_a.batch_size"
+    breaks = axis_a.BATCH_SIZE.id
     mechanism = ("threshold", 265, "per-row scale")  # two rows per SM of the CPU's assumed 132
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -947,7 +948,7 @@ class RowPackingReduction(NativeRMSNormOp):
     """
 
     name = "row_packing_reduction"
-    breaks = "axis_a.slice_offset"
+    breaks = axis_a.SLICE_OFFSET.id
     mechanism = ("threshold", 32768, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -965,7 +966,7 @@ class ManyHeadsQKNorm(NativeRMSNormOp):
     """
 
     name = "many_heads_qk_norm"
-    breaks = "axis_a.leading_dims"
+    breaks = axis_a.LEADING_DIMS.id
     mechanism = ("threshold", 32, "per-row scale")  # heads
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -983,7 +984,7 @@ class StridedWeightReadContiguously(NativeRMSNormOp):
     """
 
     name = "strided_weight_read_contiguously"
-    breaks = "axis_b.output"
+    breaks = axis_b.OUTPUT.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1002,7 +1003,7 @@ class MisalignedWeightPath(NativeRMSNormOp):
     """
 
     name = "misaligned_weight_path"
-    breaks = "axis_a.strided_rows"
+    breaks = axis_a.STRIDED_ROWS.id
     mechanism = ("alignment", 16, "per-row scale")  # the weight's address
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -1020,7 +1021,7 @@ class Fp32EntrySmallBatchReduction(NativeRMSNormOp):
     """
 
     name = "fp32_entry_small_batch_reduction"
-    breaks = "axis_a.padding"
+    breaks = axis_a.PADDING.id
     mechanism = ("threshold", 16, "per-row scale")  # rows, real and pad together
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -1062,7 +1063,7 @@ class TrainingPathReduction(NativeRMSNormOp):
     """
 
     name = "training_path_reduction"
-    breaks = "axis_a.grad_mode"
+    breaks = axis_a.GRAD_MODE.id
     mechanism = ("mode", "require grad", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -1088,7 +1089,7 @@ class AutotuneFirstCall(NativeRMSNormOp):
     """
 
     name = "autotune_first_call"
-    breaks = "axis_a.first_call"
+    breaks = axis_a.FIRST_CALL.id
     mechanism = ("first call", 1, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -1114,7 +1115,7 @@ class RmsFromFp32Sum(NativeRMSNormOp):
     """
 
     name = "rms_from_fp32_sum"
-    breaks = "variants.fused_add_stored_residual"
+    breaks = variants.FUSED_ADD_STORED_RESIDUAL.id
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1135,7 +1136,7 @@ class StaticResidualBuffer(NativeRMSNormOp):
     """
 
     name = "static_residual_buffer"
-    breaks = "semantics.fresh_output"
+    breaks = semantics.FRESH_OUTPUT.id
 
     def __init__(self) -> None:
         self._buffers: dict[tuple, torch.Tensor] = {}
@@ -1159,7 +1160,7 @@ class FusedAddFirstCall(NativeRMSNormOp):
     """
 
     name = "fused_add_first_call"
-    breaks = "axis_a.first_call"
+    breaks = axis_a.FIRST_CALL.id
     mechanism = ("first call", 1, "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -1183,7 +1184,7 @@ class InPlaceReturnsSwapped(NativeRMSNormOp):
     """
 
     name = "in_place_returns_swapped"
-    breaks = "variants.fused_add_residual"
+    breaks = variants.FUSED_ADD_RESIDUAL.id
     fused_add_in_place = True
     fused_add_fp32_residual = False
 
@@ -1205,7 +1206,7 @@ class OffsetInferencePath(NativeRMSNormOp):
     """
 
     name = "offset_inference_path"
-    breaks = "axis_a.offset"
+    breaks = variants.AXIS_A_OFFSET.id
     mechanism = ("mode", "no_grad", "per-row scale")
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -1224,7 +1225,7 @@ class CompiledPathReduction(NativeRMSNormOp):
     """
 
     name = "compiled_path_reduction"
-    breaks = "axis_a.execution_mode"
+    breaks = axis_a.EXECUTION_MODE.id
     mechanism = ("mode", "torch.compile", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -1242,7 +1243,7 @@ class FusedAddInferencePath(NativeRMSNormOp):
     """
 
     name = "fused_add_inference_path"
-    breaks = "axis_a.fused_add"
+    breaks = variants.AXIS_A_FUSED_ADD.id
     mechanism = ("mode", "inference_mode", "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -1264,7 +1265,7 @@ class OffsetStridedWeightReadContiguously(NativeRMSNormOp):
     """
 
     name = "offset_strided_weight_read_contiguously"
-    breaks = "variants.offset_output"
+    breaks = variants.OFFSET_OUTPUT.id
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1281,7 +1282,7 @@ class UnweightedRoundsTwice(NativeRMSNormOp):
     """
 
     name = "unweighted_rounds_twice"
-    breaks = "variants.rounding_class"
+    breaks = variants.ROUNDING_CLASS.id
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         x32 = x.float()
@@ -1298,7 +1299,7 @@ class UnweightedBatchWideNonfiniteGuard(NativeRMSNormOp):
     """
 
     name = "unweighted_batch_wide_nonfinite_guard"
-    breaks = "semantics.nonfinite_confined"
+    breaks = semantics.NONFINITE_CONFINED.id
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         out = super().forward_unweighted(x, eps)
@@ -1324,7 +1325,7 @@ class WideRowSplitReduction(NativeRMSNormOp):
     """
 
     name = "wide_row_split_reduction"
-    breaks = "axis_a.batch_size"
+    breaks = axis_a.BATCH_SIZE.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1341,7 +1342,7 @@ class WideRowDroppedTail(NativeRMSNormOp):
     """
 
     name = "wide_row_dropped_tail"
-    breaks = "axis_b.output"
+    breaks = axis_b.OUTPUT.id
     block = 1024
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -1364,7 +1365,7 @@ class SecondLaunchPastHead64(NativeRMSNormOp):
     """
 
     name = "second_launch_past_head_64"
-    breaks = "axis_a.leading_dims"
+    breaks = axis_a.LEADING_DIMS.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1386,7 +1387,7 @@ class StridedLastDimAs2D(NativeRMSNormOp):
     """
 
     name = "strided_last_dim_as_2d"
-    breaks = "axis_a.strided_rows"
+    breaks = axis_a.STRIDED_ROWS.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1406,7 +1407,7 @@ class DeterministicModePath(NativeRMSNormOp):
     """
 
     name = "deterministic_mode_path"
-    breaks = "axis_a.execution_mode"
+    breaks = axis_a.EXECUTION_MODE.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1423,7 +1424,7 @@ class ManyThreadsReduction(NativeRMSNormOp):
     """
 
     name = "many_threads_reduction"
-    breaks = "axis_a.execution_mode"
+    breaks = axis_a.EXECUTION_MODE.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1462,7 +1463,7 @@ class FrozenWeightBackward(NativeRMSNormOp):
     """
 
     name = "frozen_weight_backward"
-    breaks = "gradients.dx_batch_invariance"
+    breaks = gradients.DX_BATCH_INVARIANCE.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1497,7 +1498,7 @@ class ThreadSplitWeightGradient(NativeRMSNormOp):
     """
 
     name = "thread_split_weight_gradient"
-    breaks = "gradients.dw_determinism"
+    breaks = gradients.DW_DETERMINISM.id
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)

@@ -16,6 +16,7 @@ import os
 import torch
 
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.contract.families import axis_a, axis_b, semantics
 from rmsnorm_conformance.contract.inputs import check_inputs, check_residual
 
 # Rows past which the context-poisoning kernels index out of bounds (the batch size in the report that asked).
@@ -40,7 +41,7 @@ class DeviceAssertAboveRows(NativeRMSNormOp):
     """
 
     name = "device_assert_above_300"
-    breaks = "semantics.device_fault"
+    breaks = semantics.DEVICE_FAULT.id
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if _rows(x) > FAULT_ROWS:
@@ -60,7 +61,7 @@ class WritesRowPastOutput(NativeRMSNormOp):
     """
 
     name = "writes_row_past_output"
-    breaks = "semantics.bounds"
+    breaks = semantics.BOUNDS.id
     fused_add_in_place = True
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
@@ -89,7 +90,7 @@ class Int32OffsetWrap(NativeRMSNormOp):
     """
 
     name = "int32_offset_wrap"
-    breaks = "axis_b.output"
+    breaks = axis_b.OUTPUT.id
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -113,7 +114,7 @@ class AsksForATerabyte(NativeRMSNormOp):
     """
 
     name = "asks_for_a_terabyte"
-    breaks = "axis_a.batch_size"
+    breaks = axis_a.BATCH_SIZE.id
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if _rows(x) > GREEDY_ROWS:
@@ -134,7 +135,7 @@ class TritonDeviceAssert(NativeRMSNormOp):
     """
 
     name = "triton_device_assert"
-    breaks = "semantics.device_fault"
+    breaks = semantics.DEVICE_FAULT.id
     devices = ("cuda",)
     dtypes = (torch.bfloat16,)  # each of its faulting tests costs a worker: one dtype shows the fault
     supports_backward = False

@@ -14,6 +14,7 @@ import math
 import torch
 
 from rmsnorm_conformance.backends.native import NativeRMSNormOp
+from rmsnorm_conformance.contract.families import fp8
 from rmsnorm_conformance.contract.fp8 import E4M3_MAX, E4M3_OVERFLOW, FP8_DTYPE, MIN_SCALE, check_scale, quantize
 from rmsnorm_conformance.contract.inputs import check_inputs
 from rmsnorm_conformance.contract.reference import reference_fp32, reference_fused_add, rounding_class_outputs
@@ -35,8 +36,8 @@ class BlockMaxScale(NativeRMSNormOp):
     no longer its row's own, variants.fp8_scale)."""
 
     name = "block_max_scale"
-    breaks = "axis_a.fp8"
-    also_breaks = ("variants.fp8_scale",)
+    breaks = fp8.AXIS_A_FP8.id
+    also_breaks = (fp8.FP8_SCALE.id,)
     # The planted mechanism a diagnosis must name (checking/diagnosis.py): the scale shared by blocks of 4 rows.
     mechanism = ("period", BLOCK_ROWS, "fp8 scale")
 
@@ -73,7 +74,7 @@ class UnsaturatedCast(NativeRMSNormOp):
     NaN instead of 448, which a calibrated static scale hides until an outlier token arrives."""
 
     name = "unsaturated_cast"
-    breaks = "variants.fp8_output"
+    breaks = fp8.FP8_OUTPUT.id
 
     def forward_fp8_static(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                            scale: torch.Tensor) -> torch.Tensor:
@@ -136,7 +137,7 @@ class DoubleRounding(_ThroughXDtype):
     bound."""
 
     name = "double_rounding"
-    breaks = "variants.fp8_rounding_class"
+    breaks = fp8.FP8_ROUNDING_CLASS.id
     fp8_rounding_class = "fp32_once"
 
 

@@ -21,6 +21,7 @@ from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
 from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.contract.families import semantics, variants
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 from rmsnorm_conformance.harness.checking import bounds, diagnosis, refusals
 from rmsnorm_conformance.harness.checking.comparison import (
@@ -35,15 +36,15 @@ from rmsnorm_conformance.harness.checking.comparison import (
 from rmsnorm_conformance.harness.checking.known_failures import Manifest
 from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, torch_dtype
 from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running import device_faults, exception_text, isolation
 from rmsnorm_conformance.harness.running.backend import Backend, plain_tensors
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
 # Rules every backend call is held to, whichever test makes the call.
-CROSS_CUTTING_RULES = frozenset({"semantics.global_state", "semantics.fresh_output", "semantics.purity",
-                                 "variants.purity", "semantics.bounds", "semantics.device_fault"})
+CROSS_CUTTING_RULES = frozenset({semantics.GLOBAL_STATE.id, semantics.FRESH_OUTPUT.id, semantics.PURITY.id,
+                                 variants.PURITY.id, semantics.BOUNDS.id, semantics.DEVICE_FAULT.id})
 
 
 def _dim(case: Any) -> int:
@@ -82,8 +83,8 @@ class Subject:
     weight_dtype: str = ""  # the weight's dtype, when the backend declares that pair; default x's
     # (entry point, dim, dtypes, device) keys already called once: the Axis-A checks warm each up first.
     warmed: set[tuple[Any, ...]] = dataclasses.field(default_factory=set)
-    # The last call's exception, when it was a clean refusal of its input (checking/refusals.py).
-    refusal: Any = None
+    # Inside ``judging_exceptions()``: the check judges its calls' exceptions itself, so they are no refusals.
+    _judging: bool = False
     mode_sample: bool = True  # run the execution-mode sample (axis_a.execution_mode); --modes=none turns it off
     shrink: bool = True  # a failing drawn case is shrunk to the simplest one (--no-shrink: reported as drawn)
     # --write-known-failures: every breach is recorded and the test goes on to its end, so that the baseline lists
@@ -166,7 +167,7 @@ class Subject:
         if diff:
             kept = device_faults.lost_where_kept(before, f"{self.backend.name}.{what}", self.backend.name,
                                                  str(self.device), self.nodeid)
-            assert_holds(self, self.current_case, ok=False, rule="semantics.global_state", dim=_dim(self.current_case),
+            assert_holds(self, self.current_case, ok=False, rule=semantics.GLOBAL_STATE.id, dim=_dim(self.current_case),
                          what=f"{self.backend.name}.{what} left torch's global state changed: {'; '.join(diff)}"
                               + (" (not put back: this process ends after this test)" if kept else ""))
 
@@ -181,13 +182,12 @@ class Subject:
         refusals.check_limits(self.backend, method, args)  # outside what it declares it takes: not run
         watched = [(i, a, isolation.fingerprint(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         guarded = bounds.GuardedCall(method, args)  # every tensor argument inside guard zones (semantics.bounds)
-        self.refusal = None
-        with self.isolated(method):
-            try:
+        try:
+            with self.isolated(method):
                 out = getattr(self.backend, method)(*guarded.args)
-            except Exception as exc:  # kept if it is a clean refusal: run_check decides what it means
-                self.refusal = refusals.refusal(method, args, guarded, watched, exc)
-                raise
+        except Exception as exc:
+            self._refused(method, args, exc, guarded, watched)
+            raise
         # What the call may have broken, read back from the device at once (comparison.read_flags): its guard zones'
         # canaries, whether it wrote into its arguments' views, its earlier outputs' and its inputs' fingerprints.
         zones = guarded.watched(out)
@@ -218,6 +218,38 @@ class Subject:
                                      for name, t in zip(names, tensors, strict=True)])
         return out
 
+    def backward(self, y: torch.Tensor, grad: torch.Tensor, zones: Sequence[Any] = ()) -> None:
+        """``y.backward(grad)`` through the backend's backward, isolated and watched as a call is: a clean exception
+        there is a refusal of the input, as in a forward call, unless it wrote into one of the guard ``zones``."""
+        __tracebackhide__ = True
+        try:
+            with self.isolated("backward"):
+                y.backward(grad)
+        except Exception as exc:
+            if not any(z.written() for z in zones):
+                self._refused("backward", (y, grad), exc)
+            raise
+
+    @contextlib.contextmanager
+    def judging_exceptions(self) -> Iterator[None]:
+        """The check judges the exceptions of the calls made inside itself: input the contract says the backend must
+        reject (a wrong-shaped weight, a bad eps, a dtype it does not take), or an empty batch of a dim the backend
+        just took. An exception there is the check's answer, never a refusal."""
+        self._judging = True
+        try:
+            yield
+        finally:
+            self._judging = False
+
+    def _refused(self, method: str, args: Sequence[Any], error: Exception, guarded: bounds.GuardedCall | None = None,
+                 watched: Sequence[tuple[int, torch.Tensor, Any]] = ()) -> None:
+        """Raise :class:`refusals.Refused` in place of ``error`` where it is a clean refusal of a valid input: the one
+        place every check's calls are judged so, whatever the check does with the exceptions it expects."""
+        __tracebackhide__ = True
+        found = None if self._judging else refusals.refusal(method, args, error, guarded, watched)
+        if found is not None:
+            raise refusals.Refused(found) from error
+
     def _check_pure(self, entry: Any, args: tuple[Any, ...], watched: list[tuple[int, torch.Tensor, Any]],
                     same: list[bool] | None = None) -> None:
         """The purity check of an entry point that does not write in place. ``same``: whether each watched input's
@@ -236,7 +268,7 @@ class Subject:
     def _check_bounds(self, method: str, breaches: list[str]) -> None:
         __tracebackhide__ = True
         if breaches:
-            assert_holds(self, self.current_case, ok=False, rule="semantics.bounds", dim=_dim(self.current_case),
+            assert_holds(self, self.current_case, ok=False, rule=semantics.BOUNDS.id, dim=_dim(self.current_case),
                          what=f"{self.backend.name}.{method} wrote outside the tensors it was given: "
                               + "; ".join(breaches))
 
@@ -251,7 +283,7 @@ class Subject:
             same = read_flags([equal_flag(isolation.fingerprint(t), print_then) for _, t, print_then in outputs])
         changed = [name for (name, _, _), kept in zip(outputs, same, strict=True) if not kept]
         if changed:
-            assert_holds(self, self.current_case, ok=False, rule="semantics.fresh_output", dim=_dim(self.current_case),
+            assert_holds(self, self.current_case, ok=False, rule=semantics.FRESH_OUTPUT.id, dim=_dim(self.current_case),
                          what=f"{', '.join(changed)} that an earlier {earlier} call returned changed during a later "
                               f"{method} call: the backend reuses its output buffer")
 
@@ -515,12 +547,13 @@ def _run_once(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
     __tracebackhide__ = True
     records = subject.records
     subject._last_output = None
-    _forget_refusals(subject)
     try:
         with isolation.deadline(seconds, what):
             check()
     except refusals.OutsideDeclaredLimits as exc:
         refusals.skip_outside_limits(subject, exc)  # declared: not run, with the limit as the reason
+    except refusals.Refused as refused:
+        refusals.record(subject, declared, case, refused.found)  # a clear exception on a valid input: not a breach
     except isolation.CaseTimedOut as exc:
         if cut_by_run:  # the run's deadline, not the case's: no finding about the backend
             raise isolation.RunDeadlineReached(f"the run's deadline (--deadline) passed during {what}") from None
@@ -549,13 +582,9 @@ def _run_once(subject: Subject, declared: tuple[str, ...], case: Any, check: Cal
 
 def _raised(subject: Subject, declared: tuple[str, ...], case: Any, exc: Exception, *, tries: int,
             retry: bool) -> BaseException | None:
-    """A case's exception: a refusal recorded as one; out of memory, where ``retry``, returned to be tried again;
-    anything else a failure of the declared rule."""
+    """A case's exception (a refusal came as :class:`refusals.Refused`, recorded before): out of memory, where
+    ``retry``, returned to be tried again; anything else a failure of the declared rule."""
     __tracebackhide__ = True
-    found = _refusal_of(subject, exc)
-    if found is not None:  # a clear exception on a valid input: refused, not a breach
-        refusals.record(subject, declared, case, found)
-        return None
     if retry and device_faults.out_of_memory(exc):
         return exc
     # The backend raised (or returned something that is not a tensor): a failure of this check,
@@ -571,19 +600,6 @@ def _raised(subject: Subject, declared: tuple[str, ...], case: Any, exc: Excepti
             raise
         raise failed from shown
     return None
-
-
-def _forget_refusals(subject: Subject) -> None:
-    """A new case starts with no refusal noted on either side of the subject."""
-    for side in (subject, subject.other):
-        if side is not None:
-            side.refusal = None
-
-
-def _refusal_of(subject: Subject, exc: BaseException) -> Any:
-    """The refusal noted when ``exc`` was raised by a backend call on either side, else None."""
-    return next((s.refusal for s in (subject, subject.other)
-                 if s is not None and s.refusal is not None and s.refusal.error is exc), None)
 
 
 def _seconds_allowed(subject: Subject, what: str) -> tuple[float, bool]:
@@ -636,7 +652,7 @@ def record_device_fault(subject: Subject, declared: tuple[str, ...], case: Any,
     """``semantics.device_fault`` failed, for the backend that raised the fault (one side of a parity pair is
     named as itself), with the error, the case and a replay; the process is marked lost."""
     replay = subject.replay_command(case, declared[0])
-    rule_id = "semantics.device_fault"
+    rule_id = semantics.DEVICE_FAULT.id
     subject.collector.add(Check(fault.backend, fault.device, subject.dtype_label, _dim(case), rule_id, False,
                                 case=repr(case), detail=fault.describe(), replay=replay, size=case_size(case),
                                 severity=contract_rule(rule_id).severity, gating=True))

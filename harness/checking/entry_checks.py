@@ -17,6 +17,8 @@ import torch
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import rule as contract_rule
+from rmsnorm_conformance.contract.families import axis_a as axis_a_rules
+from rmsnorm_conformance.contract.families import semantics
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import (
     OOM_PAUSE_S,
@@ -317,12 +319,8 @@ def check_execution_mode(subject: Subject, case: ExecutionModeCase, memo: dict) 
     for mode in sample_modes(subject.device):
         moded = dataclasses.replace(subject, backend=sample_backend(subject.backend, mode, subject.device),
                                     record_as=subject.record_as or (subject.backend.name, str(subject.device)))
-        try:
-            out = call(moded, case.entry, _same_layouts(rows), _same_layout(w), b.eps)
-        except Exception:
-            subject.refusal = moded.refusal  # a clear exception under the mode is a refusal, as in eager
-            raise
-        found.append((MODE_LABELS[mode], out))
+        # A clear exception under the mode is a refusal, as in eager: Subject.call raises it as one.
+        found.append((MODE_LABELS[mode], call(moded, case.entry, _same_layouts(rows), _same_layout(w), b.eps)))
     for label, out in found:
         _assert_same(subject, case, actual=out, expected=eager,
                      what=f"{b.rows} rows under {label} differ from the same rows run eagerly")
@@ -364,7 +362,7 @@ def _with_memory(subject: Subject, fresh: FreshCalls) -> FreshCalls:
             break
         if attempt == 1:
             subject.collector.add_retried(subject.backend.name, str(subject.device), subject.dtype_label,
-                                          "axis_a.first_call", count=len(short))
+                                          axis_a_rules.FIRST_CALL.id, count=len(short))
         time.sleep(OOM_PAUSE_S * attempt)
         again = run_fresh(subject.backend.spec, subject.device, short)
         fresh.out_of_memory.clear()
@@ -392,14 +390,16 @@ def check_first_call(subject: Subject, case: FirstCallCase, memo: dict) -> None:
             _within_limits(subject, _first_calls_together(subject, memo))))
     fresh = memo["fresh"]
     b = case.batch
+    # The same call in this process first: a clean refusal of the input raises here as one (Subject.call), so a
+    # first call that raised the same way is refused, not a first call that failed.
+    rows, w = _inputs(subject, case)
+    warm = call(subject, case.entry, rows, w, b.eps)
     assert_holds(subject, case, ok=fresh.error is None, dim=b.dim,
                  what=f"the first calls could not be made in a fresh process: {fresh.error}")
     assert_holds(subject, case, ok=case not in fresh.case_errors, dim=b.dim,
                  what=f"{case.entry} for dim {b.dim}, {subject.dtype_label} in a fresh process: "
                       f"{fresh.case_errors.get(case)}")
     first, second = ([subject.to_device(t) for t in outs] for outs in fresh.outputs[case])
-    rows, w = _inputs(subject, case)
-    warm = call(subject, case.entry, rows, w, b.eps)
     where = f"dim {b.dim}, {subject.dtype_label}"
     _assert_same(subject, case, actual=first, expected=second,
                  what=f"the first call for {where} in a fresh process differs from its second call")
@@ -480,31 +480,31 @@ class EntryCheck:
         """Is the check recorded under an entry point's own Axis-A rule where it has one? Axis-A's variants
         are; a first call keeps its own rule for every entry point, so that a kernel wrong only on its first
         call is named for that, whichever entry point it is."""
-        return self.axis_a and self.rule != "axis_a.first_call"
+        return self.axis_a and self.rule != axis_a_rules.FIRST_CALL.id
 
 
 ENTRY_CHECKS: tuple[EntryCheck, ...] = (
-    EntryCheck("batch_size", "axis_a.batch_size", BatchSizeCase, check_batch_size, strategies.batch_size_cases,
+    EntryCheck("batch_size", axis_a_rules.BATCH_SIZE.id, BatchSizeCase, check_batch_size, strategies.batch_size_cases,
                (("_at_thresholds", thresholds.batch_size_plan, False),)),
-    EntryCheck("slice_offset", "axis_a.slice_offset", SliceCase, check_slice_offset, strategies.slice_cases,
+    EntryCheck("slice_offset", axis_a_rules.SLICE_OFFSET.id, SliceCase, check_slice_offset, strategies.slice_cases,
                (("_at_thresholds", thresholds.slice_plan, False),)),
-    EntryCheck("padding", "axis_a.padding", PaddingCase, check_padding, strategies.padding_cases,
+    EntryCheck("padding", axis_a_rules.PADDING.id, PaddingCase, check_padding, strategies.padding_cases,
                (("_at_thresholds", thresholds.padding_plan, False),)),
-    EntryCheck("position", "axis_a.position", PositionCase, check_position, strategies.position_cases),
-    EntryCheck("permutation", "axis_a.permutation", PermutationCase, check_permutation,
+    EntryCheck("position", axis_a_rules.POSITION.id, PositionCase, check_position, strategies.position_cases),
+    EntryCheck("permutation", axis_a_rules.PERMUTATION.id, PermutationCase, check_permutation,
                strategies.permutation_cases),
-    EntryCheck("leading_dims", "axis_a.leading_dims", LeadingDimsCase, check_leading_dims,
+    EntryCheck("leading_dims", axis_a_rules.LEADING_DIMS.id, LeadingDimsCase, check_leading_dims,
                strategies.leading_dims_cases, (("_qk_norm", thresholds.qk_leading_dims_plan, False),)),
-    EntryCheck("strided_rows", "axis_a.strided_rows", StridedCase, check_strided_rows, strategies.strided_cases,
+    EntryCheck("strided_rows", axis_a_rules.STRIDED_ROWS.id, StridedCase, check_strided_rows, strategies.strided_cases,
                (("_qk_norm", thresholds.qk_fused_heads_plan, False), ("_3d_views", thresholds.strided_3d_plan, False))),
-    EntryCheck("repeat", "axis_a.repeat", RepeatCase, check_repeat, strategies.repeat_cases),
-    EntryCheck("grad_mode", "axis_a.grad_mode", GradModeCase, check_grad_mode, strategies.grad_mode_cases),
-    EntryCheck("execution_mode", "axis_a.execution_mode", ExecutionModeCase, check_execution_mode,
+    EntryCheck("repeat", axis_a_rules.REPEAT.id, RepeatCase, check_repeat, strategies.repeat_cases),
+    EntryCheck("grad_mode", axis_a_rules.GRAD_MODE.id, GradModeCase, check_grad_mode, strategies.grad_mode_cases),
+    EntryCheck("execution_mode", axis_a_rules.EXECUTION_MODE.id, ExecutionModeCase, check_execution_mode,
                mode_sample.execution_mode_cases, (("_at_thresholds", mode_sample.execution_mode_plan, False),),
                max_examples=mode_sample.SAMPLE_EXAMPLES),
-    EntryCheck("first_call", "axis_a.first_call", FirstCallCase, check_first_call,
+    EntryCheck("first_call", axis_a_rules.FIRST_CALL.id, FirstCallCase, check_first_call,
                plans=(("", first_call_plan, True),)),
-    EntryCheck("nonfinite_confined", "semantics.nonfinite_confined", NonfiniteCase, check_nonfinite_confined,
+    EntryCheck("nonfinite_confined", semantics.NONFINITE_CONFINED.id, NonfiniteCase, check_nonfinite_confined,
                strategies.nonfinite_cases),
 )
 for _c in ENTRY_CHECKS:

@@ -138,11 +138,6 @@ def entry_status(breached: int, passed: int) -> str:
     return "matched nothing: check the entry"
 
 
-def stale(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries a run checked and never saw breached: under ``--strict-known-failures`` they fail the run."""
-    return [e for e in rows if e["passed"] and not e["breached"]]
-
-
 @dataclass(frozen=True)
 class Breach:
     """A (backend, device, dtype, rule) that broke in a run: what a baseline lists, with one failing case."""

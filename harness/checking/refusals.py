@@ -15,16 +15,28 @@ import pytest
 import torch
 
 from rmsnorm_conformance.harness.checking.bounds import ARGUMENT_NAMES, GuardedCall
-from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE as REFUSED
 from rmsnorm_conformance.harness.running import device_faults, exception_text, isolation
 from rmsnorm_conformance.harness.running.backend import BackendError
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, describe_call, refused_feature
+from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE as REFUSED
 
 
 class OutsideDeclaredLimits(BaseException):
     """A call the backend declared it does not take: the case is not run. A BaseException, so that a check that
     expects the backend to raise (``except Exception``) cannot mistake it for the backend's own error."""
+
+
+class Refused(BaseException):
+    """A backend call raised a clean exception on a valid input it did not declare it refuses: raised in place of
+    that exception at the call boundary every check shares (``Subject.call``, ``Subject.backward``, the
+    cross-backend table), so that the check's runner records it as refused whatever the check was doing: a test's
+    own ``except Exception`` (an empty batch's, a purity check's) cannot read it as a breach. A BaseException for
+    the same reason as :class:`OutsideDeclaredLimits`."""
+
+    def __init__(self, found: Refusal) -> None:
+        self.found = found
+        super().__init__(f"refused: {found.method} with {found.input} raised {found.exception}")
 
 
 class RefusedWarning(UserWarning):
@@ -40,6 +52,8 @@ class Refusal:
     feature: str  # what stands out about them, for "Pick a kernel"
     exception: str  # "ValueError: weights must be contiguous (at rmsnorm_kernels.py:99)"
     error: BaseException
+    dim: int = 0  # x's last dim: a refusal at a target dim leaves the model's own shape unchecked
+    size: int = 0  # x's elements
 
     @property
     def exception_type(self) -> str:
@@ -73,20 +87,19 @@ def check_dim_limits(backend: Any, method: str, dim: int) -> None:
         raise OutsideDeclaredLimits(f"{NOT_RUN_PREFIX} of {backend.name}: {method} with {reason}")
 
 
-def refusal(method: str, args: Sequence[Any], guarded: GuardedCall, watched: list[tuple[int, torch.Tensor, Any]],
-            error: BaseException) -> Refusal | None:
+def refusal(method: str, args: Sequence[Any], error: BaseException, guarded: GuardedCall | None = None,
+            watched: Sequence[tuple[int, torch.Tensor, Any]] = ()) -> Refusal | None:
     """The refusal ``error`` stands for, or None if it is not one: a protocol breach, a device fault, running out
     of memory, an exit refused, a message that cannot be read (its ``str()`` raised: it names nothing), or a call
-    that changed an input or wrote beside one before raising."""
+    that changed an input or wrote beside one before raising (``guarded``: its guard zones; ``watched``: its
+    inputs' fingerprints, taken before the call)."""
     if not isinstance(error, Exception) or isinstance(error, BackendError | isolation.ExitRefused):
         return None
-    if not exception_text.readable(error):
-        return None
-    if device_faults.out_of_memory(error):
+    if not exception_text.readable(error) or device_faults.out_of_memory(error) or device_faults.looks_poisoning(error):
         return None
     try:
-        if guarded.breaches(None) or any(
-                not torch.equal(z.view.view(z.bits_dtype), z.original.view(z.bits_dtype)) for z in guarded.zones):
+        if guarded is not None and (guarded.breaches(None) or any(
+                not torch.equal(z.view.view(z.bits_dtype), z.original.view(z.bits_dtype)) for z in guarded.zones)):
             return None
         if any(not torch.equal(isolation.fingerprint(t), then) for _, t, then in watched):
             return None
@@ -96,22 +109,31 @@ def refusal(method: str, args: Sequence[Any], guarded: GuardedCall, watched: lis
     frames = traceback.extract_tb(error.__traceback__)
     where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
     first = (exception_text.message(error).strip().splitlines() or [""])[0]
+    x = next((a for a in args if isinstance(a, torch.Tensor)), None)
     return Refusal(method, describe_call(names, args), refused_feature(names, args),
-                   f"{type(error).__name__}: {first}{where}", error)
+                   f"{type(error).__name__}: {first}{where}", error,
+                   dim=x.shape[-1] if x is not None and x.dim() else 0, size=x.numel() if x is not None else 0)
+
+
+def record_refused(collector: Any, backend: str, device: str, dtype: str, rule_id: str, found: Refusal, *,
+                   gating: bool, case: Any = None, replay: str = "") -> None:
+    """The refusal as the report's "Refused inputs" table holds it."""
+    batch = getattr(case, "batch", None)
+    collector.add_refused({
+        "backend": backend, "device": device, "dtype": dtype, "rule": rule_id, "entry": found.method,
+        "input": found.input, "feature": found.feature, "exception": found.exception,
+        "case": repr(case) if case is not None else found.input, "replay": replay,
+        "size": batch.rows * batch.dim if batch is not None else found.size, "gating": gating, "count": 1})
 
 
 def record(subject: Any, declared: tuple[str, ...], case: Any, found: Refusal) -> None:
     """Record the refusal for the report; warn (not fail) unless --strict-interface, which fails the test."""
     __tracebackhide__ = True
     rule_id = declared[0]
-    replay = subject.replay_command(case, rule_id)
+    replay = subject.replay_command(case, rule_id) if case is not None else ""
     backend_name, device_name = subject.record_as or (subject.backend.name, str(subject.device))
-    batch = getattr(case, "batch", None)
-    subject.collector.add_refused({
-        "backend": backend_name, "device": device_name, "dtype": subject.dtype_label, "rule": rule_id,
-        "entry": found.method, "input": found.input, "feature": found.feature, "exception": found.exception,
-        "case": repr(case), "replay": replay, "size": batch.rows * batch.dim if batch is not None else 0,
-        "gating": subject.strict_interface, "count": 1})
+    record_refused(subject.collector, backend_name, device_name, subject.dtype_label, rule_id, found,
+                   gating=subject.strict_interface, case=case, replay=replay)
     message = (f"{subject.backend.name} refused an input on {subject.device}, {subject.dtype_label}: "
                f"{found.method} with {found.input} raised {found.exception} (in a check of {rule_id}; a refused "
                f"input is neither passed nor failed, and gates only under --strict-interface)\n"

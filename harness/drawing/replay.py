@@ -17,7 +17,7 @@ from typing import Any
 
 from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.drawing.cases import CASE_TYPES, FIELD_VOCABULARY, Batch
-from rmsnorm_conformance.harness.running.entry_points import AXIS_A_ENTRY_POINTS
+from rmsnorm_conformance.harness.vocabulary.entry_point_names import AXIS_A_ENTRY_POINTS
 
 _NAMES = {"inf": math.inf, "nan": math.nan}
 # Field values restricted to a vocabulary, wherever the field appears.

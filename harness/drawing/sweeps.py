@@ -18,6 +18,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rmsnorm_conformance.contract import TARGET_DIMS
+from rmsnorm_conformance.contract.families import gradients
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class Sweep(NamedTuple):
 # and in bfloat16, the dtype models run in, whose code path a kernel may have of its own: a kernel that reduces in
 # bfloat16 passed a float32-only smoke and failed three threshold tests in bfloat16 (native's smoke: 109 -> 182
 # tests, 8.0-8.4 -> 9.2-9.8 s on an idle 2-core machine, reports/cpu/smoke.md).
-SMOKE_BITWISE_RULES = ("axis_a.*", "gradients.dx_batch_invariance", "gradients.dw_determinism")
+SMOKE_BITWISE_RULES = ("axis_a.*", gradients.DX_BATCH_INVARIANCE.id, gradients.DW_DETERMINISM.id)
 # One wide dim (Llama-3.1-405B's hidden): a wide row's own paths, at 16 rows within the smoke budget.
 SMOKE_WIDE_DIM = 16384
 # Qwen3-8B's QK-norm heads: 8 key/value heads and 32 query heads of head_dim 128.

@@ -8,6 +8,8 @@ collection, when a collected test asks for a fixture only conformance tests use.
 
 from __future__ import annotations
 
+import importlib.util
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -23,18 +25,25 @@ def explicit(opts: options.Options) -> bool:
     return opts.activating
 
 
+@cache
+def suites_dir() -> Path:
+    """The shipped suites' folder, found without importing them: the suites import the harness, never the other
+    way round, and importing a package of test modules here would only be to read where it is."""
+    spec = importlib.util.find_spec(f"{__name__.partition('.')[0]}.suites")
+    assert spec is not None and spec.submodule_search_locations, "the package ships its suites"
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
 def targets_suites(config: pytest.Config, targets: list[str] | None = None) -> bool:
     """Do the run's arguments (or ``targets``, where pytest has not decided them yet) name the conformance suites
     (by package or by path)?"""
-    from rmsnorm_conformance import suites  # a package of test modules: only its location is read here
-
-    suites_dir = Path(suites.__file__).resolve().parent
+    suites = suites_dir()
     for arg in config.args if targets is None else targets:
         target = arg.split("::", 1)[0]
         if target.startswith("rmsnorm_conformance"):
             return True
         path = Path(config.invocation_params.dir, target).resolve()
-        if path == suites_dir or suites_dir in path.parents or path in suites_dir.parents:
+        if path == suites or suites in path.parents or path in suites.parents:
             return True
     return False
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rmsnorm_conformance.contract import (
     Profile,
 )
 from rmsnorm_conformance.contract import profile as contract_profile
+from rmsnorm_conformance.contract.families import parity as parity_rules
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
@@ -34,34 +34,39 @@ from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin import options as given_options
 from rmsnorm_conformance.harness.plugin import worker_exit
-from rmsnorm_conformance.harness.plugin.controller import HANGS, LEDGER_PATH, WORKER_HANGS
 from rmsnorm_conformance.harness.plugin.device_lost import ENDED_PROPERTY
-from rmsnorm_conformance.harness.plugin.hooks import WARM_UPS
 from rmsnorm_conformance.harness.plugin.outcomes import (
     FAILURE_PROPERTY,
     RECORDS_PROPERTY,
+    RULES_PROPERTY,
     SUBJECT_PROPERTY,
     subject_from_id,
 )
 from rmsnorm_conformance.harness.plugin.outcomes import where as test_params
 from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
 from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
-from rmsnorm_conformance.harness.plugin.run_options import HARNESS_WATCH, RunOptions, resolve
+from rmsnorm_conformance.harness.plugin.run_options import RunOptions, resolve
+from rmsnorm_conformance.harness.plugin.state import (
+    DECLARED_RULES,
+    FAILURE,
+    HANGS,
+    HARNESS_WATCH,
+    INTERRUPTS,
+    LEDGER_PATH,
+    OPTIONS,
+    RECORDS,
+    RUNNING,
+    SUBJECT,
+    WARM_UPS,
+    WORKER_HANGS,
+)
 from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
-from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running import device_faults, exception_text, fresh_process, isolation, warm_up
 from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name, plain_tensors
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
 from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
-
-OPTIONS = pytest.StashKey[RunOptions]()
-# The report key ({"backend", "device"}) and subject of the test running now, for the watchdog.
-RUNNING = pytest.StashKey[tuple[dict, Subject]]()
-INTERRUPTS = pytest.StashKey[Callable[[], None]]()  # puts SIGINT's handler back (isolation.watch_interrupts)
-RECORDS = pytest.StashKey[Collector]()
-FAILURE = pytest.StashKey[dict]()
-SUBJECT = pytest.StashKey[dict]()
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 
 def run_options(config: pytest.Config) -> RunOptions:
@@ -152,11 +157,24 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         if subject is not None:
             refusals.skip_outside_limits(subject, exc)
         pytest.skip(str(exc))
+    except refusals.Refused as refused:
+        # A clean refusal of a valid input, met in the test's own body: recorded as refused (failing only under
+        # --strict-interface), and the test, which could not go on, is not run.
+        _harness_intact(watch)
+        subject = getattr(item, "funcargs", {}).get("subject")
+        if subject is not None:
+            refusals.record(subject, subject.rules or _declared_rules(item), subject.current_case, refused.found)
+        pytest.skip(f"not run: {refused}")
     except BaseException:
         _harness_intact(watch)
         raise
     _harness_intact(watch)
     return result
+
+
+def _declared_rules(item: pytest.Item) -> tuple[str, ...]:
+    marker = item.get_closest_marker("conformance")
+    return tuple(marker.kwargs.get("rules", ())) if marker is not None else (refusals.REFUSED,)
 
 
 def _harness_intact(watch: isolation.HarnessWatch) -> None:
@@ -209,7 +227,8 @@ class CrashesOnTheLedger:
         options, ledger = self.config.stash.get(OPTIONS, None), self.config.stash.get(HANGS, None)
         if options is None or ledger is None:
             return
-        subject = subject_from_id(crashitem, test_params(crashitem), options.backends)
+        subject = subject_from_id(crashitem, test_params(crashitem), options.backends,
+                                  self.config.stash.get(DECLARED_RULES, {}))
         where = crashitem.rsplit("/", 1)[-1]
         if subject:
             ledger.note(subject["backend"], subject["device"], where, "crashed its process")
@@ -224,7 +243,7 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize a conformance test over the run's (backend, device, dtype), its parity pairs or its devices."""
     run = run_options(metafunc.config)
     marker = metafunc.definition.get_closest_marker("conformance")
-    if marker is not None and "parity.bitwise" in marker.kwargs.get("rules", ()):
+    if marker is not None and parity_rules.BITWISE.id in marker.kwargs.get("rules", ()):
         pairs = [(pair, dtype) for pair in run.parity_pairs for dtype in run.dtypes]
         if not pairs:  # said in words, not as pytest's "got empty parameter set"
             reason = "the parity gate runs only for pairs asked for with --require-parity=A:B or --modes"
@@ -459,9 +478,10 @@ class Parity:
 
     def __init__(self, backends: list, device: torch.device, dtype: str, collector: Collector, *,
                  case_timeout: float = 0.0, hangs: HangLedger | None = None, device_key: str = "",
-                 nodeid: str = "", profile: Profile | None = None) -> None:
+                 nodeid: str = "", profile: Profile | None = None, strict_interface: bool = False) -> None:
         self.backends = backends
         self.profile = profile or contract_profile(DEFAULT_PROFILE)  # the bounds the run holds outputs to
+        self.strict_interface = strict_interface
         self.nodeid = nodeid
         self.device = device
         self.dtype = dtype
@@ -475,10 +495,11 @@ class Parity:
         it takes, as its own tests hold it only to those."""
         return [b for b in self.backends if b.limits.outside(("x", "weight"), (x, w)) is None]
 
-    def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    def forward(self, backend: Any, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor | None:
         """``backend.forward`` under the case deadline; a backend that hangs goes on the hang ledger, and one whose
-        fault loses the device ends the comparison as not run (its own tests record the fault against it). Any
-        other exception, an exit, or torch's global state left changed fails the comparison naming the backend."""
+        fault loses the device ends the comparison as not run (its own tests record the fault against it). A clean
+        refusal of the input is recorded as refused and gives None (the backend sits out this shape). Any other
+        exception, an exit, or torch's global state left changed fails the comparison naming the backend."""
         what = f"{backend.name} on {self.device}, {self.dtype}, cross-backend parity at {tuple(x.shape)}"
         in_flight = self.hangs.in_flight(backend.name, self.device_key, self.nodeid) if self.hangs is not None \
             else contextlib.nullcontext()
@@ -493,15 +514,29 @@ class Parity:
                 self.hangs.note(backend.name, self.device_key, what)
             raise
         except Exception as exc:
+            lost = device_faults.context_lost(self.device, exc)  # asked first: a lost context fails every read
+            if lost is not None:
+                detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
+                device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
+                pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
             self._put_back(backend, before, what)
-            lost = device_faults.context_lost(self.device, exc)
-            if lost is None:
+            found = refusals.refusal("forward", (x, w), exc)
+            if found is None:
                 raise AssertionError(f"{what}: {backend.name} raised {exception_text.described(exc)}") from exc
-            detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
-            device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
-            pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
+            self._refused(backend, found)
+            return None
         self._put_back(backend, before, what)
         return out
+
+    def _refused(self, backend: Any, found: refusals.Refusal) -> None:
+        """A clean refusal of the table's input: recorded as refused, and the backend left out of that shape's
+        comparison; under --strict-interface it fails the table, as a refusal fails any check then."""
+        refusals.record_refused(self.collector, backend.name, str(self.device), self.dtype, "cross-backend parity",
+                                found, gating=self.strict_interface)
+        if self.strict_interface:
+            pytest.fail(f"refused input (fails under --strict-interface): {backend.name} on {self.device}, "
+                        f"{self.dtype}, cross-backend parity: {found.method} with {found.input} raised "
+                        f"{found.exception}", pytrace=False)
 
     @staticmethod
     def _put_back(backend: Any, before: dict[str, Any], what: str) -> None:
@@ -529,7 +564,8 @@ def parity(request: pytest.FixtureRequest) -> Parity:
         pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung or crashed); "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
     return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
-                  device_key=key, nodeid=request.node.nodeid, profile=contract_profile(run.contract_profile))
+                  device_key=key, nodeid=request.node.nodeid, profile=contract_profile(run.contract_profile),
+                  strict_interface=run.strict_interface)
 
 
 def _runs_on(backend: Any, device: torch.device) -> bool:
@@ -686,6 +722,9 @@ def _attach_subject(item: pytest.Item, report: pytest.TestReport, subject: dict)
     if report.nodeid.startswith("::"):
         subject = {**subject, "suite": item.path.stem}
     report.user_properties.append((SUBJECT_PROPERTY, subject))
+    marker = item.get_closest_marker("conformance")
+    if report.when == "setup" and marker is not None:
+        report.user_properties.append((RULES_PROPERTY, list(marker.kwargs.get("rules", ()))))
 
 
 def _junit_properties(item: pytest.Item, subject: dict) -> list[tuple[str, str]]:

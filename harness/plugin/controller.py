@@ -26,25 +26,24 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.running.hangs import HangLedger
+from rmsnorm_conformance.harness.plugin.state import (
+    HANGS,
+    LEDGER_PATH,
+    RUN_ENDS_AT,
+    WORKER_GIVEN,
+    WORKER_HANGS,
+    WORKER_RUN_ENDS_AT,
+)
 
 SWITCH = "RMSNORM_CONFORMANCE_EARLY_WORKERS"
 NAME = "rmsnorm-conformance-controller"
-# The keys under which the controller hands each worker the hang ledger's file and the run's end (workerinput).
-WORKER_HANGS = "rmsnorm_conformance_hangs"
-WORKER_RUN_ENDS_AT = "rmsnorm_conformance_run_ends_at"
-# The controller's: the ledger's file once the first worker is configured, and the time.time() the run ends at.
-LEDGER_PATH = pytest.StashKey[Path]()
-RUN_ENDS_AT = pytest.StashKey[float]()
-# The run's hang ledger, in every process once its options are resolved (active.run_options).
-HANGS = pytest.StashKey[HangLedger]()
 REPORTER = "rmsnorm-conformance-reporter"
 
 
@@ -53,10 +52,11 @@ def is_controller(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput") and bool(options.of(config).workers)
 
 
-def register(config: pytest.Config) -> Controller:
+def register(config: pytest.Config, activate: Callable[[pytest.Config], object]) -> Controller:
     """This plugin, registered at configure in the process that writes the reports (pytest-xdist's controller, or
-    a run's only process): it defers the options in a controller, unless the switch says not to."""
-    plugin = Controller(config, defer=is_controller(config) and os.environ.get(SWITCH) != "0")
+    a run's only process): it defers the options in a controller, unless the switch says not to. ``activate``
+    resolves them (``hooks.activate``), handed in so that this module need not import the hooks that register it."""
+    plugin = Controller(config, activate, defer=is_controller(config) and os.environ.get(SWITCH) != "0")
     config.pluginmanager.register(plugin, NAME)
     return plugin
 
@@ -66,8 +66,9 @@ class Controller:
     the end of the session's start), an interrupt before the reporter started, and the ledger's folder removed at
     the end."""
 
-    def __init__(self, config: pytest.Config, *, defer: bool) -> None:
+    def __init__(self, config: pytest.Config, activate: Callable[[pytest.Config], object], *, defer: bool) -> None:
         self.config = config
+        self.activate = activate
         self.defer = defer
         self.resolved = False
         self.reporting = False  # the reporter has started: it writes the run's reports from here on
@@ -87,7 +88,7 @@ class Controller:
         if ledger is not None and ledger.path is None:  # resolved at configure (the switch off)
             ledger.path = path
         node.workerinput[WORKER_HANGS] = str(path)
-        node.workerinput[options.WORKER_GIVEN] = sorted(options.of(config).given)
+        node.workerinput[WORKER_GIVEN] = sorted(options.of(config).given)
         tests_to_the_dead_wait(node)
         ends_at = config.stash.get(RUN_ENDS_AT, 0.0)
         if ends_at:
@@ -119,8 +120,8 @@ class Controller:
             return
         # The report's writer imports no torch (tests/test_plugin_import.py): a torch whose import the interrupt cut
         # short fails, or crashes the process, when it is imported again.
-        from rmsnorm_conformance.harness.reporting.records import Collector
         from rmsnorm_conformance.harness.reporting.render import replace_reports
+        from rmsnorm_conformance.harness.vocabulary.records import Collector
 
         replace_reports(Collector(incomplete="interrupted (Ctrl-C or a signal) as the run started: no test ran"),
                         options.of(self.config).report)
@@ -133,11 +134,9 @@ class Controller:
 
     def _resolve(self) -> None:
         """The run's options resolved (``hooks.activate``); a usage error first stops the workers xdist started."""
-        from rmsnorm_conformance.harness.plugin.hooks import activate
-
         self.resolved = True
         try:
-            activate(self.config)
+            self.activate(self.config)
         except pytest.UsageError:
             nodes = getattr(self.config.pluginmanager.get_plugin("dsession"), "nodemanager", None)
             if nodes is not None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from rmsnorm_conformance.contract.families import semantics
 from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ class DeviceLossGuard:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed and report.when == "call" and any(
-                (name == FAILURE_PROPERTY and isinstance(value, dict) and value.get("rule") == "semantics.device_fault")
+                (name == FAILURE_PROPERTY and isinstance(value, dict)
+                 and value.get("rule") == semantics.DEVICE_FAULT.id)
                 or name == ENDS_PROCESS_PROPERTY for name, value in report.user_properties):
             self.faulted.add(report.nodeid)
 

@@ -23,9 +23,9 @@ from rmsnorm_conformance.harness.plugin import options
 from rmsnorm_conformance.harness.plugin.activation import asks_for_conformance, explicit, targets_suites
 from rmsnorm_conformance.harness.plugin.controller import register as register_controller
 from rmsnorm_conformance.harness.plugin.device_lost import DeviceLossGuard
+from rmsnorm_conformance.harness.plugin.state import WARM_UPS
 
 if TYPE_CHECKING:
-    import subprocess
 
     from rmsnorm_conformance.harness.checking.checks import Subject
     from rmsnorm_conformance.harness.plugin.active import Parity
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
 # The name the run's hooks (active.py) are registered under once the run is a conformance run.
 ACTIVE = "rmsnorm-conformance-run"
-# pytest-xdist's controller: the backends' preparation it started while the workers start (running/warm_up.py).
-WARM_UPS = pytest.StashKey[list["subprocess.Popen"]]()
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -90,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(DeviceLossGuard(config), "rmsnorm-conformance-device-loss")
     if explicit(options.of(config)) or targets_suites(config):
         _warm_up_early(config)
-        if not hasattr(config, "workerinput") and register_controller(config).defer:
+        if not hasattr(config, "workerinput") and register_controller(config, activate).defer:
             return  # resolved once xdist has started the workers (controller.py)
         activate(config)
 

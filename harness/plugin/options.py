@@ -25,6 +25,7 @@ from rmsnorm_conformance.harness.drawing.budget import (
     INTERPRETED_SWEEP_ELEMENTS,
 )
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep
+from rmsnorm_conformance.harness.plugin.state import GIVEN_OPTIONS, WORKER_GIVEN
 from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
 from rmsnorm_conformance.harness.running.registry import known_backend_names
 
@@ -125,6 +126,12 @@ class Options:
              "draw them beside the contract's, and the explicit checks (row thresholds, accuracy, 3-D views, first "
              "calls, the execution-mode sample) run at each.",
         default_text="the contract's dims only")
+    target_dims: str | None = _declare(
+        None, kind=JOINED, metavar="NAME=DIM",
+        help="the model's own dims the verdict requires to be checked, as a comma list of NAME=DIM (or plain dims), "
+             "e.g. hidden=5120,head_dim=128: a backend that refuses one of them, or declares limits that keep it out, "
+             "reads INCOMPLETE naming it, never PASS.",
+        default_text="the contract's, hidden=4096,head_dim=128")
     max_examples: int | None = _declare(
         None, type=int, metavar="N",
         help="examples per conformance test, overriding the sweep's count.")
@@ -329,18 +336,12 @@ def has_short_name(config: pytest.Config, name: str) -> bool:
     return argument is not None and short(name) in argument.names()
 
 
-# The key each process keeps its Options under, once read.
-OPTIONS = pytest.StashKey[Options]()
-# The key under which a pytest-xdist controller hands its workers the options given on its command line.
-WORKER_GIVEN = "rmsnorm_conformance_given"
-
-
 def of(config: pytest.Config) -> Options:
     """The run's options, read once a process, at its configure at the earliest (pytest-xdist settles ``-n`` and
     ``--dist`` in its ``pytest_cmdline_main``)."""
-    if OPTIONS not in config.stash:
-        config.stash[OPTIONS] = read(config)
-    return config.stash[OPTIONS]
+    if GIVEN_OPTIONS not in config.stash:
+        config.stash[GIVEN_OPTIONS] = read(config)
+    return config.stash[GIVEN_OPTIONS]
 
 
 def read(config: pytest.Config) -> Options:
@@ -464,8 +465,10 @@ def _typed(value: Any, how: Declared | None) -> Any:
         return _flag_value(value)
     if how.kind in (APPEND, JOINED) and isinstance(value, (str, list)):
         items = [value] if isinstance(value, str) else value
-        if not all(isinstance(i, str) for i in items):
+        # Whole numbers too, for lists of them (dims = [6144, 128]).
+        if not all(isinstance(i, (str, int)) and not isinstance(i, bool) for i in items):
             raise TypeError("a string or a list of strings")
+        items = [str(i) for i in items]
         return tuple(items) if how.kind == APPEND else ",".join(items)
     if how.kind in (APPEND, JOINED) or isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise TypeError("a string or a number")

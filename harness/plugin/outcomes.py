@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 if TYPE_CHECKING:  # the device-loss guard, loaded in every pytest run, reads this module's keys without torch
     from rmsnorm_conformance.harness.running.backend import Backend
@@ -17,18 +17,25 @@ if TYPE_CHECKING:  # the device-loss guard, loaded in every pytest run, reads th
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
 FAILURE_PROPERTY = "rmsnorm_conformance_failure"
 SUBJECT_PROPERTY = "rmsnorm_conformance_subject"
+# The rules a conformance test declares, on its setup report: a worker that crashes in the test's call sends no
+# report of its own, and the controller, which never imports the suites, pins the crash on the rule from here.
+RULES_PROPERTY = "rmsnorm_conformance_rules"
 
 
-def record_report(collector: Collector, report: pytest.TestReport, backends: tuple[Backend, ...]) -> None:
-    """Fold one test report (setup, call or teardown) into ``collector``."""
+def record_report(collector: Collector, report: pytest.TestReport, backends: tuple[Backend, ...],
+                  declared: dict[str, tuple[str, ...]]) -> None:
+    """Fold one test report (setup, call or teardown) into ``collector``; ``declared`` keeps the rules each test's
+    setup report named (``RULES_PROPERTY``), for a later report of the test that names nothing."""
     if report.when == "setup" and "conformance" in report.keywords:
         collector.conformance_tests += 1
     for name, value in report.user_properties:
         if name == RECORDS_PROPERTY:
             collector.merge_json(cast(dict[str, Any], value))
+        elif name == RULES_PROPERTY:
+            declared[report.nodeid] = tuple(cast(list[str], value))
     outcomes = collector.outcomes
     params = where(report.nodeid)
-    subject = _property(report, SUBJECT_PROPERTY) or subject_from_id(report.nodeid, params, backends)
+    subject = _property(report, SUBJECT_PROPERTY) or subject_from_id(report.nodeid, params, backends, declared)
     if hasattr(report, "wasxfail"):  # a breach the known-failure manifest expects
         outcomes[report.nodeid] = {"outcome": "xfailed", "reason": str(report.wasxfail)[:300], "where": params}
     elif report.passed and report.when == "call":
@@ -67,10 +74,11 @@ def _failure(report: pytest.TestReport) -> dict[str, Any]:
     return failure
 
 
-def subject_from_id(nodeid: str, params: str, backends: tuple[Backend, ...]) -> dict[str, str]:
+def subject_from_id(nodeid: str, params: str, backends: tuple[Backend, ...],
+                    declared: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """Backend, device and rule of a test that left no record of them: a worker that crashed (a segfault in
     a kernel, say) reports only the test id. Its params begin with a selected backend's name and the
-    device; its rule is the test's own when it declares one (the suites' markers)."""
+    device; its rule is the one rule its setup report declared (``declared``), where it declared one."""
     if not params:
         return {}
     backend = next((b.name for b in sorted(backends, key=lambda b: -len(b.name))
@@ -78,10 +86,7 @@ def subject_from_id(nodeid: str, params: str, backends: tuple[Backend, ...]) -> 
     if backend is None:
         return {}
     subject = {"backend": backend, "device": params[len(backend) + 1:].split("-", 1)[0]}
-    from rmsnorm_conformance.harness.checking.rule_index import rule_tests
-
-    test = nodeid.rsplit("/", 1)[-1].split("[", 1)[0]
-    rules = [rule for rule, tests in rule_tests().items() if test in tests]
+    rules = declared.get(nodeid, ())
     if len(rules) == 1:
         subject["rule"] = rules[0]
     return subject

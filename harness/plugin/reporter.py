@@ -17,12 +17,13 @@ import pytest
 from rmsnorm_conformance.contract import VERSION
 from rmsnorm_conformance.harness.checking.known_failures import Breach, baseline_toml, entry_status, manifest_rows
 from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
-from rmsnorm_conformance.harness.plugin.run_options import HARNESS_WATCH, RunOptions
+from rmsnorm_conformance.harness.plugin.run_options import RunOptions
 from rmsnorm_conformance.harness.plugin.selection import selection
+from rmsnorm_conformance.harness.plugin.state import DECLARED_RULES, HARNESS_WATCH
 from rmsnorm_conformance.harness.reporting.environment import fingerprint
-from rmsnorm_conformance.harness.reporting.records import Collector, Summary
 from rmsnorm_conformance.harness.reporting.render import render_terminal, replace_reports, write_report
 from rmsnorm_conformance.harness.running import isolation
+from rmsnorm_conformance.harness.vocabulary.records import Collector, Summary
 
 # Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
 CONTROLLER_WRITE_INTERVAL = 2.0
@@ -232,7 +233,7 @@ class Reporter:
             self.collector.unfinished = list(self.running)
             if self._write_pending and time.monotonic() - self._last_write >= CONTROLLER_WRITE_INTERVAL:
                 self._write_reports()
-        record_report(self.collector, report, self.options.backends)
+        record_report(self.collector, report, self.options.backends, self.config.stash.setdefault(DECLARED_RULES, {}))
 
     # --- the end of the run ----------------------------------------------------------------------------
 
@@ -266,8 +267,8 @@ class Reporter:
             c.incomplete = (f"the harness's own functions were found replaced at the run's end, outside any test "
                             f"({watch.shown(replaced)}; put back before this report was written): the run cannot "
                             "vouch for its checks")
+        c.selection = selection(self.config, self.options, c)  # before the verdict: it holds the target dims
         session.exitstatus = exit_status(c.verdict(), session.exitstatus, bool(c.checks))
-        c.selection = selection(self.config, self.options, c)
         for name in c.named_but_not_run():
             c.add_not_run(name, "all", "named with --backend, but every one of its tests was skipped (see the "
                                        "reasons above): nothing about it was shown to hold")

@@ -21,14 +21,13 @@ import pytest
 import torch
 from hypothesis import settings
 
-from rmsnorm_conformance.contract import DTYPES
+from rmsnorm_conformance.contract import DTYPES, TARGET_DIMS
 from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_DIMS
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
 from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, sweep_settings
 from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.controller import RUN_ENDS_AT, WORKER_RUN_ENDS_AT
 from rmsnorm_conformance.harness.plugin.options import Options
 from rmsnorm_conformance.harness.plugin.parity_gate import (
     ParityPair,
@@ -37,6 +36,7 @@ from rmsnorm_conformance.harness.plugin.parity_gate import (
     parse_parity,
     sample_on,
 )
+from rmsnorm_conformance.harness.plugin.state import HARNESS_WATCH, RUN_ENDS_AT, WORKER_RUN_ENDS_AT
 from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
 from rmsnorm_conformance.harness.running.adapters import adapted_notes
 from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
@@ -48,11 +48,6 @@ from rmsnorm_conformance.harness.running.devices import (
 from rmsnorm_conformance.harness.running.isolation import HarnessWatch, watch_functions
 from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
 from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
-
-# The harness's own functions as the run found them, before any backend was imported (isolation.HarnessWatch):
-# checked after each backend's import here, at the end of each conformance test (active.py) and of the run
-# (reporter.py). One a run, kept with its config: a run inside a test's process has its own.
-HARNESS_WATCH = pytest.StashKey[HarnessWatch]()
 
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.
@@ -87,6 +82,8 @@ class RunOptions:
     mode_sample: bool = True  # the execution-mode sample (axis_a.execution_mode); off with --modes=none
     shrink: bool = True  # Hypothesis shrinks a failing case to the simplest one; off with --no-shrink
     model_dims: tuple[int, ...] = ()  # --dims: a model's own last dims, drawn and checked beside the contract's
+    # --target-dims: the model's dims (name, dim) a backend must be checked at to pass; the contract's by default.
+    target_dims: tuple[tuple[str, int], ...] = tuple(TARGET_DIMS.items())
 
     def environment(self, config: pytest.Config) -> dict[str, str]:
         """The run's settings as the report's environment table shows them."""
@@ -194,6 +191,7 @@ def resolve(config: pytest.Config) -> RunOptions:
     _check_baseline(opts.write_known_failures)
     backends, not_run = _resolve_backends(config, opts.backend, devices)
     names = _unique_names(backends)
+    target_dims = parse_target_dims(opts.target_dims)
     return RunOptions(
         options=opts, backends=tuple(backends), devices=devices, dtypes=dtypes, rules=rules, sweep=sweep,
         settings=sweep_settings(sweep, max_examples=max_examples, replay=bool(opts.replay), shrink=opts.shrink),
@@ -203,7 +201,16 @@ def resolve(config: pytest.Config) -> RunOptions:
         strict_interface=opts.strict_interface, reports=reports, replay_case=replay_case,
         manifest=manifest, named_backends=tuple(names) if opts.backend else (),
         parity_pairs=tuple(_resolve_parity(backends, devices, list(opts.require_parity), opts.modes)),
-        bench=bench, not_run=tuple(not_run), mode_sample=sample_on(opts.modes), model_dims=_parse_dims(opts.dims))
+        bench=bench, not_run=tuple(not_run), mode_sample=sample_on(opts.modes),
+        model_dims=_model_dims(opts.dims, target_dims), target_dims=target_dims)
+
+
+def _model_dims(option: str | None, target_dims: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
+    """--dims, and the --target-dims that are not the contract's: a target dim is drawn and checked as a model's own
+    dim is, so that the verdict can say whether it was."""
+    own = [dim for _, dim in target_dims if dim not in TARGET_DIMS.values()]
+    return tuple(dict.fromkeys((*_parse_dims(option), *own)))
+
 
 
 # The widest dim --dims takes: a row of a million elements, past any model's hidden size.
@@ -222,6 +229,28 @@ def _parse_dims(option: str | None) -> tuple[int, ...]:
                                     f"{MAX_MODEL_DIM} as a comma list, e.g. --dims=6144,128")
         dims.append(int(word))
     return tuple(dict.fromkeys(dims))
+
+
+
+# The widest target dim --target-dims takes: a row of a million elements, past any model's hidden size.
+MAX_TARGET_DIM = 1 << 20
+
+
+def parse_target_dims(option: str | None) -> tuple[tuple[str, int], ...]:
+    """--target-dims parsed: (name, dim) pairs from NAME=DIM (a plain DIM is named "dim"), each dim a whole number
+    from 1 to MAX_TARGET_DIM, each once; none given, the contract's."""
+    if not option:
+        return tuple(TARGET_DIMS.items())
+    dims: dict[int, str] = {}
+    for word in (w.strip() for w in option.split(",")):
+        if not word:
+            continue
+        name, _, value = word.rpartition("=")
+        if not value.strip().isdigit() or not 1 <= int(value) <= MAX_TARGET_DIM:
+            raise pytest.UsageError(f"--target-dims={option}: {word!r} is not NAME=DIM with DIM a whole number from "
+                                    f"1 to {MAX_TARGET_DIM}; e.g. --target-dims=hidden=5120,head_dim=128")
+        dims.setdefault(int(value), name.strip() or "dim")
+    return tuple((name, dim) for dim, name in dims.items())
 
 
 def _resolve_devices(option: str | None) -> tuple[torch.device, ...]:

@@ -1,8 +1,8 @@
 """What a run selected, against what the full gate checks: the rules, dtypes, devices and tests it left out, and
 the thresholds its element budget did not reach, and what a sweep that is not the gate (smoke) leaves out. A run
 that left anything out can pass only as ``PASS (partial)``, or ``PASS (smoke)``: the report says what the full
-gate would add, and the JSON carries the selection as data. A backend whose declared limits keep out the contract's
-target dims passes only as ``PASS (not at hidden 4096)`` (the dims it keeps out), whatever was selected.
+gate would add, and the JSON carries the selection as data. The run's target dims, and the ones a backend's declared
+limits keep out, go with it: such a backend reads INCOMPLETE, naming them (records.Collector.coverage_gaps).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import pytest
 from rmsnorm_conformance.contract import DTYPES
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin import options
+from rmsnorm_conformance.harness.plugin.activation import suites_dir
 from rmsnorm_conformance.harness.plugin.run_options import RunOptions
-from rmsnorm_conformance.harness.reporting.records import Collector
 from rmsnorm_conformance.harness.running.devices import default_devices
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 
 def selection(config: pytest.Config, options: RunOptions, collector: Collector) -> dict[str, Any]:
@@ -49,13 +50,15 @@ def selection(config: pytest.Config, options: RunOptions, collector: Collector) 
         if (entry["backend"], entry["device"], entry["reason"]) not in own and not entry.get("limits"):
             adds.append(f"{entry['backend']} on {entry['device']}: {entry['reason']}")
     # A kernel may decline the model's own shapes by its declared limits: not a selection (the full gate would not
-    # run them either), but its pass must not read as if hidden 4096 and head_dim 128 had been checked.
-    gaps = {b.name: b.limits.target_gaps() for b in options.backends if b.limits.target_gaps()}
+    # run them either), but it cannot pass as if the target dims had been checked (Collector.coverage_gaps).
+    gaps = {b.name: b.limits.target_gaps(options.target_dims) for b in options.backends
+            if b.limits.target_gaps(options.target_dims)}
     return {"sweep": options.sweep, "sweep_is_gate": sweep.scope is None,
             "rules": list(options.rules) or "all", "dtypes": list(options.dtypes),
             "devices": [str(d) for d in options.devices], "tests": tests,
             "replay": repr(options.replay_case) if options.replay_case is not None else None,
-            "full_gate_adds": adds, "target_gaps": gaps}
+            "full_gate_adds": adds, "target_gaps": gaps,
+            "target_dims": {name: dim for name, dim in options.target_dims}}
 
 
 def narrowed_tests(config: pytest.Config) -> list[str]:
@@ -97,6 +100,4 @@ def _whole_suites(arg: str, config: pytest.Config) -> bool:
 
 def _suites_and(target: str, config: pytest.Config) -> tuple[Path, Path]:
     """The shipped suites' folder, and ``target`` as a path from where the run started."""
-    from rmsnorm_conformance import suites
-
-    return Path(suites.__file__).resolve().parent, Path(config.invocation_params.dir, target).resolve()
+    return suites_dir(), Path(config.invocation_params.dir, target).resolve()

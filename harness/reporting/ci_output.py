@@ -19,7 +19,7 @@ import pytest
 from rmsnorm_conformance.contract import rule
 from rmsnorm_conformance.harness.reporting.diagnoses import one_line
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import PICK_TITLE, breaches, labelled, pick_rows, pick_table
-from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE, Collector
+from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE, Collector
 
 # A step summary is read on a web page beside the job's log: the verdict, the table and the first breaches only.
 SUMMARY_BREACHES = 5

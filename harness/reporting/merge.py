@@ -21,10 +21,11 @@ from typing import Any
 from tabulate import tabulate
 
 from rmsnorm_conformance.contract import ALL_RULES, Rule
+from rmsnorm_conformance.contract.families import axis_b
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import BENCH_ALIASES, device_label, merged, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
-from rmsnorm_conformance.harness.reporting.records import FORMAT, _from_finite_json
 from rmsnorm_conformance.harness.reporting.render import _md_table, md_cell, md_code, pictures_lines
+from rmsnorm_conformance.harness.vocabulary.records import FORMAT, _from_finite_json
 
 ERRORS = "errors"  # the column for tests that failed without recording a failing check
 
@@ -67,7 +68,7 @@ class Matrix:
             if (s["failures"] or s.get("expected_failures")) and (cell["size"] < 0 or size <= cell["size"]):
                 cell["case"], cell["replay"], cell["size"] = s["failing_case"], s["replay"], size
             st = self.stats.setdefault(row, {"max_ulp": None, "margin": None})
-            if s["rule"] == "axis_b.output" and s.get("max_ulp") is not None:
+            if s["rule"] == axis_b.OUTPUT.id and s.get("max_ulp") is not None:
                 st["max_ulp"] = max(st["max_ulp"] or 0, s["max_ulp"])
             if s.get("margin") is not None and not s["rule"].startswith("gradients."):
                 st["margin"] = max(st["margin"] or 0.0, s["margin"])

@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsnorm_conformance.contract import rule
-from rmsnorm_conformance.harness.reporting.records import REFUSED_RULE as REFUSED
-from rmsnorm_conformance.harness.reporting.records import Collector, fold_refused
+from rmsnorm_conformance.contract.families import parity
+from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE as REFUSED
+from rmsnorm_conformance.harness.vocabulary.records import Collector, fold_refused
 
 VERDICT_ORDER = ("PASS", "XFAIL", "INCOMPLETE", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then "
@@ -190,7 +191,8 @@ class PickRow:
     @property
     def numerics(self) -> str:
         """The verdict as the table shows it: a pass of a run short of the gate says so."""
-        return f"{self.verdict} ({self.scope})" if self.verdict == "PASS" and self.scope else self.verdict
+        return f"{self.verdict} ({self.scope})" if self.verdict in ("PASS", "INCOMPLETE") and self.scope \
+            else self.verdict
 
     @property
     def limits(self) -> str:
@@ -288,7 +290,7 @@ def _pair_evidence(c: Collector) -> dict[tuple[str, str], dict[tuple[str, str], 
                 setattr(e, name, getattr(e, name) + n)
 
     for s in c.summaries.values():
-        if s.rule != "parity.bitwise" or not _is_pair(s.backend) or not s.checks:
+        if s.rule != parity.BITWISE.id or not _is_pair(s.backend) or not s.checks:
             continue
         left, right = s.backend.split("=", 1)
         devices = s.device.split("/")
@@ -331,7 +333,7 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         checks = sum(s.checks for s in mine)
         verdict = "FAIL" if failed else "XFAIL" if expected else "PASS" if checks else "NOT RUN"
         lost = [e for e in c.device_lost() if (e["backend"], e["device"]) == (backend, device)]
-        if (lost or c.incomplete) and verdict in ("PASS", "XFAIL", "NOT RUN"):
+        if (lost or c.incomplete or c.coverage_gaps(backend)) and verdict in ("PASS", "XFAIL", "NOT RUN"):
             # checks it had left were kept from running: by a fault that was not its own, or by the run's end
             verdict = "INCOMPLETE"
         margins: dict[str, float] = {}
@@ -360,8 +362,17 @@ def pick_rows(c: Collector, bench: dict[str, Any] | None = None) -> list[PickRow
         rows.append(PickRow(backend, device, verdict, checks, sorted(failed | expected), sorted(interface),
                             _rounding_label(c, backend, device), partners, required, unequal,
                             {d: margins[d] for d in DTYPE_ORDER if d in margins}, speed,
-                            bool(speed and where and row_type != where), declared, refused, c.pass_scope(backend)))
+                            bool(speed and where and row_type != where), declared, refused,
+                            _scope(c, backend, verdict)))
     return sorted(rows, key=PickRow.sort_key)
+
+
+def _scope(c: Collector, backend: str, verdict: str) -> str:
+    """What a row's verdict is short of: a pass's scope (smoke, partial), or the target dims it left unchecked."""
+    gaps = c.coverage_gaps(backend).get(backend, [])
+    if verdict == "INCOMPLETE" and gaps:
+        return "not checked at " + ", ".join(gaps)
+    return c.pass_scope(backend)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rmsnorm_conformance.contract.families import axis_b, parity
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
     BENCH_ALIASES,
     DTYPE_ORDER,
@@ -25,7 +26,7 @@ from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
     bench_device,
     bench_dtype,
 )
-from rmsnorm_conformance.harness.reporting.records import Collector
+from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 INSTALL_HINT = "pip install 'rmsnorm-conformance[plots]'"
 KINDS = ("ulp-histogram", "margin-vs-dim", "bandwidth-vs-rows", "parity", "fingerprint")
@@ -149,7 +150,7 @@ def _ulp_histogram(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     hists: dict[str, dict[str, list[int]]] = {}
     devices_of = _devices_of(c)
     for s in c.summaries.values():
-        if s.rule != "axis_b.output" or not s.ulp_hist:
+        if s.rule != axis_b.OUTPUT.id or not s.ulp_hist:
             continue
         label = _label(s.backend, s.device, devices_of)
         dtype = s.dtype.split("-w_")[0]
@@ -323,7 +324,7 @@ def _parity_counts(c: Collector) -> tuple[ParityCounts, ParityCounts]:
             acc[0] += p["equal"]
             acc[1] += p["total"]
     for s in c.summaries.values():
-        if s.rule == "parity.bitwise" and "=" in s.backend and s.checks and "/" not in s.device:
+        if s.rule == parity.BITWISE.id and "=" in s.backend and s.checks and "/" not in s.device:
             a, b = sorted(s.backend.split("=", 1))
             acc = gate.setdefault((s.device, a, b), [0, 0])
             acc[0] += s.checks - s.failures - s.expected_failures

@@ -21,13 +21,13 @@ from urllib.parse import quote
 
 from tabulate import tabulate
 
-from rmsnorm_conformance.contract import AXIS_A_VARIANTS, TARGET_DIMS, rule
+from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
 from rmsnorm_conformance.harness.checking.known_failures import entry_status
 from rmsnorm_conformance.harness.reporting.diagnoses import DIAGNOSES_TITLE, diagnosis_lines
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
-from rmsnorm_conformance.harness.reporting.records import Collector, Summary, finite_tree, fold_refused
+from rmsnorm_conformance.harness.vocabulary.records import Collector, Summary, finite_tree, fold_refused
 
 REPORT_SUFFIXES = (".md", ".markdown", ".json")
 
@@ -170,8 +170,11 @@ def _verdict_row(c: Collector, backend: str, device: str, items: list[Summary], 
     if expected_rules:
         note += " (expected: " + ", ".join(expected_rules) + ")"
     lost = any((e["backend"], e["device"]) == (backend, device) for e in c.device_lost())
+    gaps = c.coverage_gaps(backend).get(backend, [])
+    if gaps:
+        note += f" (not checked at {', '.join(gaps)})"
     return [backend, device, sum(s.checks for s in items), sum(s.failures for s in items),
-            "FAIL" if failed_rules else "INCOMPLETE" if lost or c.incomplete else "PASS", note,
+            "FAIL" if failed_rules else "INCOMPLETE" if lost or c.incomplete or gaps else "PASS", note,
             ", ".join(warned_rules) or "–"]
 
 
@@ -443,11 +446,11 @@ def partial_lines(c: Collector) -> list[str]:
         lines += [f"This {c.selection.get('sweep')} run is a quick check, not the gate; a full run adds:"
                   if c.selection.get("sweep_is_gate") is False else
                   "This run is short of the full gate, which would add:", *(f"- {line}" for line in adds)]
-    gaps = c.selection.get("target_gaps") or {}
+    gaps = c.coverage_gaps()
     if gaps:
-        target = ", ".join(f"{k} {v}" for k, v in TARGET_DIMS.items())
-        lines += [f"Not checked at the contract's target dims ({target}): the declared limits keep them out, so "
-                  "nothing here says how these kernels do on the model's own shapes:",
+        target = ", ".join(f"{k} {v}" for k, v in c.target_dims().items())
+        lines += [f"Not checked at the run's target dims ({target}): refused, or kept out by declared limits, so "
+                  "nothing here says how these kernels do on the model's own shapes, and none of them can pass:",
                   *(f"- {name}: {', '.join(missing)}" for name, missing in sorted(gaps.items()))]
     return lines
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.harness.drawing.budget import fair_share
-from rmsnorm_conformance.harness.reporting.records import DEVICE_LOST, PROCESS_LOST
+from rmsnorm_conformance.harness.vocabulary.records import DEVICE_LOST, PROCESS_LOST
 
 # Set in the environment of a run on a machine without a GPU, this makes the probe report the context lost after
 # an error that reads like a context-poisoning CUDA error: the CPU twins of device faults use it, so CI exercises

@@ -13,7 +13,9 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.contract import reference
+from rmsnorm_conformance.contract.families import semantics, variants
 from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, lay_out_weight
+from rmsnorm_conformance.harness.vocabulary.entry_point_names import AXIS_A_ENTRY_POINTS, FORWARD_ENTRY_POINTS
 
 References = Callable[[Any, Sequence[torch.Tensor], "torch.Tensor | None", float], tuple[torch.Tensor, ...]]
 
@@ -34,7 +36,7 @@ class EntryPoint:
     reference: References
     weighted: bool = True
     rule: str | None = None
-    purity_rule: str = "semantics.purity"
+    purity_rule: str = semantics.PURITY.id
 
     def offered_by(self, backend: Any) -> bool:
         if self.name == "forward":
@@ -89,17 +91,15 @@ def _unweighted_reference(backend: Any, rows: Sequence[torch.Tensor], w: torch.T
 FORWARD = EntryPoint("forward", ("x",), ("y",), _forward_reference)
 FORWARD_FP32 = EntryPoint("forward_fp32", ("x",), ("y",), _forward_reference)
 FUSED_ADD = EntryPoint("fused_add", ("x", "residual"), ("y", "residual_out"), _fused_add_reference,
-                       rule="axis_a.fused_add", purity_rule="variants.purity")
-OFFSET = EntryPoint("forward_offset", ("x",), ("y",), _offset_reference, rule="axis_a.offset",
-                    purity_rule="variants.purity")
+                       rule=variants.AXIS_A_FUSED_ADD.id, purity_rule=variants.PURITY.id)
+OFFSET = EntryPoint("forward_offset", ("x",), ("y",), _offset_reference, rule=variants.AXIS_A_OFFSET.id,
+                    purity_rule=variants.PURITY.id)
 UNWEIGHTED = EntryPoint("forward_unweighted", ("x",), ("y",), _unweighted_reference, weighted=False,
-                        rule="axis_a.unweighted", purity_rule="variants.purity")
+                        rule=variants.AXIS_A_UNWEIGHTED.id, purity_rule=variants.PURITY.id)
 
 ENTRY_POINTS: dict[str, EntryPoint] = {e.name: e for e in (FORWARD, FORWARD_FP32, FUSED_ADD, OFFSET, UNWEIGHTED)}
-# The entry points a case may name (the replay vocabulary).
-AXIS_A_ENTRY_POINTS: tuple[str, ...] = tuple(ENTRY_POINTS)
-# The entry points of the plain norm, drawn together by forward's sweeps: both take (x, weight, eps).
-FORWARD_ENTRY_POINTS: tuple[str, ...] = ("forward", "forward_fp32")
+# A case names entry points by the shared vocabulary's words: one description for each, in the same order.
+assert tuple(ENTRY_POINTS) == AXIS_A_ENTRY_POINTS, (tuple(ENTRY_POINTS), AXIS_A_ENTRY_POINTS)
 
 
 def entry_point(name: str) -> EntryPoint:

@@ -80,10 +80,11 @@ class InputLimits:
             parts.append(f"dim a multiple of {self.dim_multiple_of}")
         return "; ".join(parts)
 
-    def target_gaps(self) -> list[str]:
-        """The contract's target shapes these limits keep out, in its words ("hidden 4096", "contiguous rows"):
-        a kernel may honestly decline them, and its pass then says the model's own shapes were never checked."""
-        gaps = [f"{name} {dim}" for name, dim in TARGET_DIMS.items() if self.dim_outside(dim)]
+    def target_gaps(self, targets: Iterable[tuple[str, int]] = tuple(TARGET_DIMS.items())) -> list[str]:
+        """The target shapes (the contract's, or a run's --target-dims) these limits keep out, in its words
+        ("hidden 4096", "contiguous rows"): a kernel may honestly decline them, but then the model's own shapes were
+        never checked, and it cannot pass."""
+        gaps = [f"{name} {dim}" for name, dim in targets if self.dim_outside(dim)]
         return gaps + ([] if "contiguous" in self.layouts else ["contiguous rows"])
 
     def outside(self, names: Sequence[str], args: Sequence[Any]) -> str | None:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from rmsnorm_conformance.contract import TARGET_DIMS
-from rmsnorm_conformance.harness.checking.known_failures import stale
 
 FORMAT = "rmsnorm-conformance-report/1"
 # The JSON Schema of that format, shipped beside this module; CHANGELOG.md records each release's changes to it.
@@ -230,7 +229,7 @@ class Collector:
 
     def stale_entries(self) -> list[dict[str, Any]]:
         """Known-failure entries that fail the run: under --strict-known-failures, those checked and never breached."""
-        return stale(self.expected) if self.strict_known_failures else []
+        return [e for e in self.expected if e["passed"] and not e["breached"]] if self.strict_known_failures else []
 
     def gating_refusals(self) -> list[dict[str, Any]]:
         return [e for e in self.refused if e["gating"]]
@@ -275,23 +274,41 @@ class Collector:
 
     def pass_scope(self, backend: str | None = None) -> str:
         """What a pass of this run (of ``backend``'s rows, where one is named) is short of the gate: the sweep's
-        name where the sweep is not the gate (``smoke``), ``partial`` where the run left out what the gate checks,
-        and ``not at hidden 4096`` where a backend's declared limits kept the contract's target dims out; else empty."""
-        scopes = []
+        name where the sweep is not the gate (``smoke``), ``partial`` where the run left out what the gate checks;
+        else empty."""
         if self.selection.get("sweep_is_gate") is False:
-            scopes.append(str(self.selection.get("sweep")))
-        elif self.partial:
-            scopes.append("partial")
-        gaps = self.selection.get("target_gaps") or {}
-        missing = [g for name, names in gaps.items() if backend in (None, name) for g in names]
-        if missing:
-            scopes.append("not at " + ", ".join(dict.fromkeys(missing)))
-        return "; ".join(scopes)
+            return str(self.selection.get("sweep"))
+        return "partial" if self.partial else ""
+
+    def target_dims(self) -> dict[str, int]:
+        """The dims a backend must be checked at to pass (name -> dim): the run's --target-dims, else the
+        contract's."""
+        return dict(self.selection.get("target_dims") or TARGET_DIMS)
+
+    def coverage_gaps(self, backend: str | None = None) -> dict[str, list[str]]:
+        """Per backend (``backend`` alone, where named), the target dims it left unchecked and why: its declared
+        limits keep the dim out, or it refused an input at that dim (a contiguous one: the dim was what it refused)
+        and no check of it ran there. A backend with any cannot pass: the run reads INCOMPLETE, naming them."""
+        gaps: dict[str, list[str]] = {}
+        for name, missing in (self.selection.get("target_gaps") or {}).items():
+            gaps.setdefault(name, []).extend(f"{gap} (declared limits)" for gap in missing)
+        checked = {(s.backend, d) for s in self.summaries.values() if s.checks for d in s.dims}
+        for e in self.refused:
+            for label, dim in self.target_dims().items():
+                gap = f"{label} {dim} (refused)"
+                if (e["feature"] == f"dim {dim}" and (e["backend"], dim) not in checked
+                        and gap not in gaps.get(e["backend"], [])):
+                    gaps.setdefault(e["backend"], []).append(gap)
+        return {name: found for name, found in gaps.items() if backend in (None, name)}
 
     def verdict_label(self) -> str:
         """The verdict as a report's headline shows it: a pass of a selection reads ``PASS (partial)``, and a pass
-        under a sweep that is not the gate reads ``PASS (smoke)``, never ``PASS``."""
+        under a sweep that is not the gate reads ``PASS (smoke)``, never ``PASS``; a run that left a target dim
+        unchecked reads ``INCOMPLETE (not checked at hidden 4096 (refused))``."""
         verdict, scope = self.verdict(), self.pass_scope()
+        gaps = [g for found in self.coverage_gaps().values() for g in found]
+        if verdict == "INCOMPLETE" and gaps:
+            return f"{verdict} (not checked at {', '.join(dict.fromkeys(gaps))})"
         return f"{verdict} ({scope})" if verdict == "PASS" and scope else verdict
 
     def verdict(self) -> str:
@@ -301,7 +318,8 @@ class Collector:
         cannot undo a failure), or, under --strict-known-failures, a known-failure entry no longer matched;
         INCOMPLETE: interrupted, stopped early or killed before the end with nothing
         failed by then, or checks left unrun because a device fault lost the device (the faulting backend's own
-        row still reads FAIL); NOT RUN: a named backend ran nothing, or no conformance check ran at all.
+        row still reads FAIL), or a backend that left a target dim unchecked (``coverage_gaps``: refused or
+        declared away); NOT RUN: a named backend ran nothing, or no conformance check ran at all.
         """
         if self.usage_error:
             return "NOT RUN"
@@ -313,6 +331,8 @@ class Collector:
             return "INCOMPLETE"
         if self.named_but_not_run() or (self.conformance_tests and not self.checks):
             return "NOT RUN"
+        if self.coverage_gaps():  # a target dim left unchecked: nothing says how it does on the model's shapes
+            return "INCOMPLETE"
         return "PASS"
 
     # --- serialisation -------------------------------------------------------------------------
