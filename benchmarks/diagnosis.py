@@ -31,22 +31,24 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DIAGNOSED = ("axis_a.", "parity.bitwise")
 
 
 def subjects() -> list[dict[str, Any]]:
     """Each diagnosed defect, and each parity pair of a control against native, with its run's arguments."""
+    from rmsnorm_conformance.contract.families import parity
+    from rmsnorm_conformance.harness.checking.diagnosis import diagnosed
     from rmsnorm_conformance.zoo import DEFECTS, EngineStyleRMSNorm, LaneOrderRMSNorm
 
     out = []
     for d in DEFECTS:
-        if d.breaks.startswith(DIAGNOSED):
+        if diagnosed(d.breaks):
             out.append({"name": d.__name__, "rule": d.breaks, "mechanism": d.mechanism, "backend": d.name,
                         "args": [f"--rule={d.breaks}", f"--backend=rmsnorm_conformance.zoo:{d.__name__}"]})
     for control in (LaneOrderRMSNorm, EngineStyleRMSNorm):
-        out.append({"name": f"native = {control.__name__}", "rule": "parity.bitwise",
+        out.append({"name": f"native = {control.__name__}", "rule": parity.BITWISE.id,
                     "mechanism": control.parity_mechanism, "backend": f"native={control.name}",
-                    "args": ["--rule=parity.bitwise", f"--backend=native,rmsnorm_conformance.zoo:{control.__name__}",
+                    "args": [f"--rule={parity.BITWISE.id}",
+                             f"--backend=native,rmsnorm_conformance.zoo:{control.__name__}",
                              f"--require-parity=native:{control.name}"]})
     return out
 

@@ -25,13 +25,14 @@ from typing import Any
 
 import torch
 
+from rmsnorm_conformance.contract.families import fp8, parity
 from rmsnorm_conformance.harness.checking import fingerprint as fp
 from rmsnorm_conformance.harness.checking.comparison import bits
 from rmsnorm_conformance.harness.checking.stage import Stage, stage_of
 from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 
 # The rules whose breaches carry a diagnosis: every Axis-A rule and the parity gate's.
-DIAGNOSED_PREFIXES = ("axis_a.", "parity.bitwise")
+DIAGNOSED_PREFIXES = ("axis_a.", parity.BITWISE.id)
 PROBE_ROWS = 8  # rows that differed, carried into every probe batch
 MAX_ELEMENTS = 1 << 24  # a probe batch's elements: the bisection's largest batch is cut here
 FINGERPRINT_WINDOW = 8  # leaves of a breach's fingerprint (28 pairs, 168 triplets): the CLI probes more
@@ -656,7 +657,7 @@ def diagnose(backend: Any, device: torch.device, case: Any, rule: str, *, actual
     outputs the check compared (``output`` names them), ``what`` its words. ``other``: the other backend of a
     parity pair."""
     entry = getattr(case, "entry", "forward")
-    if rule == "axis_a.fp8":  # the fp8 suite calls its own entry points, named in the check's words
+    if rule == fp8.AXIS_A_FP8.id:  # the fp8 suite calls its own entry points, named in the check's words
         entry, output = [*what.split(":", 1)[0].split(), "", ""][:2]
     names = ENTRY_POINTS[entry].outputs if entry in ENTRY_POINTS else ("y",)
     call = Caller(backend, device, entry, names.index(output) if output in names else 0)
@@ -695,9 +696,9 @@ def diagnose(backend: Any, device: torch.device, case: Any, rule: str, *, actual
 
 def _threshold(call: Caller, case: Any, rule: str, actual: torch.Tensor, expected: torch.Tensor, what: str,
                other: Any) -> tuple[Threshold, tuple[Setting, Setting]]:
-    if rule == "parity.bitwise":
+    if rule == parity.BITWISE.id:
         return _parity_threshold(call, case, other)
-    if rule == "axis_a.fp8":
+    if rule == fp8.AXIS_A_FP8.id:
         return explore_fp8(call, case)
     explore = EXPLORERS.get(type(case).__name__)
     if explore is None or getattr(case, "batch", None) is None:
@@ -758,7 +759,7 @@ def for_breach(subject: Any, case: Any, rule: str, actual: torch.Tensor, expecte
     parameter's, not the example's. None where the rule carries none."""
     if not diagnosed(rule) or getattr(case, "batch", None) is None:
         return None
-    if rule == "parity.bitwise":
+    if rule == parity.BITWISE.id:
         case = dataclasses.replace(case, entry=_parity_entry(what)) if hasattr(case, "entry") else case
     entry = getattr(case, "entry", "forward")
     output = _named_output(what, entry)
@@ -766,9 +767,9 @@ def for_breach(subject: Any, case: Any, rule: str, actual: torch.Tensor, expecte
     kept = subject.diagnoses.get(key)
     if kept is not None:
         return kept
-    other = subject.other.backend if rule == "parity.bitwise" and subject.other is not None else None
+    other = subject.other.backend if rule == parity.BITWISE.id and subject.other is not None else None
     backend = subject.backend
-    if rule == "parity.bitwise" and subject.other is not None:
+    if rule == parity.BITWISE.id and subject.other is not None:
         backend, other = subject.backend, subject.other.backend
     dtypes = sorted({subject.dtype, "float32"} & {str(d).removeprefix("torch.") for d in backend.dtypes})
     classes = _classes(case, entry, actual)
