@@ -29,8 +29,8 @@ from rmsnorm_conformance.harness.drawing.cases import (
     SliceCase,
 )
 from rmsnorm_conformance.harness.reporting.diagnoses import diagnosis_lines, one_line, parse_newick
-from rmsnorm_conformance.harness.reporting.records import Check, Collector
 from rmsnorm_conformance.harness.running.backend import Backend
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 CPU = torch.device("cpu")
 
