@@ -520,7 +520,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
             env.get("contract version"), env.get("contract profile"), env.get("sweep"),
             env.get("torch"), env.get("triton")))
     quiet_tables = ("Verdict", "Did not run", "Known failures")
-    tables = TABLES if verbose else (TABLES[0], SUMMED_UP, *TABLES[1:])
+    tables = TABLES if verbose else ((TABLES[0][0], QUIET_VERDICT_HEADERS, TABLES[0][2]), SUMMED_UP, *TABLES[1:])
     for title, headers, rows_of in tables:
         if not verbose and not title.startswith(quiet_tables) and rows_of is not summed_up_rows:
             continue
@@ -596,6 +596,8 @@ def summed_up_rows(c: Collector) -> list[list[Any]]:
     return rows
 
 
+# The verdict table's headers on a quiet terminal: short enough that the header is one line at 80 columns.
+QUIET_VERDICT_HEADERS = ["backend", "device", "checks", "failed", "verdict", "failed / why", "warnings"]
 # The quiet terminal's one table of what warns but does not gate: in place of the two tables -v shows.
 SUMMED_UP: tuple[str, list[str], Any] = (
     "Interface warnings and refused inputs (fail only under --strict-interface; each is in the report and in -v)",
