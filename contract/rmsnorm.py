@@ -161,10 +161,13 @@ INT32_OFFSET_ROWS_CHECKED = 16
 # Launch grids sized by the GPU: k x its SM count.
 THRESHOLD_SM_MULTIPLES: tuple[int, ...] = (1, 2, 3, 4)
 DEFAULT_SM_COUNT = 132  # an H200's: the SM count the multiples use where no GPU is present
-# Hidden sizes past 8192: Falcon-180B's 14848, Llama-3.1-405B's 16384, and 16384's odd neighbours (a one-element
-# tail past a power-of-two block, and a row one short of it). Kernels keep a path of their own for rows this wide
-# (a split row, another block loop).
-WIDE_DIMS: tuple[int, ...] = (14848, 16383, 16384, 16385)
+# Hidden sizes past 8192: Falcon-180B's 14848 and Llama-3.1-405B's 16384. Kernels keep a path of their own for rows
+# this wide (a split row, another block loop).
+WIDE_DIMS: tuple[int, ...] = (14848, 16384)
+# 16384's odd neighbours: a one-element tail past a power-of-two block, and a row one short of it. The sweeps draw
+# them and the accuracy checks run at them; a wide row's row-count switches are checked at WIDE_DIMS (on a CPU each
+# threshold dim costs the gate as much as the other dims' thresholds together).
+WIDE_TAIL_DIMS: tuple[int, ...] = (16383, 16385)
 # The target dims, Qwen3-14B/32B's hidden 5120, 8192 (70B-class hidden) and the wide dims.
 THRESHOLD_DIMS: tuple[int, ...] = (4096, 128, 5120, 8192, *WIDE_DIMS)
 # QK-norm heads of 128: 8 key/value heads, and 32 (Qwen3-8B), 40 (Qwen3-14B), 64 (Qwen3-32B) and 128 query heads

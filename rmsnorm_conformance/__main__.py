@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 COMMANDS = {
@@ -27,7 +28,14 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # `rmsnorm-conformance contract | head`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail
+        return 0
+
+
+def _run(args: list[str]) -> int:
     if args[:1] in (["--version"], ["-V"]):
         print(version())
         return 0

@@ -218,7 +218,7 @@ def test_a_correct_kernel_of_each_shape_passes(user):
 
 # The case on which contract 2.4.0's fp32 gradient bound failed the correct function kernel (its x / rms * w is
 # another order than the reference's): a row of small scale whose dx terms, near 400, cancel to 0.077
-# (reports/cpu/gradient-bound/).
+# (benchmarks/gradient_bound_fp32_dx.py).
 CANCELLING_TERMS = ("GradientCase(batch=Batch(dim=3, rows=174763, dtype='float32', values='mixed_rows', "
                     "weight='normal', eps=1e-06, seed=0), length=1)")
 

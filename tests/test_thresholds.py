@@ -17,7 +17,7 @@ from rmsnorm_conformance.contract.rmsnorm import (
     THRESHOLD_DIMS,
     THRESHOLD_ROWS,
 )
-from rmsnorm_conformance.harness.drawing import budget, thresholds
+from rmsnorm_conformance.harness.drawing import budget, strategies, thresholds
 from rmsnorm_conformance.harness.drawing.cases import Batch, lay_out_weight, strided_layout
 from rmsnorm_conformance.harness.drawing.replay import parse_case
 from rmsnorm_conformance.harness.running import fresh_process
@@ -88,14 +88,14 @@ def test_qk_norm_shapes_cover_every_head_count():
 def test_wide_dims_keep_to_a_few_rows_on_a_cpu_and_a_gpu_checks_them_in_full():
     """Rows wider than 8192 (16384, 14848 and 16384's odd neighbours) are threshold dims; on a CPU their batches
     keep to CPU_WIDE_ELEMENTS (the short-batch thresholds), which the note names, and on a GPU the budget is whole."""
-    assert {14848, 16383, 16384, 16385} <= set(THRESHOLD_DIMS)
+    assert {14848, 16384} <= set(THRESHOLD_DIMS) and {14848, 16383, 16384, 16385} <= set(strategies.EDGE_DIMS)
     assert budget.at_dim(16384, 1 << 23, CPU) == budget.CPU_WIDE_ELEMENTS
     assert budget.at_dim(8192, 1 << 23, CPU) == 1 << 23
     assert budget.at_dim(16384, 1 << 23, torch.device("cuda")) == 1 << 23
     made = thresholds.batch_size_plan("float32", CPU, 1 << 23, "b", ("forward",))
-    wide = [c for c in made.cases if c.batch.dim == 16385]
-    assert {c.length for c in wide} == set(range(1, 17)) and {c.batch.rows for c in wide} == {31}
-    assert f"dim 16385 (rows wider than 8192: at most {budget.CPU_WIDE_ELEMENTS} elements on a CPU): 132, 255" \
+    wide = [c for c in made.cases if c.batch.dim == 16384]
+    assert {c.length for c in wide} == set(range(1, 17)) and {c.batch.rows for c in wide} == {32}
+    assert f"dim 16384 (rows wider than 8192: at most {budget.CPU_WIDE_ELEMENTS} elements on a CPU): 132, 255" \
         in made.skipped
 
 
@@ -113,7 +113,7 @@ def test_a_models_own_dims_join_the_threshold_dims():
     made = thresholds.slice_plan("float32", CPU, 1 << 20, "b", ("forward",), dims=(*THRESHOLD_DIMS, 6144))
     assert 6144 in {c.batch.dim for c in made.cases}
     assert {c.batch.dim for c in thresholds.accuracy_plan("float32", CPU, 1 << 20, "b", ("forward",),
-                                                          dims=(6144, 16384)).cases} == {6144, 16384}
+                                                          dims=(6144, 16384)).cases} == {6144, 16384, 16383, 16385}
 
 
 def test_qk_norm_heads_reach_128():
@@ -327,7 +327,7 @@ def test_a_models_own_dims_are_checked_and_the_report_lists_the_shapes(pytester,
     assert result.ret == 0, result.stdout.str()[-3000:]
     data = json.loads((pytester.path / "dims.json").read_text())
     shapes = data["environment"]["shapes checked"]
-    assert "the model's own (--dims): 6144, 96" in shapes and "16384, 16385, 6144, 96" in shapes
+    assert "the model's own (--dims): 6144, 96" in shapes and "14848, 16384, 6144, 96" in shapes
     assert "with H 8, 32, 40, 64, 128" in shapes
     checked = {d for s in data["summaries"] if s["rule"] == "axis_b.output" for d in s.get("dims", [])}
     assert {6144, 96, 14848, 16385} <= checked, data["summaries"]

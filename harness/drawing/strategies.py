@@ -14,7 +14,7 @@ from dataclasses import replace
 from hypothesis import strategies as st
 
 from rmsnorm_conformance.contract import DEFAULT_EPS, TARGET_DIMS
-from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS, WIDE_DIMS
+from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS, WIDE_DIMS, WIDE_TAIL_DIMS
 from rmsnorm_conformance.harness.drawing.budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
 from rmsnorm_conformance.harness.drawing.cases import (
     NONFINITE_VALUES,
@@ -49,7 +49,7 @@ FORWARD_ONLY = ("forward",)
 
 # Dims where tails, vector widths and block sizes change.
 EDGE_DIMS = (1, 2, 3, 7, 8, 63, 64, 65, 127, 129, 255, 256, 257, 1000, 1023, 1025, 2047, 2049,
-             4095, 4097, 5120, 8191, 8192, *WIDE_DIMS)
+             4095, 4097, 5120, 8191, 8192, *sorted((*WIDE_DIMS, *WIDE_TAIL_DIMS)))
 # Row counts where kernels switch: the contract's thresholds (which every sweep also checks explicitly),
 # powers of two and their neighbours, multiples of 132 SMs (H200).
 EDGE_ROWS = tuple(sorted({*THRESHOLD_ROWS, 31, 32, 33, 63, 64, 65, 127, 128, 129, 131, 132, 133, 511, 512, 513}))

@@ -26,6 +26,7 @@ from rmsnorm_conformance.contract.rmsnorm import (
     THRESHOLD_DIMS,
     THRESHOLD_ROWS,
     THRESHOLD_SM_MULTIPLES,
+    WIDE_TAIL_DIMS,
 )
 from rmsnorm_conformance.harness.drawing.budget import CPU_WIDE_ELEMENTS, WIDE_DIM_FROM, at_dim
 from rmsnorm_conformance.harness.drawing.cases import (
@@ -242,9 +243,10 @@ def int32_strided_plan(dtype: str, device: torch.device, budget: int, source: st
 
 def accuracy_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str], *,
                   dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
-    """ACCURACY_ROWS rows at each threshold dim (the wide ones and a model's own included), for the Axis-B checks:
-    the random sweep reaches a given dim only by chance, and a wide row's own path (another block loop) only at
-    that width."""
+    """ACCURACY_ROWS rows at each threshold dim (the wide ones and a model's own included) and at 16384's odd
+    neighbours, for the Axis-B checks: the random sweep reaches a given dim only by chance, and a wide row's own
+    path (another block loop, its tail) only at that width."""
+    dims = list(dict.fromkeys((*dims, *WIDE_TAIL_DIMS)))
     cases = [AccuracyCase(_batch(dim, ACCURACY_ROWS, dtype, salt=41)) for dim in dims
              if ACCURACY_ROWS * dim <= budget]
     beyond = [str(dim) for dim in dims if ACCURACY_ROWS * dim > budget]

@@ -22,7 +22,7 @@ import torch
 from hypothesis import settings
 
 from rmsnorm_conformance.contract import DTYPES, TARGET_DIMS
-from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_DIMS
+from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_DIMS, WIDE_TAIL_DIMS
 from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
 from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
 from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
@@ -114,7 +114,8 @@ def checked_shapes(model_dims: tuple[int, ...] = (), sweep: str = "ci") -> str:
     heads = [h for h in QK_NORM_HEADS if scope is None or h in scope.qk_heads]
     own = f"; the model's own (--dims): {', '.join(map(str, model_dims))}" if model_dims else ""
     return (f"dims drawn 1 to {MAX_DIM} (edges {_listed(EDGE_DIMS)}){own}; explicit cases (row thresholds, "
-            f"accuracy, 3-D views with a strided last dim) at dims {_listed(dict.fromkeys(explicit))}; QK-norm "
+            f"accuracy, 3-D views with a strided last dim) at dims {_listed(dict.fromkeys(explicit))}, accuracy also "
+            f"at {_listed(WIDE_TAIL_DIMS)}; QK-norm "
             f"[T, H, 128] with H {_listed(heads)} (drawn: {_listed(HEAD_COUNTS)}); wider rows and more heads are "
             "not checked")
 

@@ -12,7 +12,7 @@ warm-up that fails, hangs or is still running at the end of the run changes no v
 run ends, as Ctrl-C stops it, so that a build in progress removes its lock file (a kill would leave it for every
 later run to wait on; the CUDA backend also removes a lock too old to be a live build's). CPU devices are left
 out: no backend of this project builds for them, and a CPU-only machine has no core to spare.
-``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off (``benchmarks/h200_verdict.sh`` times both).
+``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off.
 
 A backend may also prepare for the calls to come (its optional ``prepare``): the Triton backend compiles there, into
 Triton's cache, the binaries that calls at the dims the suites draw most will launch (``prepared_dims``). A cold
