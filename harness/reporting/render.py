@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
 from rmsnorm_conformance.harness.checking.known_failures import entry_status
+from rmsnorm_conformance.harness.reporting.diagnoses import DIAGNOSES_TITLE, diagnosis_lines
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
@@ -498,6 +499,8 @@ def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictur
         lines += [f"## {title}", ""]
         lines += [_md_table(rows, headers) if rows else "(none)", ""]
     lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
+    found = diagnosis_lines(c, markdown=True)
+    lines += [f"## {DIAGNOSES_TITLE}", "", *found] if found else []
     lines += pictures_lines(pictures)
     lines += [TOLERANCE_LEGEND, ""]
     return "\n".join(lines)
@@ -520,7 +523,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
             env.get("contract version"), env.get("contract profile"), env.get("sweep"),
             env.get("torch"), env.get("triton")))
     quiet_tables = ("Verdict", "Did not run", "Known failures")
-    tables = TABLES if verbose else (TABLES[0], SUMMED_UP, *TABLES[1:])
+    tables = TABLES if verbose else ((TABLES[0][0], QUIET_VERDICT_HEADERS, TABLES[0][2]), SUMMED_UP, *TABLES[1:])
     for title, headers, rows_of in tables:
         if not verbose and not title.startswith(quiet_tables) and rows_of is not summed_up_rows:
             continue
@@ -542,6 +545,11 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
         yield ""
         yield FAILURES_TITLE
         yield from lines
+    found = diagnosis_lines(c, markdown=False)
+    if found:
+        yield ""
+        yield DIAGNOSES_TITLE
+        yield from found
 
 
 def _clipped(text: str, width: int) -> str:
@@ -596,6 +604,8 @@ def summed_up_rows(c: Collector) -> list[list[Any]]:
     return rows
 
 
+# The verdict table's headers on a quiet terminal: short enough that the header is one line at 80 columns.
+QUIET_VERDICT_HEADERS = ["backend", "device", "checks", "failed", "verdict", "failed / why", "warnings"]
 # The quiet terminal's one table of what warns but does not gate: in place of the two tables -v shows.
 SUMMED_UP: tuple[str, list[str], Any] = (
     "Interface warnings and refused inputs (fail only under --strict-interface; each is in the report and in -v)",
