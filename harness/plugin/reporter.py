@@ -37,6 +37,14 @@ SIGTERM_GRACE = 10.0
 SIGNAL_ECHO_S = 1.0
 
 
+def _no_skips_in_short_summary(terminalreporter: Any, verbose: bool) -> None:
+    """pytest's short summary (-ra) comes after the harness's: on a quiet run its skips would repeat, a line a
+    reason, what 'Did not run' sums up. Its failures, errors and xfails stay."""
+    chars = getattr(terminalreporter, "reportchars", None)
+    if isinstance(chars, str) and not verbose:
+        terminalreporter.reportchars = chars.replace("s", "").replace("S", "")
+
+
 def write_usage_error(paths: list[str], message: str) -> None:
     """Replace each report file it can with a NOT RUN report naming the usage error: a stale PASS must never
     look current."""
@@ -327,6 +335,7 @@ class Reporter:
         if not (c.conformance_tests or c.checks or c.parity):
             return
         verbose = self.options.options.verbose > 0
+        _no_skips_in_short_summary(terminalreporter, verbose)
         terminalreporter.write_sep("=", "rmsnorm conformance report")
         width = getattr(terminalreporter, "_tw", None)
         for line in render_terminal(c, verbose=verbose, width=width.fullwidth if width is not None else 120):

@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
 from rmsnorm_conformance.harness.checking.known_failures import entry_status
+from rmsnorm_conformance.harness.reporting.diagnoses import DIAGNOSES_TITLE, diagnosis_lines
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
@@ -498,6 +499,8 @@ def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictur
         lines += [f"## {title}", ""]
         lines += [_md_table(rows, headers) if rows else "(none)", ""]
     lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
+    found = diagnosis_lines(c, markdown=True)
+    lines += [f"## {DIAGNOSES_TITLE}", "", *found] if found else []
     lines += pictures_lines(pictures)
     lines += [TOLERANCE_LEGEND, ""]
     return "\n".join(lines)
@@ -510,14 +513,22 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     # What a budget left out is listed whole under "Did not run" below: named once here, not listed twice.
     adds = [line.split(NOT_CHECKED)[0] + f"{NOT_CHECKED}listed under 'Did not run' below" if NOT_CHECKED in line
             else line for line in partial_lines(c)]
+    if not verbose:  # each note once, in a line: 'Did not run' has the budgets' lists, -v each whole
+        adds = [_clipped(line, width) if line.startswith("- ") else line for line in adds
+                if not line.endswith(f"{NOT_CHECKED}listed under 'Did not run' below")]
     yield from _prose([*incomplete_lines(c), *adds, *retried_lines(c)], width)
     env = c.environment
-    yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
-        env.get("contract version"), env.get("contract profile"), env.get("sweep"),
-        env.get("torch"), env.get("triton")))
-    quiet_tables = ("Verdict", "Interface warnings", "Refused inputs", "Did not run", "Known failures")
-    for title, headers, rows_of in TABLES:
-        if not verbose and not title.startswith(quiet_tables):
+    if verbose:  # the header's lines say the contract, profile and sweep already
+        yield ("contract {} profile {} | sweep {} | torch {} | triton {}".format(
+            env.get("contract version"), env.get("contract profile"), env.get("sweep"),
+            env.get("torch"), env.get("triton")))
+    quiet_tables = ("Verdict", "Did not run", "Known failures")
+    tables = TABLES if verbose else ((TABLES[0][0], QUIET_VERDICT_HEADERS, TABLES[0][2]), SUMMED_UP, *TABLES[1:])
+    for title, headers, rows_of in tables:
+        if not verbose and not title.startswith(quiet_tables) and rows_of is not summed_up_rows:
+            continue
+        if not verbose and rows_of is not_run_rows:
+            yield from _quiet_not_run(c, width)
             continue
         terminal_rows = {not_run_rows: not_run_terminal_rows, warning_rows: warning_terminal_rows}
         rows = terminal_rows.get(rows_of, rows_of)(c)
@@ -534,6 +545,71 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
         yield ""
         yield FAILURES_TITLE
         yield from lines
+    found = diagnosis_lines(c, markdown=False)
+    if found:
+        yield ""
+        yield DIAGNOSES_TITLE
+        yield from found
+
+
+def _clipped(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _quiet_not_run(c: Collector, width: int) -> Iterable[str]:
+    """'Did not run' on a quiet run: a line a reason, cut to the terminal's width (the report and -v hold each
+    whole), so that a budget's note of a hundred shapes does not fill the screen of a PASS."""
+    rows = not_run_terminal_rows(c)
+    if not rows:
+        return
+    yield ""
+    yield "Did not run (each reason whole in the report and with -v)"
+    shown = rows if len(rows) <= QUIET_NOT_RUN else rows[: QUIET_NOT_RUN - 1]
+    for what, reason, count in shown:
+        tests = count if isinstance(count, str) else f"{count} test{'s' if count != 1 else ''}"
+        yield _clipped(f"- {reason} [{tests}: {what}]", width)
+    if len(shown) < len(rows):
+        left = rows[len(shown):]
+        tests = sum(count for _, _, count in left if not isinstance(count, str))
+        yield f"- and {len(left)} more reasons ({tests} tests and more): -v, or the report"
+
+
+# The reasons a quiet run lists under 'Did not run', at most.
+QUIET_NOT_RUN = 5
+
+
+def summed_up_rows(c: Collector) -> list[list[Any]]:
+    """Interface warnings and refused inputs summed up for a quiet terminal: one row per backend and rule, with how
+    many cases and the smallest of them; the report, and ``-v``, list each."""
+    folded: dict[tuple[str, str], list[Any]] = {}
+
+    def add(backend: str, rule_id: str, count: int, case: str, replay: str, size: int) -> None:
+        row = folded.setdefault((backend, rule_id), [backend, rule_id, 0, "", "", -1])
+        row[2] += count
+        if case and (row[5] < 0 or 0 <= size < row[5]):
+            row[3:] = [case, replay, size]
+
+    for s in c.summaries.values():
+        if s.warnings:
+            add(s.backend, s.rule, s.warnings, s.failing_case, s.replay, s.failing_size)
+    for e in c.refused:
+        if not e["gating"]:
+            add(e["backend"], f"refused: {e['feature']} ({e['entry']})", e["count"], e["case"], e["replay"], e["size"])
+    rows = []
+    for backend, rule_id, count, case, replay, _ in sorted(folded.values(), key=lambda r: (r[0], r[1])):
+        case = " ".join(case.split()) or "–"
+        rows.append([backend, rule_id, count, case if len(case) <= TERMINAL_DETAIL else
+                     case[: TERMINAL_DETAIL - 1] + "…", replay or "–"])
+    return rows
+
+
+# The verdict table's headers on a quiet terminal: short enough that the header is one line at 80 columns.
+QUIET_VERDICT_HEADERS = ["backend", "device", "checks", "failed", "verdict", "failed / why", "warnings"]
+# The quiet terminal's one table of what warns but does not gate: in place of the two tables -v shows.
+SUMMED_UP: tuple[str, list[str], Any] = (
+    "Interface warnings and refused inputs (fail only under --strict-interface; each is in the report and in -v)",
+    ["backend", "rule", "cases", "first (smallest) case", "replay"], summed_up_rows)
 
 
 # How a threshold plan's note (harness/drawing/thresholds.py) begins its list of what it left out.
