@@ -8,10 +8,10 @@ tests/test_faults.py runs them.
 from __future__ import annotations
 
 # Aliased: the star imports below bring in the contract's fp8 family module, which would shadow a plain ``fp8``.
-from rmsnorm_conformance.zoo import defects as _defects
-from rmsnorm_conformance.zoo import fp8 as _fp8
-from rmsnorm_conformance.zoo.defects import *  # noqa: F403 (every backend of the zoo, by name, as specs name them)
-from rmsnorm_conformance.zoo.fp8 import *  # noqa: F403
+from . import defects as _defects
+from . import fp8 as _fp8
+from .defects import *  # noqa: F403 (every backend of the zoo, by name, as specs name them)
+from .fp8 import *  # noqa: F403
 
 # Every backend of the zoo that declares the rule it breaks, in the order the zoo's modules define them.
 DEFECTS: tuple[type, ...] = tuple(

@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rmsnorm_conformance.backends.native import NativeRMSNormOp
-from rmsnorm_conformance.contract.families import axis_a, axis_b, gradients, interface, semantics, variants
-from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS, check_inputs, check_residual
-from rmsnorm_conformance.contract.reference import (
+from ..backends.native import NativeRMSNormOp
+from ..contract.families import axis_a, axis_b, gradients, interface, semantics, variants
+from ..contract.inputs import SAME_DTYPE_PAIRS, check_inputs, check_residual
+from ..contract.reference import (
     reference_backward_fp32,
     reference_fp32,
     sum_fixed_order,
