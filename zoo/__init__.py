@@ -2,7 +2,7 @@
 backends the suites must pass. A defect is any backend here that declares the rule it breaks (``breaks``), so
 the defect list is derived, never kept by hand; the harness's meta-tests and benchmarks import it from here.
 ``zoo.faults`` holds the device and memory faults apart: they need a GPU or a simulated device loss, and
-tests/test_faults.py runs them.
+tests/faults/test_faults.py runs them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 backends that the suites must never fail.
 
 Each defect names the rule it breaks in ``breaks`` (the zoo's defect list is read from it:
-``rmsnorm_conformance.zoo.DEFECTS``); tests/test_detection.py runs the suite test of that rule against it and
+``rmsnorm_conformance.zoo.DEFECTS``); tests/detection/test_detection.py runs the suite test of that rule against it and
 expects the run to fail there, and benchmarks/detection.py measures how many examples that takes. A harness
 that lets one of these through has lost detection power. Every defect is the native ground truth plus one
 bug, so it can fail only through that bug.

@@ -3,8 +3,8 @@ real fused norm-and-quantize kernels get them wrong, and each names the rule it 
 another rule catches it too, in ``also_breaks``). A control that quantizes through x's dtype, as vLLM's kernels do,
 declares that class and must pass.
 
-tests/test_detection.py runs the suite tests of each defect's rule against it, as for every defect of the zoo;
-tests/test_fp8.py checks the rules each also breaks (``also_breaks``).
+tests/detection/test_detection.py runs the suite tests of each defect's rule against it, as for every defect of the zoo;
+tests/checking/test_fp8.py checks the rules each also breaks (``also_breaks``).
 """
 
 from __future__ import annotations

@@ -118,8 +118,8 @@ class Controller:
         starting): each report file reads INCOMPLETE, with why, rather than a previous run's verdict or nothing."""
         if self.reporting:
             return
-        # The report's writer imports no torch (tests/test_plugin_import.py): a torch whose import the interrupt cut
-        # short fails, or crashes the process, when it is imported again.
+        # The report's writer imports no torch (tests/plugin/test_plugin_import.py): a torch whose import the interrupt
+        # cut short fails, or crashes the process, when it is imported again.
         from ..reporting.render import replace_reports
         from ..vocabulary.records import Collector
 

@@ -30,7 +30,7 @@ CONTROLLER_WRITE_INTERVAL = 2.0
 # Seconds a run has, once SIGTERM came, to end on its own before it is ended here with its report written. Python
 # runs a signal's handler in the main thread, between bytecodes; a signal can land on another thread while the main
 # thread waits in a kernel's call, and the handler then waits for the call (a sleeping kernel: 3 runs in 5 did not
-# end on their own, tests/test_supervisor.py). A CI job that sent SIGTERM kills the run soon after.
+# end on their own, tests/plugin/test_supervisor.py). A CI job that sent SIGTERM kills the run soon after.
 SIGTERM_GRACE = 10.0
 # A SIGINT this soon after the last one is the same interrupt again (the process group's, passed on by the
 # supervisor as well), not a user pressing Ctrl-C again.
