@@ -593,7 +593,7 @@ def summed_up_rows(c: Collector) -> list[list[Any]]:
     def add(backend: str, rule_id: str, count: int, case: str, replay: str, size: int) -> None:
         row = folded.setdefault((backend, rule_id), [backend, rule_id, 0, "", "", -1])
         row[2] += count
-        if case and (row[5] < 0 or 0 <= size < row[5]):
+        if (case or replay) and (not (row[3] or row[4]) or 0 <= size < row[5]):
             row[3:] = [case, replay, size]
 
     for s in c.summaries.values():
