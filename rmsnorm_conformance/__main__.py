@@ -3,6 +3,7 @@
     rmsnorm-conformance merge A.json B.json [--bench bench.json] [--out matrix.md]
     rmsnorm-conformance contract [--write | --check] [CONTRACT.md]
     rmsnorm-conformance explain RULE
+    rmsnorm-conformance fingerprint --backend=X [--dim=4096] [--rows=1,257] [--dtype=bfloat16]
     rmsnorm-conformance --version
 """
 
@@ -15,6 +16,7 @@ COMMANDS = {
     "merge": "merge the JSON reports of several runs into one conformance matrix",
     "contract": "print the contract (CONTRACT.md); --write or --check a CONTRACT.md's tables against contract/",
     "explain": "what a rule says, what breaks it, a planted defect that shows it, how to replay a breach",
+    "fingerprint": "reveal a backend's reduction orders at one or two batch sizes, beside the canonical order",
 }
 
 
@@ -52,6 +54,10 @@ def _run(args: list[str]) -> int:
         from .harness.reporting.merge import main as merge_main
 
         return merge_main(rest)
+    if command == "fingerprint":
+        from .harness.reporting.fingerprint_command import main as fingerprint_main
+
+        return fingerprint_main(rest)
     if command == "explain":
         from .explain import main as explain_main
 

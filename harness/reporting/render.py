@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
 from rmsnorm_conformance.harness.checking.known_failures import entry_status
+from rmsnorm_conformance.harness.reporting.diagnoses import DIAGNOSES_TITLE, diagnosis_lines
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
@@ -498,6 +499,8 @@ def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictur
         lines += [f"## {title}", ""]
         lines += [_md_table(rows, headers) if rows else "(none)", ""]
     lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
+    found = diagnosis_lines(c, markdown=True)
+    lines += [f"## {DIAGNOSES_TITLE}", "", *found] if found else []
     lines += pictures_lines(pictures)
     lines += [TOLERANCE_LEGEND, ""]
     return "\n".join(lines)
@@ -542,6 +545,11 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
         yield ""
         yield FAILURES_TITLE
         yield from lines
+    found = diagnosis_lines(c, markdown=False)
+    if found:
+        yield ""
+        yield DIAGNOSES_TITLE
+        yield from found
 
 
 def _clipped(text: str, width: int) -> str:
