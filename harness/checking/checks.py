@@ -162,7 +162,7 @@ class Subject:
         before = isolation.global_state()
         with isolation.no_exit(self.backend.name), device_faults.watch(self.backend.name, self.device, what):
             yield
-        diff = isolation.put_back(before)
+            diff = isolation.put_back(before)  # inside the watch: a device lost shows where the state is read
         if diff:
             kept = device_faults.lost_where_kept(before, f"{self.backend.name}.{what}", self.backend.name,
                                                  str(self.device), self.nodeid)
