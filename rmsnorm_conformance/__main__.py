@@ -3,17 +3,20 @@
     rmsnorm-conformance merge A.json B.json [--bench bench.json] [--out matrix.md]
     rmsnorm-conformance contract [--write | --check] [CONTRACT.md]
     rmsnorm-conformance explain RULE
+    rmsnorm-conformance fingerprint --backend=X [--dim=4096] [--rows=1,257] [--dtype=bfloat16]
     rmsnorm-conformance --version
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 COMMANDS = {
     "merge": "merge the JSON reports of several runs into one conformance matrix",
     "contract": "print the contract (CONTRACT.md); --write or --check a CONTRACT.md's tables against contract/",
     "explain": "what a rule says, what breaks it, a planted defect that shows it, how to replay a breach",
+    "fingerprint": "reveal a backend's reduction orders at one or two batch sizes, beside the canonical order",
 }
 
 
@@ -25,7 +28,14 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # `rmsnorm-conformance contract | head`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail
+        return 0
+
+
+def _run(args: list[str]) -> int:
     if args[:1] in (["--version"], ["-V"]):
         print(version())
         return 0
@@ -44,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         from .harness.reporting.merge import main as merge_main
 
         return merge_main(rest)
+    if command == "fingerprint":
+        from .harness.reporting.fingerprint_command import main as fingerprint_main
+
+        return fingerprint_main(rest)
     if command == "explain":
         from .explain import main as explain_main
 

@@ -16,17 +16,6 @@ from dataclasses import dataclass
 
 from .contract import ALL_RULES, Rule
 
-# The families' titles, as CONTRACT.md's sections name them; a family not listed here is titled by its id.
-FAMILY_TITLES: dict[str, str] = {
-    "axis_a": "Axis-A: bitwise batch invariance",
-    "axis_b": "Axis-B: accuracy against the fp32 reference",
-    "semantics": "Semantics and edge cases",
-    "gradients": "Gradients",
-    "interface": "Interface: how bad input is refused",
-    "parity": "Parity between backends and execution modes",
-    "variants": "Variants: fused add, weight offset, no weight, fp8",
-    "mixed_precision": "Mixed precision: an fp32 weight with 16-bit x",
-}
 # What a breach of each severity does to a run (contract/rules.py's SEVERITIES).
 SEVERITY_EFFECT: dict[str, str] = {
     "numerics": "a breach fails the run",
@@ -92,20 +81,33 @@ def replay_line(rule_id: str, spec: str = "SPEC") -> str:
     return replay_command(_Spec(spec), "DEVICE", "DTYPE", rule_id, _Case(), "PROFILE")  # type: ignore[arg-type]
 
 
-def family(rule: Rule) -> str:
-    return rule.id.split(".", 1)[0]
+@dataclass(frozen=True)
+class Family:
+    """A rule family as ``contract/families/`` declares it: a module whose docstring opens with what the family
+    holds, and whose ``RULES`` lists its rules."""
+
+    name: str
+    title: str
+    about: str
+    rules: tuple[Rule, ...]
 
 
-def families() -> dict[str, list[Rule]]:
-    """Family id -> its rules, in the contract's order."""
-    grouped: dict[str, list[Rule]] = {}
-    for rule in ALL_RULES:
-        grouped.setdefault(family(rule), []).append(rule)
-    return grouped
+def families() -> dict[str, Family]:
+    """Family name -> the family, in the contract's order of its first rule."""
+    import importlib
+    import pkgutil
 
+    from .contract import families as package
 
-def family_title(name: str) -> str:
-    return FAMILY_TITLES.get(name, name.replace("_", " ").capitalize())
+    found: list[Family] = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        about = _markdown((inspect.getdoc(module) or info.name).split("\n\n", 1)[0])
+        title = about.split(":", 1)[0]
+        found.append(Family(info.name, title, about, tuple(getattr(module, "RULES", ()))))
+    order = {rule.id: i for i, rule in enumerate(ALL_RULES)}
+    found.sort(key=lambda f: min((order.get(r.id, len(order)) for r in f.rules), default=len(order)))
+    return {f.name: f for f in found if f.rules}
 
 
 def explain(rule: Rule, defects: list[Defect], tests: list[str], heading: str = "#") -> str:
@@ -145,20 +147,21 @@ def _replay(rule: Rule, defects: list[Defect]) -> list[str]:
     return lines
 
 
-def family_page(name: str, rules: list[Rule], defects: dict[str, list[Defect]], tests: dict[str, list[str]]) -> str:
-    head = [f"# {family_title(name)}", "",
-            f"Generated from `contract/` and `zoo/` (`rmsnorm-conformance explain {name}` prints the same). "
-            "The words around these rules, and the bounds, are in [CONTRACT.md](../../CONTRACT.md).", ""]
+def family_page(family: Family, defects: dict[str, list[Defect]], tests: dict[str, list[str]]) -> str:
+    head = [f"# {family.title}", "", family.about, "",
+            f"Generated from `contract/families/{family.name}.py` and `zoo/` (`rmsnorm-conformance explain "
+            f"{family.name}` prints the same). The words around these rules, and the bounds, are in "
+            "[CONTRACT.md](../../CONTRACT.md).", ""]
     return "\n".join(head) + "\n" + "\n".join(explain(r, defects.get(r.id, []), tests.get(r.id, []), "##")
-                                       for r in rules)
+                                              for r in family.rules)
 
 
 def family_pages() -> dict[str, str]:
-    """Family id -> its page of the rule reference (docs/rules/<family>.md on the site)."""
+    """Family name -> its page of the rule reference (docs/rules/<family>.md on the site)."""
     from .suites.rule_index import rule_tests
 
     defects, tests = defects_by_rule(), rule_tests()
-    return {name: family_page(name, rules, defects, tests) for name, rules in families().items()}
+    return {name: family_page(f, defects, tests) for name, f in families().items()}
 
 
 def near_matches(query: str) -> list[str]:
@@ -177,8 +180,7 @@ def near_matches(query: str) -> list[str]:
 
 
 def _listing() -> str:
-    return "\n".join(f"{name} ({family_title(name)}): " + ", ".join(r.id for r in rules)
-                     for name, rules in families().items())
+    return "\n".join(f"{name} ({f.title}): " + ", ".join(r.id for r in f.rules) for name, f in families().items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rmsnorm-conformance explain: one rule id, not {len(args)} arguments: {' '.join(args)}", file=sys.stderr)
         return 2
     query = args[0].strip()
-    grouped = families()
-    chosen = grouped.get(query) or [r for r in ALL_RULES if r.id == query]
+    family = families().get(query)
+    chosen = list(family.rules) if family else [r for r in ALL_RULES if r.id == query]
     if not chosen:
         near = near_matches(query)
         hint = f"; did you mean {', '.join(near)}?" if near else ""

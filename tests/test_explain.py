@@ -74,6 +74,18 @@ def test_every_planted_defect_is_named_on_its_rules_page():
     assert sum(len(d) for d in defects_by_rule().values()) >= len(DEFECTS)
 
 
+def test_every_defect_of_the_zoos_modules_is_planted():
+    """The defect list is derived from the zoo's modules; a module left out of it drops its defects from detection
+    and from the rule pages alike (a star import once shadowed one module with a contract module of its name)."""
+    import importlib
+
+    for name in ("defects", "fp8"):
+        module = importlib.import_module(f"rmsnorm_conformance.zoo.{name}")
+        declared = [obj for obj in vars(module).values() if isinstance(obj, type)
+                    and obj.__module__ == module.__name__ and isinstance(vars(obj).get("breaks"), str)]
+        assert declared and all(cls in DEFECTS for cls in declared), name
+
+
 def test_version_names_the_package_and_the_contract(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"rmsnorm-conformance {__version__} (contract {contract.VERSION})\n"

@@ -21,6 +21,7 @@ from rmsnorm_conformance.harness.drawing import thresholds
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import pick_rows
 from rmsnorm_conformance.harness.running import device_faults
 from rmsnorm_conformance.harness.vocabulary.records import DEVICE_LOST, Check, Collector
+from rmsnorm_conformance.zoo import faults
 
 ROOT = Path(__file__).resolve().parents[1]
 D = "rmsnorm_conformance.zoo.faults"
@@ -374,3 +375,46 @@ def test_the_int32_offset_checks_pass_a_correct_kernel_and_catch_a_wrap_at_a_sca
     assert result.ret == 1, result.stdout.str()[-3000:]
     assert _checks(data, "native") >= 4 and not _failed_rules(data, "native")
     assert _failed_rules(data, "int32_offset_wrap") == {"axis_a.batch_size", "axis_a.strided_rows", "axis_b.output"}
+
+
+# --- a fault wherever it surfaces: the cross-backend table, the state put-back, a fixture ------------------------
+
+# Each place's planted fault, the tests that meet it first, and native's tests after it in the same process.
+PLACES = {
+    # The table calls the kernel at 8192 rows of 128: its assert raises in the call.
+    "the cross-backend table": ("DeviceAssertAboveRows", ["rmsnorm_conformance.suites.test_parity"]),
+    # The call returns and the fault surfaces at the next device touch: before, the table put torch's state back
+    # first, whose device read raised outside the protected call, and the process went on to fail native's tests.
+    "the state put-back": ("AsyncDeviceAssertAboveRows", ["rmsnorm_conformance.suites.test_parity"]),
+    # The kernel's availability probe fires it, in the fixtures of its first test and of the table.
+    "a fixture": ("DeviceAssertInItsProbe", ["rmsnorm_conformance.suites.test_axis_b::test_output",
+                                             "rmsnorm_conformance.suites.test_parity"]),
+}
+NATIVE_AFTER = ["rmsnorm_conformance.suites.test_axis_b::test_output",
+                "rmsnorm_conformance.suites.test_semantics::test_eps_inside_sqrt"]
+
+
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["one-process", "xdist"])
+@pytest.mark.parametrize("place", list(PLACES))
+def test_a_device_fault_wherever_it_surfaces_is_its_backends_alone(pytester, monkeypatch, place, workers):
+    """The fault is recorded against the backend whose call raised it (or its probe), the process ends after that
+    test, and native, in the same process before the fault and in a fresh one after it, reads PASS or "not run: the
+    device was lost", never FAIL."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    # The twins poison the simulated context: every later device touch of the process raises, as on a GPU.
+    monkeypatch.setenv(device_faults.SIMULATE_ENV, f"{D}:poisoned")
+    spec, first = PLACES[place]
+    culprit = getattr(faults, spec).name
+    result = pytester.runpytest_subprocess(
+        "--pyargs", *first, *NATIVE_AFTER, f"--backend={D}:{spec},native", "--device=cpu", "--dtype=float32",
+        "--sweep=ci", "--max-examples=2", "-p", "no:cacheprovider", *workers, "--report=r.json")
+    data = json.loads((pytester.path / "r.json").read_text())
+    out = result.stdout.str()
+    assert result.ret in (1, 2) and data["verdict"] in ("FAIL", "INCOMPLETE"), out[-3000:]
+    assert not _failed_rules(data, "native"), out[-3000:]
+    failed = {n: o for n, o in data["outcomes"].items() if o["outcome"] in ("failed", "error")}
+    assert all(o.get("backend") == culprit for o in failed.values()), failed
+    assert _pick(data, "native")["verdict"] in ("PASS", "INCOMPLETE"), out[-3000:]
+    assert all(e["reason"].startswith(DEVICE_LOST) for e in data["not_run"] if e["backend"] == "native")
+    assert _pick(data, culprit)["verdict"] == "FAIL" and "semantics.device_fault" in _failed_rules(data, culprit) | {
+        o.get("rule") for o in failed.values()}, out[-3000:]

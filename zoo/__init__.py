@@ -7,11 +7,13 @@ tests/test_faults.py runs them.
 
 from __future__ import annotations
 
-from rmsnorm_conformance.zoo import defects, fp8
+# Aliased: the star imports below bring in the contract's fp8 family module, which would shadow a plain ``fp8``.
+from rmsnorm_conformance.zoo import defects as _defects
+from rmsnorm_conformance.zoo import fp8 as _fp8
 from rmsnorm_conformance.zoo.defects import *  # noqa: F403 (every backend of the zoo, by name, as specs name them)
 from rmsnorm_conformance.zoo.fp8 import *  # noqa: F403
 
 # Every backend of the zoo that declares the rule it breaks, in the order the zoo's modules define them.
 DEFECTS: tuple[type, ...] = tuple(
-    obj for module in (defects, fp8) for obj in vars(module).values()
+    obj for module in (_defects, _fp8) for obj in vars(module).values()
     if isinstance(obj, type) and obj.__module__ == module.__name__ and isinstance(vars(obj).get("breaks"), str))

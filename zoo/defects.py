@@ -6,6 +6,11 @@ Each defect names the rule it breaks in ``breaks`` (the zoo's defect list is rea
 expects the run to fail there, and benchmarks/detection.py measures how many examples that takes. A harness
 that lets one of these through has lost detection power. Every defect is the native ground truth plus one
 bug, so it can fail only through that bug.
+
+A bitwise defect also declares its planted ``mechanism`` as ``(kind, value, stage)``: where its bits start to change
+(a ``threshold`` of rows or heads, an ``alignment`` in bytes, a ``period`` of positions, a ``mode``, a ``first call``,
+``nondeterministic``, or at ``every`` size) and at which stage (``per-row scale``, ``elementwise``, ...). The diagnosis
+of its breach must name it (checking/diagnosis.py; benchmarks/diagnosis.py measures how often it does).
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ class SmallBatchReduction(NativeRMSNormOp):
 
     name = "small_batch_reduction"
     breaks = axis_a.BATCH_SIZE.id
+    mechanism = ("threshold", 16, "per-row scale")  # rows: 1-15 in lane order, 16 on in the tree
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -109,6 +115,7 @@ class LargeBatchReduction(NativeRMSNormOp):
 
     name = "large_batch_reduction"
     breaks = axis_a.BATCH_SIZE.id
+    mechanism = ("threshold", 257, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -128,6 +135,7 @@ class AlignmentDependentReduction(NativeRMSNormOp):
 
     name = "alignment_dependent_reduction"
     breaks = axis_a.SLICE_OFFSET.id
+    mechanism = ("alignment", 16, "per-row scale")  # bytes
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -147,6 +155,7 @@ class BatchStatisticLeak(NativeRMSNormOp):
 
     name = "batch_statistic_leak"
     breaks = axis_a.PADDING.id
+    mechanism = ("every", None, "per-row scale")  # any pad row moves the batch mean
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -165,6 +174,7 @@ class PositionDependentReduction(NativeRMSNormOp):
 
     name = "position_dependent_reduction"
     breaks = axis_a.POSITION.id
+    mechanism = ("period", 2, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -186,6 +196,7 @@ class LeadingDimsReduction(NativeRMSNormOp):
 
     name = "leading_dims_reduction"
     breaks = axis_a.LEADING_DIMS.id
+    mechanism = ("mode", "3-D", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -205,6 +216,7 @@ class IgnoresStrides(NativeRMSNormOp):
 
     name = "ignores_strides"
     breaks = axis_a.STRIDED_ROWS.id
+    mechanism = ("mode", "rows inside a wider buffer, column-major rows", "wrong values")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -228,6 +240,7 @@ class RandomReductionOrder(NativeRMSNormOp):
 
     name = "random_reduction_order"
     breaks = axis_a.REPEAT.id
+    mechanism = ("nondeterministic", None, "per-row scale")
     splits = 8
 
     def __init__(self) -> None:
@@ -632,6 +645,7 @@ class MixedPairSmallBatch(NativeRMSNormOp):
 
     name = "mixed_pair_small_batch"
     breaks = axis_a.BATCH_SIZE.id
+    mechanism = ("threshold", 16, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -723,6 +737,7 @@ class FusedAddAlignmentSwitch(NativeRMSNormOp):
 
     name = "fused_add_alignment_switch"
     breaks = variants.AXIS_A_FUSED_ADD.id
+    mechanism = ("alignment", 16, "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -742,6 +757,7 @@ class OffsetLargeBatchReduction(NativeRMSNormOp):
 
     name = "offset_large_batch_reduction"
     breaks = variants.AXIS_A_OFFSET.id
+    mechanism = ("threshold", 257, "per-row scale")
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if _rows(x) <= 256:
@@ -761,6 +777,7 @@ class UnweightedSmallBatchReduction(NativeRMSNormOp):
 
     name = "unweighted_small_batch_reduction"
     breaks = variants.AXIS_A_UNWEIGHTED.id
+    mechanism = ("threshold", 16, "per-row scale")
 
     def forward_unweighted(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if _rows(x) >= 16:
@@ -896,6 +913,7 @@ class PrefillSplitReduction(NativeRMSNormOp):
 
     name = "prefill_split_reduction"
     breaks = axis_a.BATCH_SIZE.id
+    mechanism = ("threshold", 2048, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -913,6 +931,7 @@ class PersistentKernelReduction(NativeRMSNormOp):
 
     name = "persistent_kernel_reduction"
     breaks = axis_a.BATCH_SIZE.id
+    mechanism = ("threshold", 265, "per-row scale")  # two rows per SM of the CPU's assumed 132
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -930,6 +949,7 @@ class RowPackingReduction(NativeRMSNormOp):
 
     name = "row_packing_reduction"
     breaks = axis_a.SLICE_OFFSET.id
+    mechanism = ("threshold", 32768, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -947,6 +967,7 @@ class ManyHeadsQKNorm(NativeRMSNormOp):
 
     name = "many_heads_qk_norm"
     breaks = axis_a.LEADING_DIMS.id
+    mechanism = ("threshold", 32, "per-row scale")  # heads
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -983,6 +1004,7 @@ class MisalignedWeightPath(NativeRMSNormOp):
 
     name = "misaligned_weight_path"
     breaks = axis_a.STRIDED_ROWS.id
+    mechanism = ("alignment", 16, "per-row scale")  # the weight's address
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1000,6 +1022,7 @@ class Fp32EntrySmallBatchReduction(NativeRMSNormOp):
 
     name = "fp32_entry_small_batch_reduction"
     breaks = axis_a.PADDING.id
+    mechanism = ("threshold", 16, "per-row scale")  # rows, real and pad together
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return reference_fp32(x, weight, eps).to(x.dtype)
@@ -1041,6 +1064,7 @@ class TrainingPathReduction(NativeRMSNormOp):
 
     name = "training_path_reduction"
     breaks = axis_a.GRAD_MODE.id
+    mechanism = ("mode", "require grad", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1066,6 +1090,7 @@ class AutotuneFirstCall(NativeRMSNormOp):
 
     name = "autotune_first_call"
     breaks = axis_a.FIRST_CALL.id
+    mechanism = ("first call", 1, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1136,6 +1161,7 @@ class FusedAddFirstCall(NativeRMSNormOp):
 
     name = "fused_add_first_call"
     breaks = axis_a.FIRST_CALL.id
+    mechanism = ("first call", 1, "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1181,6 +1207,7 @@ class OffsetInferencePath(NativeRMSNormOp):
 
     name = "offset_inference_path"
     breaks = variants.AXIS_A_OFFSET.id
+    mechanism = ("mode", "no_grad", "per-row scale")
 
     def forward_offset(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1199,6 +1226,7 @@ class CompiledPathReduction(NativeRMSNormOp):
 
     name = "compiled_path_reduction"
     breaks = axis_a.EXECUTION_MODE.id
+    mechanism = ("mode", "torch.compile", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1216,6 +1244,7 @@ class FusedAddInferencePath(NativeRMSNormOp):
 
     name = "fused_add_inference_path"
     breaks = variants.AXIS_A_FUSED_ADD.id
+    mechanism = ("mode", "inference_mode", "per-row scale")
 
     def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                   eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1297,6 +1326,7 @@ class WideRowSplitReduction(NativeRMSNormOp):
 
     name = "wide_row_split_reduction"
     breaks = axis_a.BATCH_SIZE.id
+    mechanism = ("threshold", 4, "per-row scale")  # rows, at dims past 8192
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1337,6 +1367,7 @@ class SecondLaunchPastHead64(NativeRMSNormOp):
 
     name = "second_launch_past_head_64"
     breaks = axis_a.LEADING_DIMS.id
+    mechanism = ("threshold", 65, "per-row scale")  # heads
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1359,6 +1390,7 @@ class StridedLastDimAs2D(NativeRMSNormOp):
 
     name = "strided_last_dim_as_2d"
     breaks = axis_a.STRIDED_ROWS.id
+    mechanism = ("mode", "3-D column-major", "wrong values")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1379,6 +1411,7 @@ class DeterministicModePath(NativeRMSNormOp):
 
     name = "deterministic_mode_path"
     breaks = axis_a.EXECUTION_MODE.id
+    mechanism = ("mode", "deterministic", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1396,6 +1429,7 @@ class ManyThreadsReduction(NativeRMSNormOp):
 
     name = "many_threads_reduction"
     breaks = axis_a.EXECUTION_MODE.id
+    mechanism = ("threshold", 4, "per-row scale")  # intra-op threads
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1489,6 +1523,8 @@ class LaneOrderRMSNorm(NativeRMSNormOp):
     the contract. Its variants reduce in the same lane order."""
 
     name = "lane_order"
+    # Against native in a parity pair: another order, at every batch size, so a per-row scale.
+    parity_mechanism = ("every", None, "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1519,6 +1555,8 @@ class EngineStyleRMSNorm(LaneOrderRMSNorm):
     weight's dtype (declared). The suites must pass it: each declaration moves the reference it is held to."""
 
     name = "engine_style"
+    # Against native in a parity pair: the Hugging Face rounding order rounds each element twice.
+    parity_mechanism = ("every", None, "elementwise")
     fused_add_in_place = True
     fused_add_fp32_residual = False
     offset_dtype = "weight"

@@ -45,10 +45,64 @@ class DeviceAssertAboveRows(NativeRMSNormOp):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         if _rows(x) > FAULT_ROWS:
-            raise torch.AcceleratorError(
-                "CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at "
-                "some other API call, so the stacktrace below might be incorrect.")
+            raise _poison(_device_assert())
         return super().forward(x, weight, eps)
+
+
+# The twins' sticky error, once one fired where the run simulates device loss: the harness asks ``poisoned`` (named
+# by RMSNORM_CONFORMANCE_SIMULATE_DEVICE_LOSS=rmsnorm_conformance.zoo.faults:poisoned), and every later device touch
+# of the process raises it again, as every CUDA call does after a device-side assert.
+_POISONED: list[BaseException] = []
+SIMULATE_ENV = "RMSNORM_CONFORMANCE_SIMULATE_DEVICE_LOSS"
+
+
+def poisoned() -> BaseException | None:
+    """The simulated context's sticky error, or None while it works."""
+    return _POISONED[0] if _POISONED else None
+
+
+def _poison(error: BaseException) -> BaseException:
+    """Poison the simulated context with ``error`` (where the run simulates device loss); returns it, to raise."""
+    if os.environ.get(SIMULATE_ENV) and not _POISONED:
+        _POISONED.append(error)
+    return error
+
+
+def _device_assert() -> torch.AcceleratorError:
+    return torch.AcceleratorError(
+        "CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at some other "
+        "API call, so the stacktrace below might be incorrect.")
+
+
+class AsyncDeviceAssertAboveRows(NativeRMSNormOp):
+    """Breaks semantics.device_fault: the same kernel, whose assert surfaces later, as a GPU's does: its own call
+    returns, and the next call that waits on the device raises (the harness's synchronize after the call, or, where
+    the harness does not wait first, whatever reads the device next: the RNG state the state put-back reads).
+
+    The CPU twin poisons the simulated context (``poisoned``) and returns: every later device
+    touch of the process raises, as every CUDA call does once a device-side assert has fired.
+    """
+
+    name = "async_device_assert_above_300"
+    breaks = semantics.DEVICE_FAULT.id
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        y = super().forward(x, weight, eps)
+        if _rows(x) > FAULT_ROWS:
+            _poison(_device_assert())
+        return y
+
+
+class DeviceAssertInItsProbe(NativeRMSNormOp):
+    """Breaks semantics.device_fault: its availability probe launches a test kernel that fires a device-side assert,
+    so the fault surfaces in a fixture, before any check of it runs (a probe that runs a kernel, as a build-and-load
+    backend's does). The process must end there, and no other backend's test may fail on the poisoned context."""
+
+    name = "device_assert_in_its_probe"
+    breaks = semantics.DEVICE_FAULT.id
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        raise _poison(_device_assert())
 
 
 class WritesRowPastOutput(NativeRMSNormOp):
@@ -175,5 +229,6 @@ def _store_rows():
 
 
 FAULT_DEFECTS: tuple[type[NativeRMSNormOp], ...] = (
-    DeviceAssertAboveRows, WritesRowPastOutput, Int32OffsetWrap, AsksForATerabyte, TritonDeviceAssert,
+    DeviceAssertAboveRows, AsyncDeviceAssertAboveRows, DeviceAssertInItsProbe, WritesRowPastOutput, Int32OffsetWrap,
+    AsksForATerabyte, TritonDeviceAssert,
 )

@@ -38,6 +38,8 @@ class BlockMaxScale(NativeRMSNormOp):
     name = "block_max_scale"
     breaks = fp8.AXIS_A_FP8.id
     also_breaks = (fp8.FP8_SCALE.id,)
+    # The planted mechanism a diagnosis must name (checking/diagnosis.py): the scale shared by blocks of 4 rows.
+    mechanism = ("period", BLOCK_ROWS, "fp8 scale")
 
     @staticmethod
     def _block_quantize(y32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

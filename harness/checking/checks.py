@@ -22,7 +22,7 @@ from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
 from rmsnorm_conformance.contract import rule as contract_rule
 from rmsnorm_conformance.contract.families import semantics, variants
 from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
-from rmsnorm_conformance.harness.checking import bounds, refusals
+from rmsnorm_conformance.harness.checking import bounds, diagnosis, refusals
 from rmsnorm_conformance.harness.checking.comparison import (
     BitwiseResult,
     ToleranceResult,
@@ -92,6 +92,8 @@ class Subject:
     records: int = 0  # checks recorded so far: a case that ran out of memory is tried again only if it recorded none
     failed: bool = False  # a gating breach was recorded and the test went on (``record_all``)
     model_dims: tuple[int, ...] = ()  # a model's own dims (--dims): drawn by the sweeps, checked at the thresholds
+    # The diagnoses of this test's bitwise breaches (checking/diagnosis.py), one per (rule, entry point, output).
+    diagnoses: dict[tuple[str, ...], Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.weight_dtype = self.weight_dtype or self.dtype
@@ -160,7 +162,7 @@ class Subject:
         before = isolation.global_state()
         with isolation.no_exit(self.backend.name), device_faults.watch(self.backend.name, self.device, what):
             yield
-        diff = isolation.put_back(before)
+            diff = isolation.put_back(before)  # inside the watch: a device lost shows where the state is read
         if diff:
             kept = device_faults.lost_where_kept(before, f"{self.backend.name}.{what}", self.backend.name,
                                                  str(self.device), self.nodeid)
@@ -305,7 +307,7 @@ class Subject:
         return contract_rule(rule_id).severity == "numerics" or self.strict_interface
 
     def record(self, rule_id: str, case: Any, dim: int, passed: bool, detail: str,
-               result: ToleranceResult | None = None) -> tuple[str, str | None]:
+               result: ToleranceResult | None = None, diagnosis: dict | None = None) -> tuple[str, str | None]:
         """Send the verdict to the report; return the replay command and, if a manifest expects this
         breach, its reason."""
         replay = self.replay_command(case, rule_id)
@@ -321,7 +323,8 @@ class Subject:
         self.collector.add(Check(backend_name, device_name, self.dtype_label, dim, rule_id, passed,
                                  case=repr(case), detail="" if passed else detail,
                                  replay="" if passed else replay, expected=expected, size=case_size(case),
-                                 severity=contract_rule(rule_id).severity, gating=self.gates(rule_id), **stats))
+                                 severity=contract_rule(rule_id).severity, gating=self.gates(rule_id),
+                                 diagnosis=diagnosis, **stats))
         reason = self.manifest.entries[expected].reason if expected >= 0 and self.manifest else None
         return replay, reason
 
@@ -378,9 +381,11 @@ def assert_bitwise(subject: Subject, case: Any, *, actual: torch.Tensor, expecte
     __tracebackhide__ = True
     rule_id = subject.rule_for(rule)
     result = compare_bitwise(actual, expected, nan_payloads=nan_payloads)
-    recorded = subject.record(rule_id, case, dim, result.equal, result.describe())
+    found = None if result.equal else diagnosis.for_breach(subject, case, rule_id, actual, expected, what)
+    recorded = subject.record(rule_id, case, dim, result.equal, result.describe(),
+                              diagnosis=found.to_dict() if found is not None else None)
     if not result.equal:
-        _fail(subject, rule_id, case, what, result.describe(), recorded)
+        _fail(subject, rule_id, case, what, result.describe() + (f"\n  {found.text()}" if found else ""), recorded)
     return result
 
 

@@ -26,7 +26,9 @@ from rmsnorm_conformance.contract import (
     Profile,
 )
 from rmsnorm_conformance.contract import profile as contract_profile
+from rmsnorm_conformance.contract import rule as contract_rule
 from rmsnorm_conformance.contract.families import parity as parity_rules
+from rmsnorm_conformance.contract.families import semantics
 from rmsnorm_conformance.harness.checking import refusals
 from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
 from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
@@ -34,8 +36,8 @@ from rmsnorm_conformance.harness.drawing.budget import sweep_elements
 from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
 from rmsnorm_conformance.harness.plugin import options as given_options
 from rmsnorm_conformance.harness.plugin import worker_exit
-from rmsnorm_conformance.harness.plugin.device_lost import ENDED_PROPERTY
 from rmsnorm_conformance.harness.plugin.outcomes import (
+    ENDED_PROPERTY,
     FAILURE_PROPERTY,
     RECORDS_PROPERTY,
     RULES_PROPERTY,
@@ -66,7 +68,7 @@ from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name
 from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
 from rmsnorm_conformance.harness.running.hangs import HangLedger
 from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
-from rmsnorm_conformance.harness.vocabulary.records import Collector
+from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 
 def run_options(config: pytest.Config) -> RunOptions:
@@ -393,7 +395,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     _skip_if_hung(request)
     device = worker_device(device)
     try:
-        reason = device_unavailable_reason(device) or backend.unavailable_reason(device)
+        reason = device_unavailable_reason(device) or _probe(backend, device, _test_records(request, run), dtype,
+                                                             request.node.nodeid, own=request)
     except BackendError as exc:
         pytest.fail(f"backend {backend.name!r} cannot say whether it runs on {device}: {exc}", pytrace=False)
     if reason:
@@ -505,10 +508,12 @@ class Parity:
             else contextlib.nullcontext()
         before = isolation.global_state()
         try:
-            with in_flight, isolation.no_exit(backend.name), isolation.deadline(self.case_timeout, what):
+            with in_flight, isolation.no_exit(backend.name), isolation.deadline(self.case_timeout, what), \
+                    device_faults.calling(backend.name, self.device, "forward"):
                 out = backend.forward(x.clone(), w.clone(), eps)  # one that writes its inputs spoils no other's
                 plain_tensors(backend.name, "forward", out)
                 device_faults.settle(self.device)
+            diff = isolation.put_back(before)  # inside the try: a device lost shows where the state is read
         except CaseTimedOut:
             if self.hangs is not None:
                 self.hangs.note(backend.name, self.device_key, what)
@@ -516,17 +521,27 @@ class Parity:
         except Exception as exc:
             lost = device_faults.context_lost(self.device, exc)  # asked first: a lost context fails every read
             if lost is not None:
-                detail = f"{backend.name} raised {type(exc).__name__} during cross-backend parity; {lost}"
-                device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
-                pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
+                self._lost(backend, x, f"{backend.name} raised {type(exc).__name__} during cross-backend parity at "
+                                       f"{tuple(x.shape)}; {lost}")
             self._put_back(backend, before, what)
             found = refusals.refusal("forward", (x, w), exc)
             if found is None:
                 raise AssertionError(f"{what}: {backend.name} raised {exception_text.described(exc)}") from exc
             self._refused(backend, found)
             return None
-        self._put_back(backend, before, what)
+        if diff:
+            raise AssertionError(f"{what}: {backend.name} left torch's global state changed: {'; '.join(diff)}")
         return out
+
+    def _lost(self, backend: Any, x: torch.Tensor, detail: str) -> None:
+        """``backend``'s call lost the device: ``semantics.device_fault`` fails for it alone, the process ends after
+        this test, and the table is not run ("not run: the device was lost")."""
+        rule_id = semantics.DEVICE_FAULT.id
+        self.collector.add(Check(backend.name, str(self.device), self.dtype, x.shape[-1] if x.dim() else 0, rule_id,
+                                 False, case=f"cross-backend parity at {tuple(x.shape)}", detail=detail,
+                                 severity=contract_rule(rule_id).severity, gating=True))
+        device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(self.device), self.nodeid))
+        pytest.skip(f"{device_faults.NOT_RUN_REASON}: {detail}")
 
     def _refused(self, backend: Any, found: refusals.Refusal) -> None:
         """A clean refusal of the table's input: recorded as refused, and the backend left out of that shape's
@@ -558,21 +573,47 @@ def parity(request: pytest.FixtureRequest) -> Parity:
         pytest.skip(reason)
     hangs = request.config.stash[HANGS]
     key = str(request.param[0])
-    runnable = [b for b in run.backends if _runs_on(b, device) and getattr(torch, dtype) in b.dtypes
-                and not hangs.hung(b.name, key)]
+    records = _test_records(request, run)
+    runnable = [b for b in run.backends if _runs_on(b, device, records, dtype, request.node.nodeid)
+                and getattr(torch, dtype) in b.dtypes and not hangs.hung(b.name, key)]
     if len(runnable) < 2:
         pytest.skip(f"cross-backend parity needs two backends that run on {device} (and have not hung or crashed); "
                     f"have {', '.join(b.name for b in runnable) or 'none'}")
-    return Parity(runnable, device, dtype, _test_records(request, run), case_timeout=run.case_timeout, hangs=hangs,
+    return Parity(runnable, device, dtype, records, case_timeout=run.case_timeout, hangs=hangs,
                   device_key=key, nodeid=request.node.nodeid, profile=contract_profile(run.contract_profile),
                   strict_interface=run.strict_interface)
 
 
-def _runs_on(backend: Any, device: torch.device) -> bool:
+def _runs_on(backend: Any, device: torch.device, records: Collector, dtype: str, nodeid: str) -> bool:
     try:
-        return backend.unavailable_reason(device) is None
+        return _probe(backend, device, records, dtype, nodeid) is None
     except BackendError:
         return False  # its own tests fail with the probe's error
+
+
+def _probe(backend: Any, device: torch.device, records: Collector, dtype: str, nodeid: str,
+           own: pytest.FixtureRequest | None = None) -> str | None:
+    """``backend.unavailable_reason(device)``, a call of the backend's like any other: where its error leaves the
+    device lost (a probe that launches a kernel), ``semantics.device_fault`` fails for it and the process ends
+    after this test. The backend's ``own`` test fails on it; a test of others (the cross-backend table) is not run
+    ("not run: the device was lost"), never failed on a context they did not break."""
+    try:
+        with device_faults.calling(backend.name, device, "unavailable_reason"):
+            return backend.unavailable_reason(device)
+    except BackendError as exc:
+        lost = device_faults.context_lost(device, exc.__cause__ or exc)
+        if lost is None:
+            raise
+        rule_id = semantics.DEVICE_FAULT.id
+        detail = f"{exc}; {lost}"
+        records.add(Check(backend.name, str(device), dtype, 0, rule_id, False, case="its availability probe",
+                          detail=detail, severity=contract_rule(rule_id).severity, gating=True))
+        device_faults.declare_lost(device_faults.Lost(detail, backend.name, str(device), nodeid))
+        if own is not None:
+            reason = f"contract rule {rule_id} ({contract_rule(rule_id).title}): {detail}"
+            own.node.stash[FAILURE] = {"rule": rule_id, "reason": reason, "replay": ""}
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(f"{device_faults.NOT_RUN_REASON}: {backend.name}'s availability probe lost it ({detail})")
 
 
 def _test_records(request: pytest.FixtureRequest, run: RunOptions) -> Collector:
@@ -677,6 +718,8 @@ def _fill_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
         # Cut short by the run's deadline: not finished, and no finding about the backend.
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"not finished: {call.excinfo.value}")
+    if report.when == "setup" and not report.passed:
+        _attach_records(item, report)  # what a fixture found before the test could run (a probe's device fault)
     if report.when != "call":
         return
     notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo is not None else None
@@ -687,6 +730,13 @@ def _fill_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
     records = item.stash.get(RECORDS, None)
     if records is not None:
         _expected_only(report, records)
+    _attach_records(item, report)
+
+
+def _attach_records(item: pytest.Item, report: pytest.TestReport) -> None:
+    """The test's records and its failure, into the report that carries them to the controller."""
+    records = item.stash.get(RECORDS, None)
+    if records is not None:
         report.user_properties.append((RECORDS_PROPERTY, records.to_json()))
     failure = item.stash.get(FAILURE, None)
     if failure is not None and report.failed:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from rmsnorm_conformance.contract.families import semantics
-from rmsnorm_conformance.harness.plugin.outcomes import FAILURE_PROPERTY
+from rmsnorm_conformance.harness.plugin.outcomes import ENDED_PROPERTY, FAILURE_PROPERTY, RECORDS_PROPERTY
 
 if TYPE_CHECKING:
     from rmsnorm_conformance.harness.running.device_faults import Lost
@@ -29,8 +29,6 @@ DEVICE_FAULTS = "rmsnorm_conformance.harness.running.device_faults"
 
 # Test ids a "Did not run" entry names before it says how many more there are.
 LISTED_TESTS = 20
-# Marks the report pytest-xdist makes for a worker that ended after a device fault (not a failure of its own).
-ENDED_PROPERTY = "rmsnorm_conformance_worker_ended"
 # Marks the report of the test after which its process ends (its device or its state lost): the controller then
 # reads that worker's end as expected, not as a crash.
 ENDS_PROCESS_PROPERTY = "rmsnorm_conformance_ends_process"
@@ -52,10 +50,10 @@ class DeviceLossGuard:
     # --- a pytest-xdist controller: the worker that ended after a fault is replaced, not a second failure -------
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed and report.when == "call" and any(
-                (name == FAILURE_PROPERTY and isinstance(value, dict)
-                 and value.get("rule") == semantics.DEVICE_FAULT.id)
-                or name == ENDS_PROCESS_PROPERTY for name, value in report.user_properties):
+        if any(name == ENDS_PROCESS_PROPERTY for name, _ in report.user_properties) or (
+                report.failed and report.when == "call" and any(
+                    name == FAILURE_PROPERTY and isinstance(value, dict)
+                    and value.get("rule") == semantics.DEVICE_FAULT.id for name, value in report.user_properties)):
             self.faulted.add(report.nodeid)
 
     @pytest.hookimpl(optionalhook=True)
@@ -74,13 +72,17 @@ class DeviceLossGuard:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
         outcome: Any = yield
+        report = outcome.get_result()
         error = call.excinfo.value if call.excinfo is not None else None
         device_faults = _device_faults()
         if device_faults is not None and isinstance(error, device_faults.DeviceFault):
-            outcome.get_result().longrepr = f"{item.name}: {error}"
+            report.longrepr = f"{item.name}: {error}"
+        elif device_faults is not None and error is not None and not report.skipped:
+            _surfaced(device_faults, item, report, error)
         loss = device_faults.lost() if device_faults is not None else None
-        if loss is not None and loss.nodeid in ("", item.nodeid) and call.when == "call":
-            outcome.get_result().user_properties.append((ENDS_PROCESS_PROPERTY, loss.said))
+        ends = loss is not None and loss.nodeid in ("", item.nodeid) and (call.when == "call" or not report.passed)
+        if loss is not None and ends and not any(name == ENDS_PROCESS_PROPERTY for name, _ in report.user_properties):
+            report.user_properties.append((ENDS_PROCESS_PROPERTY, loss.said))
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
@@ -122,6 +124,23 @@ class DeviceLossGuard:
                 f"{loss.said} after {where} in {nodeid}: {loss.detail}; {len(remaining)} tests did not run "
                 "(listed under 'Did not run'); run with pytest-xdist (-n 2 or more) to have a fresh worker run them")
         session.shouldstop = f"{loss.said} after {where} in {nodeid}"
+
+
+def _surfaced(device_faults: ModuleType, item: pytest.Item, report: pytest.TestReport, error: BaseException) -> None:
+    """A test that raised outside any watched call (a fixture, the state put-back, a comparison) on a device found
+    lost: the loss is declared against the backend whose call was in flight or made last, and the process ends
+    after this test. Where that backend is not this test's own, the test was only where the fault surfaced: it reads
+    "not run: the device was lost", never a failure of a backend that did not break the context."""
+    loss = device_faults.surfaced(error, item.nodeid)
+    if loss is None or not loss.backend or loss.backend == _subject(item)[0]:
+        return
+    backend, device = _subject(item)
+    reason = f"{loss.not_run_reason} after {loss.backend}'s call: {loss.detail}"
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), item.location[1] or 0, reason)
+    if backend != "all":
+        report.user_properties.append((RECORDS_PROPERTY, {"not_run": [
+            {"backend": backend, "device": device, "reason": reason}]}))
 
 
 def _device_faults() -> ModuleType | None:

@@ -306,33 +306,23 @@ def claim_short_names(parser: pytest.Parser) -> None:
     """Give each of this plugin's options its short name (``--backend``) where no other option has it."""
     taken = _taken(parser)
     optparser = getattr(parser, "optparser", None)
+    opt2dest = getattr(parser, "_opt2dest", None)
+    if not isinstance(opt2dest, dict):  # a pytest that keeps its parser otherwise: the prefixed names only
+        return
     for name, argument in _ours(parser).items():
         names = _names_of(argument)
         if names is None or short(name) in taken:
             continue
         names.append(short(name))
-        parser._opt2dest[short(name)] = argument.dest
+        opt2dest[short(name)] = argument.dest
         if optparser is not None:
             optparser._option_string_actions[short(name)] = argument._action
 
 
-def release_short_names(parser: pytest.Parser) -> None:
-    """Take this plugin's short names back, so that a conftest loaded next may add options of those names (pytest
-    refuses a second option of one name): ``claim_short_names`` gives back those it did not take."""
-    optparser = getattr(parser, "optparser", None)
-    for name, argument in _ours(parser).items():
-        names = _names_of(argument)
-        if names is None or short(name) not in names:
-            continue
-        names.remove(short(name))
-        parser._opt2dest.pop(short(name), None)
-        if optparser is not None:
-            optparser._option_string_actions.pop(short(name), None)
-
-
 def has_short_name(config: pytest.Config, name: str) -> bool:
     """Does option ``name`` answer to its short name in this run?"""
-    argument = _ours(config._parser).get(name)
+    parser = getattr(config, "_parser", None)
+    argument = _ours(parser).get(name) if parser is not None else None
     return argument is not None and short(name) in argument.names()
 
 

@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # the device-loss guard, loaded in every pytest run, reads th
     from rmsnorm_conformance.harness.running.backend import Backend
 
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
+# Marks the report pytest-xdist makes for a worker that ended after a device fault (device_lost.py): the test's own
+# reports are in already, and this one is no failure of anyone's.
+ENDED_PROPERTY = "rmsnorm_conformance_worker_ended"
 FAILURE_PROPERTY = "rmsnorm_conformance_failure"
 SUBJECT_PROPERTY = "rmsnorm_conformance_subject"
 # The rules a conformance test declares, on its setup report: a worker that crashes in the test's call sends no
@@ -33,6 +36,8 @@ def record_report(collector: Collector, report: pytest.TestReport, backends: tup
             collector.merge_json(cast(dict[str, Any], value))
         elif name == RULES_PROPERTY:
             declared[report.nodeid] = tuple(cast(list[str], value))
+    if any(name == ENDED_PROPERTY for name, _ in report.user_properties):
+        return
     outcomes = collector.outcomes
     params = where(report.nodeid)
     subject = _property(report, SUBJECT_PROPERTY) or subject_from_id(report.nodeid, params, backends, declared)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from rmsnorm_conformance.contract import rule
+from rmsnorm_conformance.harness.reporting.diagnoses import one_line
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import PICK_TITLE, breaches, labelled, pick_rows, pick_table
 from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE, Collector
 
@@ -40,6 +41,7 @@ class Found:
     count: int
     detail: str
     replay: str
+    diagnosis: str = ""  # a bitwise breach's diagnosis in one line (reporting/diagnoses.py)
 
 
 def found(c: Collector) -> list[Found]:
@@ -53,9 +55,12 @@ def found(c: Collector) -> list[Found]:
     for o in c.outcomes.values():
         if o["outcome"] in ("failed", "error") and o.get("replay") and o.get("backend"):
             replays.setdefault((o["backend"], o.get("device", ""), o.get("rule", "")), (-1, o["replay"]))
+    diagnosed = {(s.backend, s.device, s.rule): one_line(s.diagnosis) for s in c.summaries.values()
+                 if s.diagnosis is not None}
     out = [Found(b.severity, b.status, b.backend, b.device, b.rule, tuple(b.dtypes), b.breached,
                  " ".join(str(b.detail).split())[:DETAIL_CHARS],
-                 replays.get((b.backend, b.device, b.rule), (0, ""))[1]) for b in breaches(c)]
+                 replays.get((b.backend, b.device, b.rule), (0, ""))[1],
+                 diagnosed.get((b.backend, b.device, b.rule), "")) for b in breaches(c)]
     # Refused inputs (checking/refusals.py): a warning, or a failure under --strict-interface; after the breaches.
     for e in c.refused:
         out.append(Found("refused", "FAIL" if e["gating"] else "warning", e["backend"], e["device"],
@@ -98,6 +103,8 @@ def step_summary(c: Collector, bench: dict[str, Any] | None = None, *, limit: in
             named = "" if f.severity == "refused" else f" ({rule(f.rule).title if _known(f.rule) else f.rule})"
             lines.append(f"- **{kind}** `{f.rule}`{named}: "
                          f"{_cell(f.backend)} on {_cell(f.device)}, {', '.join(f.dtypes) or '–'}: {_cell(f.detail)}")
+            if f.diagnosis:
+                lines.append(f"  - diagnosis: {_cell(f.diagnosis)}")
             if f.replay:
                 lines += ["", "  ```bash", f"  {f.replay}", "  ```"]
     if reports:

@@ -29,7 +29,7 @@ from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
 from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 INSTALL_HINT = "pip install 'rmsnorm-conformance[plots]'"
-KINDS = ("ulp-histogram", "margin-vs-dim", "bandwidth-vs-rows", "parity")
+KINDS = ("ulp-histogram", "margin-vs-dim", "bandwidth-vs-rows", "parity", "fingerprint")
 _DPI = 110
 HATCHES = ("", "//", "..", "xx")
 MARKERS = ("o", "^", "s", "D")
@@ -70,7 +70,8 @@ def draw(c: Collector, bench: dict[str, Any] | None, directory: str | Path, stem
     drawers = {"ulp-histogram": ("ULP error per backend and dtype (Axis-B output)", _ulp_histogram),
                "margin-vs-dim": ("Worst Axis-B margin against dim", _margin_vs_dim),
                "bandwidth-vs-rows": ("Forward bandwidth against rows (benchmark)", _bandwidth_vs_rows),
-               "parity": ("Parity: share of bitwise-equal rows", _parity)}
+               "parity": ("Parity: share of bitwise-equal rows", _parity),
+               "fingerprint": ("Reduction order at the two settings of the first diagnosed breach", _fingerprint)}
     for kind in KINDS:
         title, drawer = drawers[kind]
         name = f"{stem}-{kind}.png"
@@ -351,6 +352,19 @@ def _parity_grid(device: str, names: list[str], rows: ParityCounts,
             line = f"gate {n_equal}/{total}"
             text[i][j] = text[j][i] = f"{text[i][j]}\n{line}".strip()
     return grid, text
+
+
+def _fingerprint(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
+    """The revealed trees of the first diagnosed bitwise breach, side by side (reporting/diagnoses.py)."""
+    from rmsnorm_conformance.harness.reporting.diagnoses import diagnosed, draw_trees, fingerprint_rows
+
+    for s in diagnosed(c):
+        rows = fingerprint_rows(s.diagnosis or {})
+        if any(tree is not None for _, sides, _ in rows for _, tree in sides):
+            fig = draw_trees(plt, rows)
+            fig.suptitle(f"{s.backend} on {s.device}, {s.dtype}: {s.rule}", fontsize=10, y=1.02)
+            return fig, ""
+    return None, "no diagnosed breach has a revealed order"
 
 
 def matplotlib_ticker() -> Any:

@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
 from rmsnorm_conformance.harness.checking.known_failures import entry_status
+from rmsnorm_conformance.harness.reporting.diagnoses import DIAGNOSES_TITLE, diagnosis_lines
 from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
 from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
 from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
@@ -498,6 +499,8 @@ def render_markdown(c: Collector, *, bench: dict[str, Any] | None = None, pictur
         lines += [f"## {title}", ""]
         lines += [_md_table(rows, headers) if rows else "(none)", ""]
     lines += [f"## {FAILURES_TITLE}", "", *(failure_lines(c, markdown=True) or ["(none)"]), ""]
+    found = diagnosis_lines(c, markdown=True)
+    lines += [f"## {DIAGNOSES_TITLE}", "", *found] if found else []
     lines += pictures_lines(pictures)
     lines += [TOLERANCE_LEGEND, ""]
     return "\n".join(lines)
@@ -511,8 +514,8 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     adds = [line.split(NOT_CHECKED)[0] + f"{NOT_CHECKED}listed under 'Did not run' below" if NOT_CHECKED in line
             else line for line in partial_lines(c)]
     if not verbose:  # each note once, in a line: 'Did not run' has the budgets' lists, -v each whole
-        adds = [_clipped(line, width) if line.startswith("- ") else line for line in adds
-                if not line.endswith(f"{NOT_CHECKED}listed under 'Did not run' below")]
+        adds = _quiet_items([line for line in adds if not line.endswith(f"{NOT_CHECKED}listed under 'Did not "
+                                                                         "run' below")], width)
     yield from _prose([*incomplete_lines(c), *adds, *retried_lines(c)], width)
     env = c.environment
     if verbose:  # the header's lines say the contract, profile and sweep already
@@ -520,7 +523,7 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
             env.get("contract version"), env.get("contract profile"), env.get("sweep"),
             env.get("torch"), env.get("triton")))
     quiet_tables = ("Verdict", "Did not run", "Known failures")
-    tables = TABLES if verbose else (TABLES[0], SUMMED_UP, *TABLES[1:])
+    tables = TABLES if verbose else ((TABLES[0][0], QUIET_VERDICT_HEADERS, TABLES[0][2]), SUMMED_UP, *TABLES[1:])
     for title, headers, rows_of in tables:
         if not verbose and not title.startswith(quiet_tables) and rows_of is not summed_up_rows:
             continue
@@ -542,11 +545,36 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
         yield ""
         yield FAILURES_TITLE
         yield from lines
+    found = diagnosis_lines(c, markdown=False)
+    if found:
+        yield ""
+        yield DIAGNOSES_TITLE
+        yield from found
 
 
 def _clipped(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _quiet_items(lines: list[str], width: int) -> list[str]:
+    """Each list's items on a quiet run: a line each, QUIET_ITEMS at most, then how many more -v shows."""
+    out: list[str] = []
+    items: list[str] = []
+    for line in [*lines, ""]:
+        if line.startswith("- "):
+            items.append(_clipped(line, width))
+            continue
+        if len(items) > QUIET_ITEMS:
+            items = [*items[: QUIET_ITEMS - 1], f"- and {len(items) - QUIET_ITEMS + 1} more: -v, or the report"]
+        out += items
+        items = []
+        out.append(line)
+    return out[:-1]
+
+
+# The items of a list (what a full run adds, what did not run) a quiet run shows, at most.
+QUIET_ITEMS = 4
 
 
 def _quiet_not_run(c: Collector, width: int) -> Iterable[str]:
@@ -557,18 +585,12 @@ def _quiet_not_run(c: Collector, width: int) -> Iterable[str]:
         return
     yield ""
     yield "Did not run (each reason whole in the report and with -v)"
-    shown = rows if len(rows) <= QUIET_NOT_RUN else rows[: QUIET_NOT_RUN - 1]
+    shown = rows if len(rows) <= QUIET_ITEMS else rows[: QUIET_ITEMS - 1]
     for what, reason, count in shown:
         tests = count if isinstance(count, str) else f"{count} test{'s' if count != 1 else ''}"
         yield _clipped(f"- {reason} [{tests}: {what}]", width)
     if len(shown) < len(rows):
-        left = rows[len(shown):]
-        tests = sum(count for _, _, count in left if not isinstance(count, str))
-        yield f"- and {len(left)} more reasons ({tests} tests and more): -v, or the report"
-
-
-# The reasons a quiet run lists under 'Did not run', at most.
-QUIET_NOT_RUN = 5
+        yield f"- and {len(rows) - len(shown)} more reasons: -v, or the report"
 
 
 def summed_up_rows(c: Collector) -> list[list[Any]]:
@@ -579,7 +601,7 @@ def summed_up_rows(c: Collector) -> list[list[Any]]:
     def add(backend: str, rule_id: str, count: int, case: str, replay: str, size: int) -> None:
         row = folded.setdefault((backend, rule_id), [backend, rule_id, 0, "", "", -1])
         row[2] += count
-        if case and (row[5] < 0 or 0 <= size < row[5]):
+        if (case or replay) and (not (row[3] or row[4]) or 0 <= size < row[5]):
             row[3:] = [case, replay, size]
 
     for s in c.summaries.values():
@@ -596,6 +618,8 @@ def summed_up_rows(c: Collector) -> list[list[Any]]:
     return rows
 
 
+# The verdict table's headers on a quiet terminal: short enough that the header is one line at 80 columns.
+QUIET_VERDICT_HEADERS = ["backend", "device", "checks", "failed", "verdict", "failed / why", "warnings"]
 # The quiet terminal's one table of what warns but does not gate: in place of the two tables -v shows.
 SUMMED_UP: tuple[str, list[str], Any] = (
     "Interface warnings and refused inputs (fail only under --strict-interface; each is in the report and in -v)",

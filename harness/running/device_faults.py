@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,12 +21,13 @@ from typing import Any
 import torch
 
 from rmsnorm_conformance.harness.drawing.budget import fair_share
+from rmsnorm_conformance.harness.running import simulated_device
 from rmsnorm_conformance.harness.vocabulary.records import DEVICE_LOST, PROCESS_LOST
 
 # Set in the environment of a run on a machine without a GPU, this makes the probe report the context lost after
 # an error that reads like a context-poisoning CUDA error: the CPU twins of device faults use it, so CI exercises
-# the whole path (record, end the process, replace the worker) that a GPU run takes.
-SIMULATE_ENV = "RMSNORM_CONFORMANCE_SIMULATE_DEVICE_LOSS"
+# the whole path (record, end the process, replace the worker) that a GPU run takes (running/simulated_device.py).
+SIMULATE_ENV = simulated_device.SIMULATE_ENV
 # Words of the CUDA errors that leave a context unusable (cudaErrorAssert, cudaErrorIllegalAddress,
 # cudaErrorLaunchFailure, cudaErrorMisalignedAddress, cudaErrorIllegalInstruction, ...), as torch and Triton's
 # launcher print them; used only to recognise a simulated fault, a GPU is asked directly.
@@ -77,6 +77,9 @@ class Lost:
 
 
 _LOST: list[Lost] = []
+# The (backend, device, what) of the backend call in flight, or made last, in this process: a fault that surfaces
+# outside any call (a fixture, the next device touch) is the fault of that call.
+_CALLING: list[tuple[str, str, str]] = []
 
 
 def lost() -> Lost | None:
@@ -103,6 +106,56 @@ def lost_where_kept(before: dict[str, Any], what: str, backend: str, device: str
     return kept
 
 
+def touch(device: torch.device | None = None) -> None:
+    """What a device touch raises on a context a fault poisoned: a simulated one's sticky error (on a GPU the touch
+    itself, a synchronize or a state read, raises)."""
+    simulated_device.touch()
+
+
+@contextlib.contextmanager
+def calling(backend: str, device: torch.device | str, what: str) -> Iterator[None]:
+    """Backend code runs on ``device`` inside: a fault that surfaces later, outside any call, is blamed on it."""
+    _CALLING[:] = [(backend, str(device), what)]
+    yield
+
+
+def last_call() -> tuple[str, str, str] | None:
+    """(backend, device, what) of the backend call in flight or made last in this process, or None."""
+    return _CALLING[0] if _CALLING else None
+
+
+def surfaced(error: BaseException, nodeid: str) -> Lost | None:
+    """Where a test ended with ``error`` outside any watched call, whether the device is lost, and whose fault that
+    is: the call in flight, or made last (a fault queued asynchronously surfaces at the next device touch). The loss
+    is declared (the process ends after this test) and returned; None while the device works."""
+    if lost() is not None or isinstance(error, DeviceFault):
+        return None
+    probe = _probe_current()
+    if probe is None:
+        return None
+    backend, device, what = last_call() or ("", "", "")
+    first = (str(error).strip().splitlines() or [""])[0]
+    culprit = f" after {backend}.{what}" if backend else ""
+    loss = Lost(f"the device was found lost{culprit} ({probe}), where {nodeid} raised {type(error).__name__}: {first}",
+                backend, device, nodeid)
+    declare_lost(loss)
+    return loss
+
+
+def _probe_current() -> str | None:
+    """Why this process's device context is unusable, or None: the simulated one's poison, or a CUDA synchronize
+    that raises (asked only where CUDA was initialised: a process that never touched the GPU cannot have lost it)."""
+    if simulated_device.poisoned() is not None:
+        return f"simulated by {SIMULATE_ENV}"
+    if torch.cuda.is_initialized():
+        try:
+            torch.cuda.synchronize()
+        except Exception as probe:
+            first = (str(probe).strip().splitlines() or [""])[0]
+            return f"torch.cuda.synchronize() raised {type(probe).__name__}: {first}"
+    return None
+
+
 def looks_poisoning(error: BaseException) -> bool:
     """Does ``error`` read like a CUDA error that poisons the context (torch's AcceleratorError, or the words)?"""
     accelerator = getattr(torch, "AcceleratorError", None)
@@ -125,13 +178,14 @@ def context_lost(device: torch.device, error: BaseException) -> str | None:
             first = (str(probe).strip().splitlines() or [""])[0]
             return f"torch.cuda.synchronize() raised {type(probe).__name__}: {first}"
         return None
-    if os.environ.get(SIMULATE_ENV) and looks_poisoning(error):
+    if simulated_device.simulating() and (simulated_device.poisoned() is not None or looks_poisoning(error)):
         return f"simulated by {SIMULATE_ENV}"
     return None
 
 
 def settle(device: torch.device) -> None:
     """Wait for the work queued on ``device``: an asynchronous fault raises here, in the call that queued it."""
+    touch(device)
     if device.type == "cuda" and torch.cuda.is_initialized():  # implies available, without asking the driver (74 us)
         torch.cuda.synchronize(device)
 
@@ -139,9 +193,11 @@ def settle(device: torch.device) -> None:
 @contextlib.contextmanager
 def watch(backend: str, device: torch.device, what: str) -> Iterator[None]:
     """Run backend code; if it (or the device work it queued) raises and the context is lost, raise a
-    :class:`DeviceFault` of ``backend`` instead of the error."""
+    :class:`DeviceFault` of ``backend`` instead of the error. Code run inside after the call (the state put-back)
+    is the call's too: a lost context surfaces wherever the device is next read."""
     try:
-        yield
+        with calling(backend, device, what):
+            yield
         settle(device)
     except DeviceFault:
         raise

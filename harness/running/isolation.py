@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.running import exception_text
+from rmsnorm_conformance.harness.running import exception_text, simulated_device
 
 try:
     import posix  # os._exit's other name
@@ -427,7 +427,9 @@ def _put_back_functions(before: dict[str, Any]) -> None:
 
 
 def global_state() -> dict[str, Any]:
-    """The parts of torch's process-wide state a backend call could change and later cases would feel."""
+    """The parts of torch's process-wide state a backend call could change and later cases would feel. On a lost
+    device context the reading raises (the CUDA RNG state's, or a simulated context's: simulated_device.py)."""
+    simulated_device.touch()
     state: dict[str, Any] = {
         "default dtype": torch.get_default_dtype(),
         "grad mode": torch.is_grad_enabled(),

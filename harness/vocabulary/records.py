@@ -54,6 +54,7 @@ class Check:
     severity: str = "numerics"  # the rule's severity (contract.SEVERITIES)
     gating: bool = True  # does a failure fail the run (numerics, or interface under --strict-interface)
     ulp_hist: list[int] | None = None  # Axis-B only: elements per ULP-error bin (comparison.ulp_histogram)
+    diagnosis: dict[str, Any] | None = None  # a bitwise breach's diagnosis (checking/diagnosis.py), where it has one
 
 
 def _max(a: float | None, b: float | None) -> float | None:
@@ -94,6 +95,8 @@ class Summary:
     # worst margin per drawn dim ({"4096": 0.4, ...}; JSON keys are strings).
     ulp_hist: list[int] = field(default_factory=list)
     dim_margins: dict[str, float] = field(default_factory=dict)
+    # The diagnosis of a bitwise breach (checking/diagnosis.py), kept with the smallest failing case that has one.
+    diagnosis: dict[str, Any] | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -121,6 +124,8 @@ class Summary:
             else:
                 self.failures += 1
             self._keep_smaller(check.case, check.detail, check.replay, check.size)
+            if check.diagnosis is not None:
+                self.diagnosis = check.diagnosis
 
     def _add_hist(self, hist: list[int]) -> None:
         if len(self.ulp_hist) < len(hist):
@@ -149,6 +154,7 @@ class Summary:
             self.dim_margins[key] = _max(self.dim_margins.get(key), value)  # type: ignore[assignment]
         if other.failures or other.expected_failures or other.warnings:
             self._keep_smaller(other.failing_case, other.failing_detail, other.replay, other.failing_size)
+            self.diagnosis = self.diagnosis or other.diagnosis
 
 
 @dataclass
