@@ -17,9 +17,6 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[1]
-# Documents left out of the site (by path prefix) while their links name files that are no longer in the repository
-# (the reports' run folders and pictures). Each comes back, and so under the link check, once its links resolve.
-NOT_YET_LINKED: tuple[str, ...] = ()
 
 
 def _repository_files() -> list[str]:
@@ -32,7 +29,7 @@ def _repository_files() -> list[str]:
         raise SystemExit(f"the docs are built from a git checkout of the repository: git ls-files failed in {ROOT}: "
                          f"{exc}") from None
     return sorted(p for p in set(listed.split("\0")) if p and (ROOT / p).is_file() and not (ROOT / p).is_symlink()
-                  and p != "docs/hooks.py" and not p.startswith(NOT_YET_LINKED))
+                  and p != "docs/hooks.py")
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -45,9 +42,6 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
                   if f.abs_src_path is None or not Path(f.abs_src_path).resolve().is_relative_to(docs_dir)])
     for path in _repository_files():
         site.append(File(path, str(ROOT), config.site_dir, config.use_directory_urls))
-    if not any(f.src_uri == "README.md" for f in site):  # the home page while README.md is left out
-        home = "# rmsnorm-conformance\n\n[The documentation](docs/index.md)\n"
-        site.append(File.generated(config, "index.md", content=home))
     for name, text in family_pages().items():
         site.append(File.generated(config, f"docs/rules/{name}.md", content=text))
     return site

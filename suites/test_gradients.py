@@ -81,6 +81,17 @@ def test_gradient_accuracy(subject, case):
 
 @conformance(gradients.DX_BATCH_INVARIANCE.id, GradientCase, _cases, skip_reason=_no_backward)
 def test_dx_batch_invariance(subject, case):
+    check_dx_batch_invariance(subject, case)
+
+
+@explicit_cases(gradients.DX_BATCH_INVARIANCE.id, GradientCase, thresholds.small_batch_gradient_plan,
+                budget_share=2, skip_reason=_no_backward)
+def test_dx_batch_invariance_at_thresholds(subject, case, memo):
+    """A few rows alone against a batch past 16 rows, at each threshold dim up to 8192."""
+    check_dx_batch_invariance(subject, case)
+
+
+def check_dx_batch_invariance(subject, case, memo=None):
     """dx of a sub-batch alone against the same rows in the whole batch, with the weight trained and with it frozen
     (LoRA): a backward that branches on which inputs need a gradient has a dx-only path of its own."""
     b = case.batch

@@ -132,6 +132,13 @@ def test_3d_views_with_a_strided_last_dim_at_every_threshold_dim():
         assert torch.equal(view.reshape(-1, c.batch.dim), x[: view.shape[0] * view.shape[1]])
 
 
+def test_dx_at_the_small_batch_thresholds():
+    made = thresholds.small_batch_gradient_plan("float32", CPU, 1 << 22, "b", ("forward",))
+    assert {(c.batch.dim, c.length) for c in made.cases} == {(d, n) for d in THRESHOLD_DIMS if d <= 8192
+                                                             for n in thresholds.SMALL_GRADIENT_LENGTHS}
+    assert all(c.batch.rows > 16 > c.length for c in made.cases)
+
+
 def test_dw_at_large_batches_where_the_budget_holds_them():
     made = thresholds.large_batch_gradient_plan("float32", CPU, 1 << 22, "b", ("forward",))
     assert [(c.batch.dim, c.batch.rows) for c in made.cases] == [(128, 32768)]

@@ -52,6 +52,9 @@ ACCURACY_ROWS = 4
 # column-major; fewer where a wide dim's budget is smaller, and never fewer than 4 (2 x 2: a real stride).
 STRIDED_3D_ROWS = 34
 STRIDED_3D_MIN_ROWS = 4
+# dx invariance at the small-batch thresholds: sub-batches of these many rows against a batch past 16 rows.
+SMALL_GRADIENT_LENGTHS = (1, 15)
+SMALL_GRADIENT_ROWS = 33
 # dw across thread counts is checked at batches of at least this many rows (the prefill thresholds), where a
 # backward splits its sum over rows into per-thread or per-block partial sums.
 LARGE_BATCH_ROWS = 2048
@@ -266,6 +269,23 @@ def strided_3d_plan(dtype: str, device: torch.device, budget: int, source: str, 
             continue
         cases += [StridedCase(_batch(dim, rows, dtype, salt=43), "last_dim_strided", entry=entry) for entry in entries]
     return Plan(cases, f"3-D views with a strided last dim at dims {', '.join(beyond)} beyond the element budget of "
+                       f"{budget} ({source})" if beyond else None)
+
+
+def small_batch_gradient_plan(dtype: str, device: torch.device, budget: int, source: str, entries: Sequence[str],
+                              *, dims: Sequence[int] = THRESHOLD_DIMS) -> Plan:
+    """Per threshold dim up to 8192, SMALL_GRADIENT_LENGTHS rows alone against a batch of SMALL_GRADIENT_ROWS: a
+    backward's launch heuristic (a row split over more lanes) switches below 16 rows, as a forward's does."""
+    cases, beyond = [], []
+    for dim in dims:
+        if dim > WIDE_DIM_FROM:
+            continue
+        if SMALL_GRADIENT_ROWS * dim > budget:
+            beyond.append(str(dim))
+            continue
+        batch = _batch(dim, SMALL_GRADIENT_ROWS, dtype, salt=53)
+        cases += [GradientCase(batch, length=n) for n in SMALL_GRADIENT_LENGTHS]
+    return Plan(cases, f"dx at {SMALL_GRADIENT_ROWS} rows at dims {', '.join(beyond)}: beyond the element budget of "
                        f"{budget} ({source})" if beyond else None)
 
 
