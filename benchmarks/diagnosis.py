@@ -33,6 +33,13 @@ if str(ROOT) not in sys.path:
 
 
 
+# Each run holds its kernel to one dtype: float32, where every change of order shows, except where the planted path
+# takes another (a mixed pair: bf16 x with an fp32 weight).
+DTYPE = "float32"
+COST_TITLE = "## What a diagnosis costs"
+DTYPES = {"MixedPairSmallBatch": "bfloat16"}
+
+
 def subjects() -> list[dict[str, Any]]:
     """Each diagnosed defect, and each parity pair of a control against native, with its run's arguments."""
     from rmsnorm_conformance.contract.families import parity
@@ -43,13 +50,14 @@ def subjects() -> list[dict[str, Any]]:
     for d in DEFECTS:
         if diagnosed(d.breaks):
             out.append({"name": d.__name__, "rule": d.breaks, "mechanism": d.mechanism, "backend": d.name,
-                        "args": [f"--rule={d.breaks}", f"--backend=rmsnorm_conformance.zoo:{d.__name__}"]})
+                        "args": [f"--rule={d.breaks}", f"--backend=rmsnorm_conformance.zoo:{d.__name__}",
+                                 f"--dtype={DTYPES.get(d.__name__, DTYPE)}"]})
     for control in (LaneOrderRMSNorm, EngineStyleRMSNorm):
         out.append({"name": f"native = {control.__name__}", "rule": parity.BITWISE.id,
                     "mechanism": control.parity_mechanism, "backend": f"native={control.name}",
                     "args": [f"--rule={parity.BITWISE.id}",
                              f"--backend=native,rmsnorm_conformance.zoo:{control.__name__}",
-                             f"--require-parity=native:{control.name}"]})
+                             f"--require-parity=native:{control.name}", f"--dtype={DTYPE}"]})
     return out
 
 
@@ -94,7 +102,8 @@ def measure_cost(defect: str, turns: int, tmp: Path) -> list[dict[str, Any]]:
             report = tmp / f"cost-{turn}-{diagnosed}.json"
             cmd = ["/usr/bin/time", "-f", "%U %S %e", sys.executable, "-m", "pytest", "--pyargs",
                    "rmsnorm_conformance.suites.test_axis_a", f"--backend=rmsnorm_conformance.zoo:{defect}",
-                   "--device=cpu", "--sweep=ci", "-p", "no:cacheprovider", "-q", f"--report={report}",
+                   "--device=cpu", "--sweep=ci", f"--dtype={DTYPE}", "-p", "no:cacheprovider", "-q",
+                   f"--report={report}",
                    *([] if diagnosed else ["-p", "diagnosis_off"])]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(plugin_dir)])}
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
@@ -116,8 +125,9 @@ def render_cost(cost: list[dict[str, Any]], defect: str) -> list[str]:
     ratio = (sum(on) / len(on)) / (sum(off) / len(off)) - 1
     table = [[c["turn"] + 1, "on" if c["diagnosed"] else "off", f"{c['cpu']:.1f}", f"{c['wall']:.0f}",
               c["failed_tests"], c["diagnoses"], c["calls"]] for c in cost]
-    return ["## What a diagnosis costs", "",
-            f"The Axis-A suite (`--pyargs rmsnorm_conformance.suites.test_axis_a`) under `--sweep=ci --device=cpu` "
+    return [COST_TITLE, "",
+            f"The Axis-A suite (`--pyargs rmsnorm_conformance.suites.test_axis_a`) under `--sweep=ci --device=cpu "
+            f"--dtype={DTYPE}` "
             f"against `{defect}`, without `-x` (every failing test is diagnosed), with the diagnosis on and off "
             "in turns; CPU is the pytest process's user + system seconds.", "",
             tabulate(table, ["turn", "diagnosis", "CPU (s)", "wall (s)", "failed tests", "diagnoses",
@@ -148,7 +158,8 @@ def render(rows: list[dict[str, Any]], command: str, env: dict[str, Any]) -> str
         "# Diagnosis: does the diagnosis of a breach name the planted mechanism?", "",
         f"Command: `{command}`", "", *header, "",
         "Each Axis-A, first-call, execution-mode and parity defect of the zoo (and each control against native under "
-        "`--require-parity`) runs the suite tests of its rule as a user would (`--sweep=ci`, `-x`, `--device=cpu`). "
+        "`--require-parity`) runs the suite tests of its rule as a user would (`--sweep=ci`, `-x`, `--device=cpu`), "
+        "in float32 (where every change of order shows; the mixed-pair defect in bfloat16, its weight in float32). "
         "*Planted*: the defect's declared `mechanism` (kind, value, stage). *Diagnosis*: the first diagnosed breach "
         "in the run's JSON report, in one line (threshold; stage; where the revealed trees part). *Named*: the "
         "threshold has the planted kind and exact value, and the stage is the planted one. *Calls*: calls into the "
@@ -177,9 +188,10 @@ def main() -> None:
         cost = measure_cost(args.cost_defect, args.cost_turns, Path(tmpdir)) if args.cost_turns else []
     cost_lines = render_cost(cost, args.cost_defect) if cost else []
     if args.cost_only:
-        if not args.out or not Path(args.out).exists():
-            parser.error("--cost-only adds to the table that --out already holds")
-        kept = Path(args.out).read_text().split("## What a diagnosis costs")[0].rstrip("\n") + "\n\n"
+        if not args.out:
+            parser.error("--cost-only writes its section into --out (the table there is kept)")
+        old = Path(args.out).read_text() if Path(args.out).exists() else ""
+        kept = old.split(COST_TITLE)[0].rstrip("\n") + "\n\n" if old else ""
         Path(args.out).write_text(kept + "\n".join(cost_lines) + f"\nCost command: `python benchmarks/diagnosis.py "
                                   f"--cost-only --cost-turns {args.cost_turns} --cost-defect {args.cost_defect} "
                                   f"--out {args.out}`\n")
@@ -197,6 +209,9 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        old = Path(args.out).read_text() if Path(args.out).exists() else ""
+        if not cost_lines and COST_TITLE in old:  # a cost measured by --cost-only stays
+            text = text.rstrip("\n") + "\n\n" + COST_TITLE + old.split(COST_TITLE, 1)[1]
         Path(args.out).write_text(text)
 
 

@@ -1326,6 +1326,7 @@ class WideRowSplitReduction(NativeRMSNormOp):
 
     name = "wide_row_split_reduction"
     breaks = axis_a.BATCH_SIZE.id
+    mechanism = ("threshold", 4, "per-row scale")  # rows, at dims past 8192
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1366,6 +1367,7 @@ class SecondLaunchPastHead64(NativeRMSNormOp):
 
     name = "second_launch_past_head_64"
     breaks = axis_a.LEADING_DIMS.id
+    mechanism = ("threshold", 65, "per-row scale")  # heads
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1388,6 +1390,7 @@ class StridedLastDimAs2D(NativeRMSNormOp):
 
     name = "strided_last_dim_as_2d"
     breaks = axis_a.STRIDED_ROWS.id
+    mechanism = ("mode", "3-D column-major", "wrong values")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1408,6 +1411,7 @@ class DeterministicModePath(NativeRMSNormOp):
 
     name = "deterministic_mode_path"
     breaks = axis_a.EXECUTION_MODE.id
+    mechanism = ("mode", "deterministic", "per-row scale")
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)
@@ -1425,6 +1429,7 @@ class ManyThreadsReduction(NativeRMSNormOp):
 
     name = "many_threads_reduction"
     breaks = axis_a.EXECUTION_MODE.id
+    mechanism = ("threshold", 4, "per-row scale")  # intra-op threads
 
     def forward_fp32(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         check_inputs(x, weight, eps)

@@ -356,11 +356,12 @@ def explore_strided(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
     from ..drawing.cases import lay_out_weight
 
     keep = max(1, min(len(p.sensitive), PROBE_ROWS))
-    rows = p.batch_of(max(keep, 2), keep)
+    rows = p.batch_of(max(keep + keep % 2, 2), keep)
     base = _rows_of(p.call(rows, p.weight, p.eps), p.dim)
     layouts: dict[str, Callable[[], torch.Tensor]] = {
         "rows inside a wider buffer": lambda: p.call([_wider(t) for t in rows], p.weight, p.eps),
-        "column-major rows": lambda: p.call([t.t().contiguous().t() for t in rows], p.weight, p.eps)}
+        "column-major rows": lambda: p.call([t.t().contiguous().t() for t in rows], p.weight, p.eps),
+        "3-D column-major rows": lambda: p.call([_transposed_3d(t) for t in rows], p.weight, p.eps)}
     if p.weight is not None:
         w = p.weight.contiguous()
         layouts["a strided weight"] = lambda: p.call(rows, lay_out_weight(w, "strided"), p.eps)
@@ -378,6 +379,16 @@ def explore_strided(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
                           f"(contiguous, strided, 16 bytes in); differ with one 2 bytes past it ({text})"),
                 (Setting("contiguous"), Setting(differ[0])))
     return Threshold("layout", "mode", ", ".join(differ), text), (Setting("contiguous"), Setting(differ[0]))
+
+
+def _transposed_3d(t: torch.Tensor) -> torch.Tensor:
+    """Rows ``t`` as [2, n/2, dim] (n even; else [1, n, dim]) with a strided last dim: a [B, dim, S] activation
+    transposed."""
+    batches = 2 if t.shape[0] % 2 == 0 else 1
+    held = torch.empty(batches, t.shape[1], t.shape[0] // batches, dtype=t.dtype, device=t.device)
+    view = held.transpose(1, 2)
+    view.copy_(t.view(batches, -1, t.shape[1]))
+    return view
 
 
 def _wider(t: torch.Tensor) -> torch.Tensor:
@@ -406,8 +417,19 @@ def explore_repeat(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
         Setting("call 1"), Setting("call 2"))
 
 
+@contextlib.contextmanager
+def _deterministic() -> Any:
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 _MODES: dict[str, Callable[[], Any]] = {
     "torch.no_grad()": torch.no_grad, "torch.inference_mode()": torch.inference_mode,
+    "torch.use_deterministic_algorithms(True)": _deterministic,
 }
 
 
@@ -418,6 +440,7 @@ def explore_mode(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
     named = next((label for label in ("inputs that require grad", "x requiring grad and the weight frozen (LoRA)",
                                       "the weight requiring grad and x not", "the weight an nn.Parameter",
                                       "torch.no_grad()", "torch.inference_mode()", "torch.compile",
+                                      "torch.use_deterministic_algorithms(True)",
                                       "CUDA-graph capture and replay", "intra-op threads") if label in what), None)
     if named is None:
         return Threshold("mode", "not bisected", None, f"no mode named in: {what}"), (Setting("eager"),

@@ -514,8 +514,8 @@ def render_terminal(c: Collector, *, verbose: bool = True, width: int = 120) -> 
     adds = [line.split(NOT_CHECKED)[0] + f"{NOT_CHECKED}listed under 'Did not run' below" if NOT_CHECKED in line
             else line for line in partial_lines(c)]
     if not verbose:  # each note once, in a line: 'Did not run' has the budgets' lists, -v each whole
-        adds = [_clipped(line, width) if line.startswith("- ") else line for line in adds
-                if not line.endswith(f"{NOT_CHECKED}listed under 'Did not run' below")]
+        adds = _quiet_items([line for line in adds if not line.endswith(f"{NOT_CHECKED}listed under 'Did not "
+                                                                         "run' below")], width)
     yield from _prose([*incomplete_lines(c), *adds, *retried_lines(c)], width)
     env = c.environment
     if verbose:  # the header's lines say the contract, profile and sweep already
@@ -557,6 +557,26 @@ def _clipped(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _quiet_items(lines: list[str], width: int) -> list[str]:
+    """Each list's items on a quiet run: a line each, QUIET_ITEMS at most, then how many more -v shows."""
+    out: list[str] = []
+    items: list[str] = []
+    for line in [*lines, ""]:
+        if line.startswith("- "):
+            items.append(_clipped(line, width))
+            continue
+        if len(items) > QUIET_ITEMS:
+            items = [*items[: QUIET_ITEMS - 1], f"- and {len(items) - QUIET_ITEMS + 1} more: -v, or the report"]
+        out += items
+        items = []
+        out.append(line)
+    return out[:-1]
+
+
+# The items of a list (what a full run adds, what did not run) a quiet run shows, at most.
+QUIET_ITEMS = 4
+
+
 def _quiet_not_run(c: Collector, width: int) -> Iterable[str]:
     """'Did not run' on a quiet run: a line a reason, cut to the terminal's width (the report and -v hold each
     whole), so that a budget's note of a hundred shapes does not fill the screen of a PASS."""
@@ -565,18 +585,12 @@ def _quiet_not_run(c: Collector, width: int) -> Iterable[str]:
         return
     yield ""
     yield "Did not run (each reason whole in the report and with -v)"
-    shown = rows if len(rows) <= QUIET_NOT_RUN else rows[: QUIET_NOT_RUN - 1]
+    shown = rows if len(rows) <= QUIET_ITEMS else rows[: QUIET_ITEMS - 1]
     for what, reason, count in shown:
         tests = count if isinstance(count, str) else f"{count} test{'s' if count != 1 else ''}"
         yield _clipped(f"- {reason} [{tests}: {what}]", width)
     if len(shown) < len(rows):
-        left = rows[len(shown):]
-        tests = sum(count for _, _, count in left if not isinstance(count, str))
-        yield f"- and {len(left)} more reasons ({tests} tests and more): -v, or the report"
-
-
-# The reasons a quiet run lists under 'Did not run', at most.
-QUIET_NOT_RUN = 5
+        yield f"- and {len(rows) - len(shown)} more reasons: -v, or the report"
 
 
 def summed_up_rows(c: Collector) -> list[list[Any]]:
@@ -587,7 +601,7 @@ def summed_up_rows(c: Collector) -> list[list[Any]]:
     def add(backend: str, rule_id: str, count: int, case: str, replay: str, size: int) -> None:
         row = folded.setdefault((backend, rule_id), [backend, rule_id, 0, "", "", -1])
         row[2] += count
-        if case and (row[5] < 0 or 0 <= size < row[5]):
+        if (case or replay) and (not (row[3] or row[4]) or 0 <= size < row[5]):
             row[3:] = [case, replay, size]
 
     for s in c.summaries.values():

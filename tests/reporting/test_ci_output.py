@@ -94,7 +94,7 @@ def test_the_terminal_fits_120_columns_and_never_wraps_a_replay():
     assert REPLAY in lines[lines.index("replay:") + 1] or any(ln.endswith(REPLAY) for ln in lines)
     for line in lines:
         assert len(line) <= 120 or "pytest" in line, line  # only whole commands may be longer
-    did_not_run = lines[lines.index("Did not run"):]
+    did_not_run = lines[next(i for i, ln in enumerate(lines) if ln.startswith("Did not run")):]
     assert sum("Axis-A thresholds" in ln for ln in did_not_run) == 1, "one row per reason"
     assert "[1]" in text  # the interface warning's replay is a reference below its table
 

@@ -256,3 +256,15 @@ def test_the_fingerprint_command_refuses_bad_batch_sizes(capsys):
     with pytest.raises(SystemExit):
         cli(["fingerprint", "--backend=native", "--rows=0"])
     assert "--rows=0" in capsys.readouterr().err
+
+
+def test_every_bitwise_defect_declares_the_mechanism_it_plants():
+    """benchmarks/diagnosis.py reads it; a new defect without one would fall out of the measure unseen."""
+    from rmsnorm_conformance.harness.checking.diagnosis import diagnosed
+    from rmsnorm_conformance.zoo import DEFECTS
+
+    kinds = {"threshold", "alignment", "period", "every", "nondeterministic", "mode", "first call"}
+    stages = {"per-row scale", "elementwise", "columns", "wrong values", "fused-add residual", "fp8 scale"}
+    for defect in (d for d in DEFECTS if diagnosed(d.breaks)):
+        kind, _, stage = defect.mechanism
+        assert kind in kinds and stage in stages, defect.__name__
