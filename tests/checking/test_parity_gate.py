@@ -31,7 +31,7 @@ def run(pytester, monkeypatch):
 
 
 def test_a_pair_in_the_same_order_passes(run, pytester):
-    result = run("--backend=native,tests.test_parity_gate:NativeTwin", "--require-parity=native:native_twin",
+    result = run("--backend=native,tests.checking.test_parity_gate:NativeTwin", "--require-parity=native:native_twin",
                  "--report=r.json")
     assert result.ret == 0, result.stdout.str()[-2000:]
     data = json.loads((pytester.path / "r.json").read_text())

@@ -115,7 +115,7 @@ def test_a_correct_kernel_that_refuses_wide_rows_passes_with_its_refusals_named(
     naming it); both target dims were checked, so it passes, exit 0, its refusals listed as its limits."""
     result = run("--pyargs", "rmsnorm_conformance.suites.test_axis_a::test_first_call",
                  "rmsnorm_conformance.suites.test_parity", "--device=cpu", "--dtype=float32", SMALL,
-                 "--backend=native,tests.test_refused:UndeclaredMaxDim", "--report=wide.json")
+                 "--backend=native,tests.checking.test_refused:UndeclaredMaxDim", "--report=wide.json")
     assert result.ret == 0, result.stdout.str()[-3000:]
     report = json.loads((pytester.path / "wide.json").read_text())
     assert report["verdict"] == "PASS" and report["verdict_label"] == "PASS (partial)"
@@ -149,7 +149,7 @@ def test_a_kernel_that_declines_the_target_dims_never_passes(run, pytester):
     """A kernel whose limits keep out hidden 4096 and head_dim 128 is checked at what it takes, but nothing says how
     it does on the model's own shapes: it reads INCOMPLETE naming them, in the headline, its "Pick a kernel" row and
     the report's JSON, and the run exits non-zero. Before, it read a PASS beside native's."""
-    result = run(*ARGS, "--backend=native,tests.test_refused:DeclaresMaxDim64", "--report=narrow.json",
+    result = run(*ARGS, "--backend=native,tests.checking.test_refused:DeclaresMaxDim64", "--report=narrow.json",
                  "--report=narrow.md")
     assert result.ret == 2, result.stdout.str()[-3000:]
     report = json.loads((pytester.path / "narrow.json").read_text())
@@ -167,7 +167,7 @@ def test_a_kernel_that_declines_the_target_dims_never_passes(run, pytester):
     assert "- declares_max_dim_64: hidden 4096 (declared limits), head_dim 128 (declared limits)" in markdown
     result.stdout.fnmatch_lines([f"RMSNorm conformance: {label}*", "Not checked at the run's target dims*"])
     # A model whose target dim it takes: the same kernel passes (--target-dims names the model's dims).
-    result = run(*ARGS, "--backend=native,tests.test_refused:DeclaresMaxDim64", "--target-dims=dim=64",
+    result = run(*ARGS, "--backend=native,tests.checking.test_refused:DeclaresMaxDim64", "--target-dims=dim=64",
                  "--report=own.json")
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert json.loads((pytester.path / "own.json").read_text())["verdict_label"] == "PASS (partial)"
