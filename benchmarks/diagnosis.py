@@ -8,10 +8,10 @@ run as a user would (``--rule``, ``--sweep=ci``, ``-x``) with a JSON report, and
 A diagnosis names the mechanism when its threshold has the planted kind and, where the defect has one, exactly the
 planted value (a mode: the planted words appear in the mode named), and its stage is the planted stage.
 
-``--cost-turns N`` also measures what the diagnosis costs: the Axis-A suite under ``--sweep=ci`` against one failing
-defect (no ``-x``: every failing test is diagnosed), N times with the diagnosis and N times with it turned off (a
-plugin that replaces ``for_breach`` by a function that returns None), in turns, as user + system CPU seconds of the
-pytest process (the machine is shared: CPU time moves less than wall time, and turns cancel a drift).
+``--cost-turns N`` also measures what the diagnosis costs: the suite tests of the rule one failing defect breaks,
+under ``--sweep=ci`` (no ``-x``: every failing test is diagnosed), N times with the diagnosis and N times with it
+turned off (a plugin that replaces ``for_breach`` by a function that returns None), in turns, as user + system CPU
+seconds of the pytest process (the machine is shared: CPU time moves less than wall time, and turns cancel a drift).
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ diagnosis.for_breach = lambda *args, **kwargs: None
 def measure_cost(defect: str, turns: int, tmp: Path) -> list[dict[str, Any]]:
     """user + system CPU seconds of the Axis-A ci sweep against ``defect``, with and without the diagnosis, in
     turns."""
+    from rmsnorm_conformance import zoo
+
+    rule = getattr(zoo, defect).breaks
     plugin_dir = tmp / "tests"
     plugin_dir.mkdir(exist_ok=True)
     (plugin_dir / "diagnosis_off.py").write_text(OFF_PLUGIN)
@@ -101,7 +104,7 @@ def measure_cost(defect: str, turns: int, tmp: Path) -> list[dict[str, Any]]:
         for diagnosed in (False, True):
             report = tmp / f"cost-{turn}-{diagnosed}.json"
             cmd = ["/usr/bin/time", "-f", "%U %S %e", sys.executable, "-m", "pytest", "--pyargs",
-                   "rmsnorm_conformance.suites.test_axis_a", f"--backend=rmsnorm_conformance.zoo:{defect}",
+                   "rmsnorm_conformance.suites", f"--rule={rule}", f"--backend=rmsnorm_conformance.zoo:{defect}",
                    "--device=cpu", "--sweep=ci", f"--dtype={DTYPE}", "-p", "no:cacheprovider", "-q",
                    f"--report={report}",
                    *([] if diagnosed else ["-p", "diagnosis_off"])]
@@ -126,9 +129,9 @@ def render_cost(cost: list[dict[str, Any]], defect: str) -> list[str]:
     table = [[c["turn"] + 1, "on" if c["diagnosed"] else "off", f"{c['cpu']:.1f}", f"{c['wall']:.0f}",
               c["failed_tests"], c["diagnoses"], c["calls"]] for c in cost]
     return [COST_TITLE, "",
-            f"The Axis-A suite (`--pyargs rmsnorm_conformance.suites.test_axis_a`) under `--sweep=ci --device=cpu "
-            f"--dtype={DTYPE}` "
-            f"against `{defect}`, without `-x` (every failing test is diagnosed), with the diagnosis on and off "
+            f"The suite tests of the rule `{defect}` breaks (`--pyargs rmsnorm_conformance.suites --rule=...`) under "
+            f"`--sweep=ci --device=cpu --dtype={DTYPE}`, without `-x` (every failing test is diagnosed), with the "
+            "diagnosis on and off "
             "in turns; CPU is the pytest process's user + system seconds.", "",
             tabulate(table, ["turn", "diagnosis", "CPU (s)", "wall (s)", "failed tests", "diagnoses",
                              "calls into the backend"], tablefmt="github"), "",

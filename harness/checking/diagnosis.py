@@ -35,7 +35,10 @@ from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
 DIAGNOSED_PREFIXES = ("axis_a.", parity.BITWISE.id)
 PROBE_ROWS = 8  # rows that differed, carried into every probe batch
 MAX_ELEMENTS = 1 << 24  # a probe batch's elements: the bisection's largest batch is cut here
-FINGERPRINT_WINDOW = 8  # leaves of a breach's fingerprint (28 pairs, 168 triplets): the CLI probes more
+# Leaves of a breach's fingerprint (15 pairs, 60 triplets, each under FINGERPRINT_ANCHORS anchors): enough to show
+# the first levels and the top of a tree; the fingerprint command probes more.
+FINGERPRINT_WINDOW = 6
+FINGERPRINT_ANCHORS = 2
 SHOW_DIMS = (128, 4096)
 SHOW_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -626,7 +629,7 @@ def _fingerprints(backend: Any, device: torch.device, dtype: str, dim: int, sett
     rows = min(s.rows_per_call or window for s in settings)
     row_leaves = fp.default_window(max(rows, 2), window) if rows >= 2 else []
     reductions: list[tuple[str, Callable[[fp.Prober], fp.Revealed]]] = [
-        ("forward sum of squares", lambda pr: fp.reveal_forward(pr, dim, leaves))]
+        ("forward sum of squares", lambda pr: fp.reveal_forward(pr, dim, leaves, anchor_count=FINGERPRINT_ANCHORS))]
     if backward:
         reductions.append(("backward row dot", lambda pr: fp.reveal_dot(pr, dim, leaves)))
         reductions.append(("dw over rows", lambda pr: fp.reveal_dw(pr, pr.rows_per_call or window, dim, row_leaves)))
