@@ -63,19 +63,29 @@ def subjects() -> list[dict[str, Any]]:
 
 def run_one(subject: dict[str, Any], tmp: Path) -> dict[str, Any]:
     """The subject's pytest run; its first diagnosed summary and whether it names the mechanism."""
-    from rmsnorm_conformance.harness.checking.diagnosis import mechanism_named
-
-    report = tmp / f"{subject['name'].replace(' ', '_').replace('=', '_')}.json"
+    report = tmp / report_name(subject)
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", *subject["args"], "--device=cpu",
            "--sweep=ci", "-x", f"--report={report}", "-p", "no:cacheprovider", "-q"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
+    return row_of(subject, report, proc.returncode, time.perf_counter() - start)
+
+
+def report_name(subject: dict[str, Any]) -> str:
+    return f"{subject['name'].replace(' ', '_').replace('=', '_')}.json"
+
+
+def row_of(subject: dict[str, Any], report: Path, code: int | None, wall: float | None) -> dict[str, Any]:
+    """A subject's row from its run's JSON report: the first diagnosed summary of its rule, and whether it names the
+    planted mechanism (no report: the run did not finish)."""
+    from rmsnorm_conformance.harness.checking.diagnosis import mechanism_named
+
     data = json.loads(report.read_text()) if report.exists() else {"summaries": []}
     found = next((s for s in data["summaries"] if s.get("diagnosis") and s["rule"] == subject["rule"]), None)
-    row = {**subject, "exit": proc.returncode, "wall": wall, "diagnosis": found and found["diagnosis"],
-           "dtype": found and found["dtype"], "threshold_ok": False, "stage_ok": False}
+    row = {**subject, "exit": code if report.exists() else "no report", "wall": wall,
+           "diagnosis": found and found["diagnosis"], "dtype": found and found["dtype"],
+           "verdict": data.get("verdict", "not run"), "threshold_ok": False, "stage_ok": False}
     if found:
         row["threshold_ok"], row["stage_ok"] = mechanism_named(tuple(subject["mechanism"]), found["diagnosis"])
     return row
@@ -150,11 +160,11 @@ def render(rows: list[dict[str, Any]], command: str, env: dict[str, Any]) -> str
         kind, value, stage = r["mechanism"]
         planted = f"{kind}" + (f" {value}" if value is not None else "") + f"; {stage}"
         d = r["diagnosis"]
-        said = one_line(d) if d else f"no diagnosis (exit {r['exit']})"
+        said = one_line(d) if d else f"no diagnosis (run: {r['verdict']})"
         verdict = "yes" if r["threshold_ok"] and r["stage_ok"] else \
             "threshold only" if r["threshold_ok"] else "stage only" if r["stage_ok"] else "no"
         table.append([r["name"], f"`{r['rule']}`", planted, r["dtype"] or "–", said.replace("|", "/"),
-                      d["calls"] if d else "–", verdict, f"{r['wall']:.0f}"])
+                      d["calls"] if d else "–", verdict, f"{r['wall']:.0f}" if r["wall"] is not None else "–"])
     header = [f"- {k}: {v}" for k, v in env.items() if k in ("date", "torch", "python", "platform")
               or k.startswith("device")]
     return "\n".join([
@@ -180,6 +190,9 @@ def main() -> None:
     parser.add_argument("--cost-turns", type=int, default=0, help="turns of the cost measurement (default 0: none)")
     parser.add_argument("--cost-defect", default="SmallBatchReduction", help="the failing kernel the cost is "
                         "measured on (default SmallBatchReduction)")
+    parser.add_argument("--keep", default=None, help="keep each run's JSON report in this folder")
+    parser.add_argument("--from-reports", default=None, help="make the table from the JSON reports a --keep run left "
+                        "there (a run without its report reads: not run)")
     parser.add_argument("--cost-only", action="store_true", help="measure the cost alone; keep the table of --out")
     args = parser.parse_args()
     from rmsnorm_conformance.harness.reporting.environment import fingerprint
@@ -199,12 +212,19 @@ def main() -> None:
                                   f"--cost-only --cost-turns {args.cost_turns} --cost-defect {args.cost_defect} "
                                   f"--out {args.out}`\n")
         return
-    with tempfile.TemporaryDirectory() as tmpdir, ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        rows = list(pool.map(lambda s: run_one(s, Path(tmpdir)), chosen))
+    if args.from_reports:
+        rows = [row_of(s, Path(args.from_reports) / report_name(s), None, None) for s in chosen]
+    else:
+        with tempfile.TemporaryDirectory() as tmpdir, ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            where = Path(args.keep) if args.keep else Path(tmpdir)
+            where.mkdir(parents=True, exist_ok=True)
+            rows = list(pool.map(lambda s: run_one(s, where), chosen))
     for r in rows:
         print(r["name"], r["threshold_ok"], r["stage_ok"], r["diagnosis"] and r["diagnosis"]["threshold"]["text"],
               flush=True)
     command = "python benchmarks/diagnosis.py" + (f" --jobs {args.jobs}" if args.jobs != 1 else "") + \
+        (f" --keep {args.keep}" if args.keep else "") + (f" --from-reports {args.from_reports}" if args.from_reports
+                                                          else "") + \
         "".join(f" --defect {d}" for d in args.defect) + (f" --out {args.out}" if args.out else "")
     import torch
 

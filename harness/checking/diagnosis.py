@@ -589,13 +589,9 @@ def _prober(backend: Any, device: torch.device, dtype: str, setting: Setting) ->
     torch_dtype = getattr(torch, dtype)
     declared = getattr(target, "has_forward_fp32", None)
     has_fp32 = bool(declared) if declared is not None else callable(getattr(target, "forward_fp32", None))
+    # Not asked of the backend (its probe imports torch's compiler on a first call, seconds of a breach's budget):
+    # a backend with no backward says so when the backward probe finds no gradient.
     backward = True
-    supports = getattr(target, "supports_backward", None)
-    if callable(supports):
-        try:
-            backward = bool(supports(device, torch_dtype))
-        except Exception:
-            backward = False
     return fp.Prober(target.forward, target.forward_fp32 if has_fp32 else None, device, torch_dtype,
                      backward=backward, rows_per_call=setting.rows_per_call, offset=setting.offset,
                      mode=setting.mode)

@@ -306,6 +306,8 @@ class Prober:
             self.calls += 1
             with torch.enable_grad(), self._context():
                 y = self.forward(x, w, PROBE_EPS)
+                if not y.requires_grad:
+                    raise RuntimeError("the backend has no backward here (its output does not require grad)")
                 y.backward(part.to(y.dtype))
             if x.grad is None or w.grad is None:
                 raise RuntimeError("the backward gave no dx or dw")
