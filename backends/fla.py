@@ -25,8 +25,7 @@ from types import MappingProxyType
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import CONTRACT_DTYPE_PAIRS
-
+from ..contract.inputs import CONTRACT_DTYPE_PAIRS
 from ._engine_support import cuda_missing, package_missing
 
 

@@ -29,8 +29,7 @@ from types import MappingProxyType
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS
-
+from ..contract.inputs import SAME_DTYPE_PAIRS
 from ._engine_support import cuda_missing, in_place_on_rows, on_rows, package_missing
 
 HALF_PAIRS: tuple[tuple[torch.dtype, torch.dtype], ...] = ((torch.bfloat16, torch.bfloat16),

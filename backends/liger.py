@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import CONTRACT_DTYPE_PAIRS
+from ..contract.inputs import CONTRACT_DTYPE_PAIRS
 
 
 class LigerRMSNorm:

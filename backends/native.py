@@ -17,20 +17,20 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.fp8 import (
+from ..contract.fp8 import (
     reference_fp8_dynamic,
     reference_fp8_fused_add_dynamic,
     reference_fp8_fused_add_static,
     reference_fp8_static,
 )
-from rmsnorm_conformance.contract.inputs import (
+from ..contract.inputs import (
     CONTRACT_DTYPE_PAIRS,
     SUPPORTED_DTYPES,
     check_inputs,
     check_residual,
     check_unweighted_inputs,
 )
-from rmsnorm_conformance.contract.reference import (
+from ..contract.reference import (
     offset_scale,
     reference_backward_fp32,
     reference_fp32,

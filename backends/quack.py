@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import CONTRACT_DTYPE_PAIRS
-
+from ..contract.inputs import CONTRACT_DTYPE_PAIRS
 from ._engine_support import cuda_missing, package_missing
 
 

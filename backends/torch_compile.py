@@ -12,8 +12,8 @@ import functools
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import CONTRACT_DTYPE_PAIRS
-from rmsnorm_conformance.contract.reference import seed_formula_fp32
+from ..contract.inputs import CONTRACT_DTYPE_PAIRS
+from ..contract.reference import seed_formula_fp32
 
 
 def seed_formula(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
-from rmsnorm_conformance.contract.inputs import (
+from ..contract.canonical_order import GROUP, padded_width
+from ..contract.inputs import (
     CONTRACT_DTYPE_PAIRS,
     SUPPORTED_DTYPES,
     check_in_place,

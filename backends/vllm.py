@@ -32,8 +32,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS
-
+from ..contract.inputs import SAME_DTYPE_PAIRS
 from ._engine_support import cuda_missing, package_missing
 
 

@@ -1,5 +1,6 @@
 """How fast the suites catch each planted defect of the zoo (rmsnorm_conformance.zoo): examples to the first
-failing check, and the wall time of the run that tests/test_detection.py makes for it. A measurement, not a test.
+failing check, and the wall time of the run that tests/detection/test_detection.py makes for it. A measurement, not a
+test.
 
     python benchmarks/detection.py [--seeds 10] [--max-examples 100] [--out reports/cpu/detection.md]
     python benchmarks/detection.py --seeds 0 --out reports/cpu/detection.md   (the ci runs alone)
@@ -7,7 +8,8 @@ failing check, and the wall time of the run that tests/test_detection.py makes f
 
 Two measurements per defect, each on the suite test of the rule the defect breaks, in all three dtypes:
 
-- ``ci``: the derandomized ``ci`` profile, exactly as tests/test_detection.py runs it (``-x``, ``--no-shrink``):
+- ``ci``: the derandomized ``ci`` profile, exactly as tests/detection/test_detection.py runs it (``-x``,
+``--no-shrink``):
   which dtype sweep failed first, after how many examples, and the run's wall time (pytest start-up included).
   ``--sweep smoke`` makes the same run under the pre-commit ``smoke`` profile instead (``--seeds 0``: that alone).
 - seeded: the ``ci`` settings with the derandomization off, ``--hypothesis-seed=0..N-1``, up to
@@ -46,7 +48,7 @@ CI_EXAMPLES = 12  # the ci profile's max_examples: a seed that needs more would 
 
 # The counting plugin, written to a scratch folder called ``tests`` for each run. Hypothesis mines literals
 # from every local module it sees and draws them as values, so a plugin imported from this file would
-# change the very examples it counts (a ci run here would no longer be the ci run tests/test_detection.py
+# change the very examples it counts (a ci run here would no longer be the ci run tests/detection/test_detection.py
 # makes); modules under a ``tests`` folder are exempt. It wraps the harness's check recorder: an example
 # is a run of consecutive checks of one case, counted per node until the node's first failing check.
 # Other dtype sweeps of the same (backend, test) stop once they have run as many examples as the best so
@@ -127,7 +129,7 @@ def _is_sweep(test: str) -> bool:
 
 
 def _pytest(args: list[str], tmp: Path, log: Path, env: dict[str, str] | None = None) -> tuple[int, str, float, dict]:
-    """pytest in a subprocess from the scratch folder ``tmp`` (as tests/test_detection.py runs it), with the
+    """pytest in a subprocess from the scratch folder ``tmp`` (as tests/detection/test_detection.py runs it), with the
     counting plugin; returns the exit status, the output, the wall time and the plugin's per-node counts."""
     plugin_dir = tmp / "tests"
     plugin_dir.mkdir(exist_ok=True)
@@ -144,11 +146,11 @@ def _pytest(args: list[str], tmp: Path, log: Path, env: dict[str, str] | None = 
 
 
 def measure_ci(defect: type, tmp: Path, sweep: str = "ci") -> dict[str, Any]:
-    """The derandomized ci run that tests/test_detection.py makes for ``defect`` (or the same run under
+    """The derandomized ci run that tests/detection/test_detection.py makes for ``defect`` (or the same run under
     ``sweep``), counted."""
     from rmsnorm_conformance.contract import rule
 
-    # An interface rule gates only under --strict-interface, as tests/test_detection.py runs it.
+    # An interface rule gates only under --strict-interface, as tests/detection/test_detection.py runs it.
     strict = ["--strict-interface"] if rule(defect.breaks).severity == "interface" else []
     code, out, wall, nodes = _pytest(
         ["--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
@@ -177,16 +179,16 @@ def _first_failure(nodes: list[dict[str, Any]], breaks: str, wall: float | None)
 
 
 GROUPED_NOTE = (" (with --grouped, the runs are made in a few pytest processes, two at a time, as "
-                "tests/test_detection.py makes them: each defect still meets exactly its rule's tests and stops at "
-                "its first failure, but has no wall time of its own)")
+                "tests/detection/test_detection.py makes them: each defect still meets exactly its rule's tests and "
+                "stops at its first failure, but has no wall time of its own)")
 # Processes of --grouped: the numerics defects in this many runs, two at a time, beside the interface defects' run.
 GROUPS = 3
 
 
 def measure_ci_grouped(defects: list[type], tmp: Path, sweep: str = "ci") -> tuple[dict[str, dict], dict[str, float]]:
-    """The ci runs of every defect in a few pytest processes, as tests/test_detection.py makes them: each defect
-    held to the tests of its rule alone and stopped at its first failure (tests/detection_plan.py), the interface
-    defects apart under --strict-interface. Returns each defect's result (no wall time of its own) and each
+    """The ci runs of every defect in a few pytest processes, as tests/detection/test_detection.py makes them: each
+    defect held to the tests of its rule alone and stopped at its first failure (tests/helpers/detection_plan.py), the
+    interface defects apart under --strict-interface. Returns each defect's result (no wall time of its own) and each
     group's wall time."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -330,10 +332,10 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, total_ci_wall: 
         f"Command: `{command}`", "",
         *environment_header(), "",
         "Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks, in float32, "
-        "bfloat16 and float16. *ci*: the derandomized `ci` sweep as tests/test_detection.py runs it (`--rule`, "
-        "`-x`, `--no-shrink`): the Hypothesis sweeps and the explicit checks beside them (thresholds, QK-norm "
-        "shapes, 3-D views, accuracy at the threshold dims, first calls); which test failed first, the examples "
-        "(or, in an explicit test, the cases) it ran to the first failure, and the wall time of that run with "
+        "bfloat16 and float16. *ci*: the derandomized `ci` sweep as tests/detection/test_detection.py runs it "
+        "(`--rule`, `-x`, `--no-shrink`): the Hypothesis sweeps and the explicit checks beside them (thresholds, "
+        "QK-norm shapes, 3-D views, accuracy at the threshold dims, first calls); which test failed first, the "
+        "examples (or, in an explicit test, the cases) it ran to the first failure, and the wall time of that run with "
         f"pytest start-up{GROUPED_NOTE if args.grouped else ''}. {described}", "",
         f"Caught under ci: {caught} of {len(rows)}.", "",
         tabulate(table, headers, tablefmt="github"), "",
@@ -361,7 +363,7 @@ def render_profile(rows: list[dict[str, Any]], args: argparse.Namespace, total_w
         f"Command: `{command}`", "",
         *environment_header(), "",
         f"Each defect of the zoo (rmsnorm_conformance.zoo) runs the suite tests of the rule it breaks under "
-        f"`--sweep={args.sweep}` as tests/test_detection.py runs them under `ci` (`--rule`, `-x`, "
+        f"`--sweep={args.sweep}` as tests/detection/test_detection.py runs them under `ci` (`--rule`, `-x`, "
         "`--strict-interface` for an interface rule): caught means the run failed in that rule. *Examples to the "
         "first catch*: the examples (or, in an explicit test, the cases) the first failing test ran, its dtype and "
         "test, and how many examples passing tests ran before it. The wall time includes pytest's start-up.", "",
@@ -382,9 +384,9 @@ def main() -> None:
                         help=f"examples a seeded sweep may run (default: {DEFAULT_MAX_EXAMPLES})")
     parser.add_argument("--defect", action="append", default=[], help="only these defects (class names)")
     parser.add_argument("--grouped", action="store_true",
-                        help="make the ci runs in a few processes, as tests/test_detection.py does (two at a time), "
-                             "instead of one a defect: the same checks, a fraction of the start-ups; no wall time a "
-                             "defect")
+                        help="make the ci runs in a few processes, as tests/detection/test_detection.py does (two at a "
+                             "time), instead of one a defect: the same checks, a fraction of the start-ups; no wall "
+                             "time a defect")
     parser.add_argument("--out", default=None, help="write the markdown table here")
     args = parser.parse_args()
     if args.seeds < 0 or args.max_examples < 1:

@@ -1,6 +1,6 @@
 """The reduction orders of backends on one device (checking/fingerprint.py), each beside the contract's canonical
 order, at several batch sizes: which follow the canonical order, and where each one's order changes with the batch
-size. A measurement, not a test (tests/test_diagnosis.py holds native and Triton to the canonical on the CPU).
+size. A measurement, not a test (tests/reporting/test_diagnosis.py holds native and Triton to the canonical on the CPU).
 
     python benchmarks/fingerprints.py --device cuda --backends native,triton,cuda,liger,fla,xformers \\
         --out reports/gpu/fingerprints.md [--dims 4096,128] [--rows 1,16,257,2048] [--dtype bfloat16]

@@ -1,6 +1,6 @@
 """What the installed plugin costs a pytest run that is not a conformance run: ``pytest --co -q`` in a scratch folder
 holding one trivial test, with the plugin and with ``-p no:rmsnorm_conformance``, interleaved. A measurement, not a
-test (tests/test_plugin_import.py checks the imports).
+test (tests/plugin/test_plugin_import.py checks the imports).
 
     python benchmarks/plugin_import.py [--runs 10]
 

@@ -1,5 +1,5 @@
 """Run the planted-defect zoo (rmsnorm_conformance.zoo) on one device and say, per defect, whether the suites
-caught it in the rule it breaks. tests/test_detection.py does this on the CPU in CI; this is for GPUs.
+caught it in the rule it breaks. tests/detection/test_detection.py does this on the CPU in CI; this is for GPUs.
 
     python benchmarks/zoo_on_device.py --device cuda [--jobs 4] [--out reports/gpu/detection.md]
 """

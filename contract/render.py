@@ -2,7 +2,7 @@
 
 ``rmsnorm-conformance contract`` prints the contract (the wheel ships CONTRACT.md beside this module: the rules'
 text works from an install, far from a clone); ``--write`` rewrites the generated blocks of a CONTRACT.md in place,
-and ``--check`` exits 1 if they differ from the module (CI and tests/test_contract_sync.py run that).
+and ``--check`` exits 1 if they differ from the module (CI and tests/package/test_contract_sync.py run that).
 """
 
 from __future__ import annotations

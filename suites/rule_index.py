@@ -12,7 +12,7 @@ import pkgutil
 
 def rule_tests() -> dict[str, list[str]]:
     """rule id -> ``module::test`` names of the suite tests that check it."""
-    from rmsnorm_conformance import suites
+    from .. import suites
 
     index: dict[str, list[str]] = {}
     for info in pkgutil.iter_modules(suites.__path__):

@@ -10,6 +10,6 @@ variants' tests (test_variants.py): a check exists once for every entry point.
 
 from __future__ import annotations
 
-from rmsnorm_conformance.harness import AXIS_A_CHECKS, FORWARD_GROUP, generate_tests
+from ..harness import AXIS_A_CHECKS, FORWARD_GROUP, generate_tests
 
 globals().update(generate_tests(FORWARD_GROUP, __name__, AXIS_A_CHECKS))

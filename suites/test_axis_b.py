@@ -4,8 +4,8 @@ threshold dim (the wide ones and a model's own included), which a sweep reaches 
 
 from __future__ import annotations
 
-from rmsnorm_conformance.contract.families import axis_b
-from rmsnorm_conformance.harness import (
+from ..contract.families import axis_b
+from ..harness import (
     AccuracyCase,
     assert_within,
     conformance,

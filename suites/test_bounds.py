@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rmsnorm_conformance.contract.families import axis_a, axis_b, semantics
-from rmsnorm_conformance.contract.rmsnorm import INT32_OFFSET_ROWS_CHECKED
-from rmsnorm_conformance.harness import (
+from ..contract.families import axis_a, axis_b, semantics
+from ..contract.rmsnorm import INT32_OFFSET_ROWS_CHECKED
+from ..harness import (
     WEIGHT_LAYOUTS,
     AccuracyCase,
     BatchSizeCase,

@@ -17,17 +17,17 @@ import torch
 from hypothesis import event
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract import FP8_OUTPUT_BOUND, FP8_ROUNDING_CLASSES, FP8_SCALE_BOUND
-from rmsnorm_conformance.contract.families import fp8
-from rmsnorm_conformance.contract.fp8 import (
+from ..contract import FP8_OUTPUT_BOUND, FP8_ROUNDING_CLASSES, FP8_SCALE_BOUND
+from ..contract.families import fp8
+from ..contract.fp8 import (
     E4M3_MAX,
     FP8_DTYPE,
     MIN_NORMAL,
     dynamic_scale,
     fp8_rounding_class_outputs,
 )
-from rmsnorm_conformance.contract.reference import reference_fp32
-from rmsnorm_conformance.harness import (
+from ..contract.reference import reference_fp32
+from ..harness import (
     AccuracyCase,
     Batch,
     BatchSizeCase,

@@ -9,9 +9,9 @@ import contextlib
 
 import torch
 
-from rmsnorm_conformance.contract.families import gradients
-from rmsnorm_conformance.contract.reference import gradient_terms, reference_fp32
-from rmsnorm_conformance.harness import (
+from ..contract.families import gradients
+from ..contract.reference import gradient_terms, reference_fp32
+from ..harness import (
     GradientCase,
     assert_bitwise,
     assert_within,
@@ -21,7 +21,7 @@ from rmsnorm_conformance.harness import (
     strategies,
     thresholds,
 )
-from rmsnorm_conformance.harness.running.modes import intra_op_threads, thread_counts
+from ..harness.running.modes import intra_op_threads, thread_counts
 
 REPEATS = 3  # atomics' arrival order can agree with the first pass by chance
 

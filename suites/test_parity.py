@@ -10,8 +10,8 @@ import itertools
 import pytest
 import torch
 
-from rmsnorm_conformance.contract import Tolerance
-from rmsnorm_conformance.harness import (
+from ..contract import Tolerance
+from ..harness import (
     Batch,
     compare_within,
     ulp_distance,

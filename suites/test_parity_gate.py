@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract.families import parity
-from rmsnorm_conformance.harness import (
+from ..contract.families import parity
+from ..harness import (
     BatchSizeCase,
     LeadingDimsCase,
     PaddingCase,

@@ -9,10 +9,10 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract import profile
-from rmsnorm_conformance.contract.families import interface, semantics
-from rmsnorm_conformance.contract.reference import seed_formula_fp32
-from rmsnorm_conformance.harness import (
+from ..contract import profile
+from ..contract.families import interface, semantics
+from ..contract.reference import seed_formula_fp32
+from ..harness import (
     ENTRY_POINTS,
     FORWARD_GROUP,
     SEMANTIC_CHECKS,

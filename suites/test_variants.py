@@ -15,16 +15,16 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract import FUSED_ADD_INPUTS, ROUNDING_CLASSES
-from rmsnorm_conformance.contract.families import interface, variants
-from rmsnorm_conformance.contract.reference import (
+from ..contract import FUSED_ADD_INPUTS, ROUNDING_CLASSES
+from ..contract.families import interface, variants
+from ..contract.reference import (
     offset_scale,
     oracle_fp64,
     reference_offset,
     reference_unweighted,
     rounding_class_outputs,
 )
-from rmsnorm_conformance.harness import (
+from ..harness import (
     FUSED_ADD,
     OFFSET,
     ROUNDED_ENTRY_POINTS,

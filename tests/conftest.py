@@ -27,7 +27,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "early(rank=1): a long test that pytest-xdist should start first; a lower "
                             "rank starts sooner")
     config.addinivalue_line("markers", "fresh_interpreter: pytester's subprocesses start a fresh interpreter, "
-                            "not a fork of one that imported torch (tests/forkserver.py)")
+                            "not a fork of one that imported torch (tests/helpers/forkserver.py)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,13 +42,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _pytest_runs_forked(request):
-    """Pytest subprocesses of ``pytester`` forked from a server that imported torch (tests/forkserver.py), except
-    in tests marked ``fresh_interpreter`` and where RMSNORM_TESTS_FORK=0."""
+    """Pytest subprocesses of ``pytester`` forked from a server that imported torch (tests/helpers/forkserver.py),
+    except in tests marked ``fresh_interpreter`` and where RMSNORM_TESTS_FORK=0."""
     if ("pytester" not in request.fixturenames or request.node.get_closest_marker("fresh_interpreter")
             or os.environ.get("RMSNORM_TESTS_FORK") == "0"):
         yield
         return
-    from tests.forkserver import share_hypothesis_constants, shared
+    from tests.helpers.forkserver import share_hypothesis_constants, shared
 
     pytester = request.getfixturevalue("pytester")
     original = pytester.popen
@@ -69,6 +69,6 @@ def _pytest_runs_forked(request):
 
 
 def pytest_sessionfinish(session):
-    from tests.forkserver import close_shared
+    from tests.helpers.forkserver import close_shared
 
     close_shared()

@@ -2,16 +2,16 @@
 backends the suites must pass. A defect is any backend here that declares the rule it breaks (``breaks``), so
 the defect list is derived, never kept by hand; the harness's meta-tests and benchmarks import it from here.
 ``zoo.faults`` holds the device and memory faults apart: they need a GPU or a simulated device loss, and
-tests/test_faults.py runs them.
+tests/faults/test_faults.py runs them.
 """
 
 from __future__ import annotations
 
 # Aliased: the star imports below bring in the contract's fp8 family module, which would shadow a plain ``fp8``.
-from rmsnorm_conformance.zoo import defects as _defects
-from rmsnorm_conformance.zoo import fp8 as _fp8
-from rmsnorm_conformance.zoo.defects import *  # noqa: F403 (every backend of the zoo, by name, as specs name them)
-from rmsnorm_conformance.zoo.fp8 import *  # noqa: F403
+from . import defects as _defects
+from . import fp8 as _fp8
+from .defects import *  # noqa: F403 (every backend of the zoo, by name, as specs name them)
+from .fp8 import *  # noqa: F403
 
 # Every backend of the zoo that declares the rule it breaks, in the order the zoo's modules define them.
 DEFECTS: tuple[type, ...] = tuple(

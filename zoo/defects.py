@@ -2,7 +2,7 @@
 backends that the suites must never fail.
 
 Each defect names the rule it breaks in ``breaks`` (the zoo's defect list is read from it:
-``rmsnorm_conformance.zoo.DEFECTS``); tests/test_detection.py runs the suite test of that rule against it and
+``rmsnorm_conformance.zoo.DEFECTS``); tests/detection/test_detection.py runs the suite test of that rule against it and
 expects the run to fail there, and benchmarks/detection.py measures how many examples that takes. A harness
 that lets one of these through has lost detection power. Every defect is the native ground truth plus one
 bug, so it can fail only through that bug.
@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rmsnorm_conformance.backends.native import NativeRMSNormOp
-from rmsnorm_conformance.contract.families import axis_a, axis_b, gradients, interface, semantics, variants
-from rmsnorm_conformance.contract.inputs import SAME_DTYPE_PAIRS, check_inputs, check_residual
-from rmsnorm_conformance.contract.reference import (
+from ..backends.native import NativeRMSNormOp
+from ..contract.families import axis_a, axis_b, gradients, interface, semantics, variants
+from ..contract.inputs import SAME_DTYPE_PAIRS, check_inputs, check_residual
+from ..contract.reference import (
     reference_backward_fp32,
     reference_fp32,
     sum_fixed_order,

@@ -15,9 +15,9 @@ import os
 
 import torch
 
-from rmsnorm_conformance.backends.native import NativeRMSNormOp
-from rmsnorm_conformance.contract.families import axis_a, axis_b, semantics
-from rmsnorm_conformance.contract.inputs import check_inputs, check_residual
+from ..backends.native import NativeRMSNormOp
+from ..contract.families import axis_a, axis_b, semantics
+from ..contract.inputs import check_inputs, check_residual
 
 # Rows past which the context-poisoning kernels index out of bounds (the batch size in the report that asked).
 FAULT_ROWS = 300

@@ -3,8 +3,8 @@ real fused norm-and-quantize kernels get them wrong, and each names the rule it 
 another rule catches it too, in ``also_breaks``). A control that quantizes through x's dtype, as vLLM's kernels do,
 declares that class and must pass.
 
-tests/test_detection.py runs the suite tests of each defect's rule against it, as for every defect of the zoo;
-tests/test_fp8.py checks the rules each also breaks (``also_breaks``).
+tests/detection/test_detection.py runs the suite tests of each defect's rule against it, as for every defect of the zoo;
+tests/checking/test_fp8.py checks the rules each also breaks (``also_breaks``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import math
 
 import torch
 
-from rmsnorm_conformance.backends.native import NativeRMSNormOp
-from rmsnorm_conformance.contract.families import fp8
-from rmsnorm_conformance.contract.fp8 import E4M3_MAX, E4M3_OVERFLOW, FP8_DTYPE, MIN_SCALE, check_scale, quantize
-from rmsnorm_conformance.contract.inputs import check_inputs
-from rmsnorm_conformance.contract.reference import reference_fp32, reference_fused_add, rounding_class_outputs
+from ..backends.native import NativeRMSNormOp
+from ..contract.families import fp8
+from ..contract.fp8 import E4M3_MAX, E4M3_OVERFLOW, FP8_DTYPE, MIN_SCALE, check_scale, quantize
+from ..contract.inputs import check_inputs
+from ..contract.reference import reference_fp32, reference_fused_add, rounding_class_outputs
 
 BLOCK_ROWS = 4  # rows per block whose largest |y| BlockMaxScale shares: a CTA's rows in a multi-row kernel
 

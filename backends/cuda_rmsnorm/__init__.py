@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.inputs import (
+from ...contract.inputs import (
     SAME_DTYPE_PAIRS,
     SUPPORTED_DTYPES,
     check_in_place,
@@ -23,7 +23,6 @@ from rmsnorm_conformance.contract.inputs import (
     check_residual,
     check_unweighted_inputs,
 )
-
 from . import _ops
 from ._build import BUILD_DIR_ENV, LIBRARY_ENV
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.checking.comparison import read_flags, same_bits_flag
+from .comparison import read_flags, same_bits_flag
 
 # dtype -> (the integer dtype of its bits, the canary's bits): signalling NaNs (the quiet bit clear).
 CANARIES: dict[torch.dtype, tuple[torch.dtype, int]] = {

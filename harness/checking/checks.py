@@ -18,12 +18,18 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, UnsatisfiedAssumption
 
-from rmsnorm_conformance.contract import TARGET_DIMS, Profile, reference, rule
-from rmsnorm_conformance.contract import rule as contract_rule
-from rmsnorm_conformance.contract.families import semantics, variants
-from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
-from rmsnorm_conformance.harness.checking import bounds, diagnosis, refusals
-from rmsnorm_conformance.harness.checking.comparison import (
+from ...contract import TARGET_DIMS, Profile, reference, rule
+from ...contract import rule as contract_rule
+from ...contract.families import semantics, variants
+from ...contract.rmsnorm import THRESHOLD_DIMS
+from ..drawing.cases import Batch, drawing_device, torch_dtype
+from ..drawing.sweeps import sweep_settings
+from ..running import device_faults, exception_text, isolation
+from ..running.backend import Backend, plain_tensors
+from ..running.entry_points import ENTRY_POINTS
+from ..vocabulary.records import Check, Collector
+from . import bounds, diagnosis, refusals
+from .comparison import (
     BitwiseResult,
     ToleranceResult,
     compare_bitwise,
@@ -32,13 +38,7 @@ from rmsnorm_conformance.harness.checking.comparison import (
     read_flags,
     same_bits_flag,
 )
-from rmsnorm_conformance.harness.checking.known_failures import Manifest
-from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, torch_dtype
-from rmsnorm_conformance.harness.drawing.sweeps import sweep_settings
-from rmsnorm_conformance.harness.running import device_faults, exception_text, isolation
-from rmsnorm_conformance.harness.running.backend import Backend, plain_tensors
-from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
-from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
+from .known_failures import Manifest
 
 TARGET_DIM_SET = frozenset(TARGET_DIMS.values())
 # Rules every backend call is held to, whichever test makes the call.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rmsnorm_conformance.contract import FP32_ROUNDING, Bound, Tolerance, UlpBound
+from ...contract import FP32_ROUNDING, Bound, Tolerance, UlpBound
 
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
              torch.float64: torch.int64, torch.float8_e4m3fn: torch.int8}

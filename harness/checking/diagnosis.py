@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.families import fp8, parity
-from rmsnorm_conformance.harness.checking import fingerprint as fp
-from rmsnorm_conformance.harness.checking.comparison import bits
-from rmsnorm_conformance.harness.checking.stage import Stage, stage_of
-from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
+from ...contract.families import fp8, parity
+from ..running.entry_points import ENTRY_POINTS
+from . import fingerprint as fp
+from .comparison import bits
+from .stage import Stage, stage_of
 
 # The rules whose breaches carry a diagnosis: every Axis-A rule and the parity gate's.
 DIAGNOSED_PREFIXES = ("axis_a.", parity.BITWISE.id)
@@ -277,7 +277,7 @@ def explore_padding(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
     c = p.case
     n = c.batch.rows
     pads = c.before + c.after
-    from rmsnorm_conformance.harness.drawing.cases import make_pad
+    from ..drawing.cases import make_pad
 
     keep = max(1, min(n, len(p.sensitive), PROBE_ROWS))
     real = p.batch_of(keep, keep)
@@ -356,7 +356,7 @@ def explore_leading_dims(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
 
 def explore_strided(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
     """Each layout of the rows and of the weight, against contiguous ones."""
-    from rmsnorm_conformance.harness.drawing.cases import lay_out_weight
+    from ..drawing.cases import lay_out_weight
 
     keep = max(1, min(len(p.sensitive), PROBE_ROWS))
     rows = p.batch_of(max(keep + keep % 2, 2), keep)
@@ -804,7 +804,7 @@ def for_breach(subject: Any, case: Any, rule: str, actual: torch.Tensor, expecte
 
 def _classes(case: Any, entry: str, actual: torch.Tensor) -> dict[str, torch.Tensor] | None:
     """The contract's rounding classes of forward on the case's whole batch, where ``actual`` is that batch."""
-    from rmsnorm_conformance.harness.checking.rounding import forward_classes
+    from .rounding import forward_classes
 
     b = case.batch
     if entry != "forward" or actual.reshape(-1, b.dim).shape[0] != b.rows or b.dtype == "float32":

@@ -16,23 +16,11 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract import rule as contract_rule
-from rmsnorm_conformance.contract.families import axis_a as axis_a_rules
-from rmsnorm_conformance.contract.families import semantics
-from rmsnorm_conformance.harness.checking import refusals
-from rmsnorm_conformance.harness.checking.checks import (
-    OOM_PAUSE_S,
-    OOM_TRIES,
-    Subject,
-    assert_bitwise,
-    assert_holds,
-    assert_within,
-    cap_examples,
-    conformance,
-)
-from rmsnorm_conformance.harness.checking.plans import PlanMaker, explicit_cases
-from rmsnorm_conformance.harness.drawing import mode_sample, strategies, thresholds
-from rmsnorm_conformance.harness.drawing.cases import (
+from ...contract import rule as contract_rule
+from ...contract.families import axis_a as axis_a_rules
+from ...contract.families import semantics
+from ..drawing import mode_sample, strategies, thresholds
+from ..drawing.cases import (
     WEIGHT_LAYOUTS,
     BatchSizeCase,
     ExecutionModeCase,
@@ -51,8 +39,8 @@ from rmsnorm_conformance.harness.drawing.cases import (
     pad_rows,
     strided_layout,
 )
-from rmsnorm_conformance.harness.running.backend import same_layout_copy
-from rmsnorm_conformance.harness.running.entry_points import (
+from ..running.backend import same_layout_copy
+from ..running.entry_points import (
     FUSED_ADD,
     OFFSET,
     UNWEIGHTED,
@@ -62,19 +50,31 @@ from rmsnorm_conformance.harness.running.entry_points import (
     entry_points,
     missing_reason,
 )
-from rmsnorm_conformance.harness.running.fresh_process import (
+from ..running.fresh_process import (
     FreshCalls,
     first_call_plan,
     fresh_calls,
     interleaved,
     run_fresh,
 )
-from rmsnorm_conformance.harness.running.modes import (
+from ..running.modes import (
     intra_op_threads,
     sample_backend,
     sample_modes,
     thread_counts,
 )
+from . import refusals
+from .checks import (
+    OOM_PAUSE_S,
+    OOM_TRIES,
+    Subject,
+    assert_bitwise,
+    assert_holds,
+    assert_within,
+    cap_examples,
+    conformance,
+)
+from .plans import PlanMaker, explicit_cases
 
 REPEATS = 4  # reduction orders that vary per call agree on a single row about half the time
 PAD_SALT = 7  # pad rows of each row input come from their own generator

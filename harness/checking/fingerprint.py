@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.canonical_order import GROUP, padded_width
+from ...contract.canonical_order import GROUP, padded_width
 
 # A tree: a leaf index, or a pair of trees (unordered: children sorted by their smallest leaf).
 Tree = int | tuple

@@ -28,7 +28,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_conformance.contract import ALL_RULES, DTYPES
+from ...contract import ALL_RULES, DTYPES
 
 _KNOWN_RULES = [r.id for r in ALL_RULES]
 

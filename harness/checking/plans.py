@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.contract import rule
-from rmsnorm_conformance.harness.checking.checks import run_check
-from rmsnorm_conformance.harness.drawing.budget import describe, threshold_elements
-from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
-from rmsnorm_conformance.harness.drawing.thresholds import Plan
-from rmsnorm_conformance.harness.running.entry_points import entry_points
+from ...contract import rule
+from ..drawing.budget import describe, threshold_elements
+from ..drawing.sweeps import SWEEPS
+from ..drawing.thresholds import Plan
+from ..running.entry_points import entry_points
+from .checks import run_check
 
 PlanMaker = Callable[..., Plan]
 

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import torch
 
-from rmsnorm_conformance.harness.checking.bounds import ARGUMENT_NAMES, GuardedCall
-from rmsnorm_conformance.harness.running import device_faults, exception_text, isolation
-from rmsnorm_conformance.harness.running.backend import BackendError
-from rmsnorm_conformance.harness.running.entry_points import ENTRY_POINTS
-from rmsnorm_conformance.harness.running.limits import NOT_RUN_PREFIX, describe_call, refused_feature
-from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE as REFUSED
+from ..running import device_faults, exception_text, isolation
+from ..running.backend import BackendError
+from ..running.entry_points import ENTRY_POINTS
+from ..running.limits import NOT_RUN_PREFIX, describe_call, refused_feature
+from ..vocabulary.records import REFUSED_RULE as REFUSED
+from .bounds import ARGUMENT_NAMES, GuardedCall
 
 
 class OutsideDeclaredLimits(BaseException):

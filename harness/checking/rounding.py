@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rmsnorm_conformance.contract.reference import offset_scale, rounding_class_outputs
-from rmsnorm_conformance.harness.checking.comparison import bits
+from ...contract.reference import offset_scale, rounding_class_outputs
+from .comparison import bits
 
 # A breach needs at least this many elements with the other convention's bits: one stray element is what a
 # correct kernel with another reduction order shows about once in 7,000 to 100,000 discriminating elements.

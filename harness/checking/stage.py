@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rmsnorm_conformance.harness.checking.comparison import bits, ulp_distance
+from .comparison import bits, ulp_distance
 
 # Differences of more ulps than this are not a rounding of the same value: the kernel computed something else.
 WRONG_VALUE_ULPS = 1 << 12

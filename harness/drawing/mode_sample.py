@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import torch
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract import TARGET_DIMS
-from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
-from rmsnorm_conformance.harness.drawing.cases import Batch, ExecutionModeCase
-from rmsnorm_conformance.harness.drawing.strategies import batches, entry_points
-from rmsnorm_conformance.harness.drawing.thresholds import SEED, Plan
+from ...contract import TARGET_DIMS
+from ...contract.rmsnorm import THRESHOLD_DIMS
+from .cases import Batch, ExecutionModeCase
+from .strategies import batches, entry_points
+from .thresholds import SEED, Plan
 
 # Row counts on both sides of the most common switch (below 16 rows a row is split across more lanes): a decode
 # step of one row, and 17 rows. Each shape costs torch.compile a trace (static shapes: running/modes.py).

@@ -15,9 +15,9 @@ import math
 import typing
 from typing import Any
 
-from rmsnorm_conformance.contract import DTYPES
-from rmsnorm_conformance.harness.drawing.cases import CASE_TYPES, FIELD_VOCABULARY, Batch
-from rmsnorm_conformance.harness.vocabulary.entry_point_names import AXIS_A_ENTRY_POINTS
+from ...contract import DTYPES
+from ..vocabulary.entry_point_names import AXIS_A_ENTRY_POINTS
+from .cases import CASE_TYPES, FIELD_VOCABULARY, Batch
 
 _NAMES = {"inf": math.inf, "nan": math.nan}
 # Field values restricted to a vocabulary, wherever the field appears.

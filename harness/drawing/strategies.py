@@ -13,10 +13,10 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from rmsnorm_conformance.contract import DEFAULT_EPS, TARGET_DIMS
-from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS, WIDE_DIMS, WIDE_TAIL_DIMS
-from rmsnorm_conformance.harness.drawing.budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
-from rmsnorm_conformance.harness.drawing.cases import (
+from ...contract import DEFAULT_EPS, TARGET_DIMS
+from ...contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_ROWS, WIDE_DIMS, WIDE_TAIL_DIMS
+from .budget import CPU_SWEEP_ELEMENTS, INTERPRETED_SWEEP_ELEMENTS
+from .cases import (
     NONFINITE_VALUES,
     PAD_CONTENTS,
     STRIDED_LAYOUTS,

@@ -17,9 +17,9 @@ import os
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rmsnorm_conformance.contract import TARGET_DIMS
-from rmsnorm_conformance.contract.families import gradients
-from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
+from ...contract import TARGET_DIMS
+from ...contract.families import gradients
+from ...contract.rmsnorm import THRESHOLD_DIMS
 
 if TYPE_CHECKING:
     from hypothesis import settings

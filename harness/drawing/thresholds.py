@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract import TARGET_DIMS
-from rmsnorm_conformance.contract.rmsnorm import (
+from ...contract import TARGET_DIMS
+from ...contract.rmsnorm import (
     DEFAULT_SM_COUNT,
     INT32_OFFSET_DIM,
     INT32_OFFSET_LIMIT,
@@ -28,8 +28,8 @@ from rmsnorm_conformance.contract.rmsnorm import (
     THRESHOLD_SM_MULTIPLES,
     WIDE_TAIL_DIMS,
 )
-from rmsnorm_conformance.harness.drawing.budget import CPU_WIDE_ELEMENTS, WIDE_DIM_FROM, at_dim
-from rmsnorm_conformance.harness.drawing.cases import (
+from .budget import CPU_WIDE_ELEMENTS, WIDE_DIM_FROM, at_dim
+from .cases import (
     PAD_CONTENTS,
     AccuracyCase,
     Batch,

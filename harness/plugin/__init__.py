@@ -4,8 +4,8 @@ reports become records (``outcomes``), replay commands (``replay_commands``), th
 (``parity_gate``) and how an xdist worker ends (``worker_exit``).
 """
 
-from rmsnorm_conformance.harness.plugin import worker_exit
-from rmsnorm_conformance.harness.plugin.rewrite import rewrite_only_the_suites
+from . import worker_exit
+from .rewrite import rewrite_only_the_suites
 
 # pytest imports this package for the plugin's entry point before any other module of it: narrow its assertion
 # rewriting to the suites now, so that the harness's modules load as the bytecode pip wrote (rewrite.py says why).

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_conformance.harness.plugin import options
+from . import options
 
 # Fixtures only conformance tests ask for: a test outside the shipped suites that takes one is a conformance test.
 CONFORMANCE_FIXTURES = ("subject", "parity")

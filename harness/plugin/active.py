@@ -18,25 +18,32 @@ from typing import Any
 import pytest
 import torch
 
-from rmsnorm_conformance.contract import (
+from ...contract import (
     DEFAULT_PROFILE,
     MIXED_PAIR_AXES,
     PAIR_SWEPT_AXES,
     WEIGHTLESS_RULES,
     Profile,
 )
-from rmsnorm_conformance.contract import profile as contract_profile
-from rmsnorm_conformance.contract import rule as contract_rule
-from rmsnorm_conformance.contract.families import parity as parity_rules
-from rmsnorm_conformance.contract.families import semantics
-from rmsnorm_conformance.harness.checking import refusals
-from rmsnorm_conformance.harness.checking.checks import Subject, apply_sweep
-from rmsnorm_conformance.harness.checking.known_failures import manifest_rows
-from rmsnorm_conformance.harness.drawing.budget import sweep_elements
-from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
-from rmsnorm_conformance.harness.plugin import options as given_options
-from rmsnorm_conformance.harness.plugin import worker_exit
-from rmsnorm_conformance.harness.plugin.outcomes import (
+from ...contract import profile as contract_profile
+from ...contract import rule as contract_rule
+from ...contract.families import parity as parity_rules
+from ...contract.families import semantics
+from ..checking import refusals
+from ..checking.checks import Subject, apply_sweep
+from ..checking.known_failures import manifest_rows
+from ..drawing.budget import sweep_elements
+from ..drawing.sweeps import SWEEPS
+from ..reporting.ci_output import CiOutput
+from ..running import device_faults, exception_text, fresh_process, isolation, warm_up
+from ..running.backend import BackendError, dtype_name, plain_tensors
+from ..running.devices import device_unavailable_reason, worker_device
+from ..running.hangs import HangLedger
+from ..running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
+from ..vocabulary.records import Check, Collector
+from . import options as given_options
+from . import worker_exit
+from .outcomes import (
     ENDED_PROPERTY,
     FAILURE_PROPERTY,
     RECORDS_PROPERTY,
@@ -44,11 +51,11 @@ from rmsnorm_conformance.harness.plugin.outcomes import (
     SUBJECT_PROPERTY,
     subject_from_id,
 )
-from rmsnorm_conformance.harness.plugin.outcomes import where as test_params
-from rmsnorm_conformance.harness.plugin.replay_commands import parity_replay_command, replay_command
-from rmsnorm_conformance.harness.plugin.reporter import Reporter, write_usage_error
-from rmsnorm_conformance.harness.plugin.run_options import RunOptions, resolve
-from rmsnorm_conformance.harness.plugin.state import (
+from .outcomes import where as test_params
+from .replay_commands import parity_replay_command, replay_command
+from .reporter import Reporter, write_usage_error
+from .run_options import RunOptions, resolve
+from .state import (
     DECLARED_RULES,
     FAILURE,
     HANGS,
@@ -62,13 +69,6 @@ from rmsnorm_conformance.harness.plugin.state import (
     WARM_UPS,
     WORKER_HANGS,
 )
-from rmsnorm_conformance.harness.reporting.ci_output import CiOutput
-from rmsnorm_conformance.harness.running import device_faults, exception_text, fresh_process, isolation, warm_up
-from rmsnorm_conformance.harness.running.backend import BackendError, dtype_name, plain_tensors
-from rmsnorm_conformance.harness.running.devices import device_unavailable_reason, worker_device
-from rmsnorm_conformance.harness.running.hangs import HangLedger
-from rmsnorm_conformance.harness.running.isolation import CaseTimedOut, EndedByTimer, RunDeadlineReached
-from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 
 def run_options(config: pytest.Config) -> RunOptions:
@@ -779,7 +779,7 @@ def _attach_subject(item: pytest.Item, report: pytest.TestReport, subject: dict)
 
 def _junit_properties(item: pytest.Item, subject: dict) -> list[tuple[str, str]]:
     """rule, backend, device, dtype, severity, replay and interface warnings of a test, for its <testcase>."""
-    from rmsnorm_conformance.harness.reporting.ci_output import junit_properties
+    from ..reporting.ci_output import junit_properties
 
     marker = item.get_closest_marker("conformance")
     callspec = getattr(item, "callspec", None)

@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.state import (
+from . import options
+from .state import (
     HANGS,
     LEDGER_PATH,
     RUN_ENDS_AT,
@@ -118,10 +118,10 @@ class Controller:
         starting): each report file reads INCOMPLETE, with why, rather than a previous run's verdict or nothing."""
         if self.reporting:
             return
-        # The report's writer imports no torch (tests/test_plugin_import.py): a torch whose import the interrupt cut
-        # short fails, or crashes the process, when it is imported again.
-        from rmsnorm_conformance.harness.reporting.render import replace_reports
-        from rmsnorm_conformance.harness.vocabulary.records import Collector
+        # The report's writer imports no torch (tests/plugin/test_plugin_import.py): a torch whose import the interrupt
+        # cut short fails, or crashes the process, when it is imported again.
+        from ..reporting.render import replace_reports
+        from ..vocabulary.records import Collector
 
         replace_reports(Collector(incomplete="interrupted (Ctrl-C or a signal) as the run started: no test ran"),
                         options.of(self.config).report)

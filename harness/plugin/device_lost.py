@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rmsnorm_conformance.contract.families import semantics
-from rmsnorm_conformance.harness.plugin.outcomes import ENDED_PROPERTY, FAILURE_PROPERTY, RECORDS_PROPERTY
+from ...contract.families import semantics
+from .outcomes import ENDED_PROPERTY, FAILURE_PROPERTY, RECORDS_PROPERTY
 
 if TYPE_CHECKING:
-    from rmsnorm_conformance.harness.running.device_faults import Lost
+    from ..running.device_faults import Lost
 
 # The guard is registered in every pytest run the plugin is loaded in, conformance run or not; the module that
 # records device faults imports torch, and no fault can have been recorded before a check imported it.
@@ -91,7 +91,7 @@ class DeviceLossGuard:
         if device_faults is None or loss is None:
             return
         if hasattr(self.config, "workerinput"):
-            from rmsnorm_conformance.harness.running import isolation
+            from ..running import isolation
 
             # This test's reports, its records inside them, went to the controller as each phase ended (execnet
             # writes and flushes synchronously): end here, before the next test starts on a dead context.

@@ -13,23 +13,24 @@ import importlib
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
-from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.activation import asks_for_conformance, explicit, targets_suites
-from rmsnorm_conformance.harness.plugin.controller import register as register_controller
-from rmsnorm_conformance.harness.plugin.device_lost import DeviceLossGuard
-from rmsnorm_conformance.harness.plugin.state import WARM_UPS
+from ..drawing.sweeps import SWEEPS
+from . import options, suite_modules
+from .activation import asks_for_conformance, explicit, targets_suites
+from .controller import register as register_controller
+from .device_lost import DeviceLossGuard
+from .state import WARM_UPS
 
 if TYPE_CHECKING:
 
-    from rmsnorm_conformance.harness.checking.checks import Subject
-    from rmsnorm_conformance.harness.plugin.active import Parity
-    from rmsnorm_conformance.harness.plugin.run_options import RunOptions
+    from ..checking.checks import Subject
+    from .active import Parity
+    from .run_options import RunOptions
 
 # The name the run's hooks (active.py) are registered under once the run is a conformance run.
 ACTIVE = "rmsnorm-conformance-run"
@@ -66,7 +67,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """A conformance run started from the command line runs one level down, under a process that exits with its
     verdict (``supervisor.py``); None: this process runs it."""
-    from rmsnorm_conformance.harness.plugin import supervisor
+    from . import supervisor
 
     return supervisor.supervise(config) if supervisor.wanted(config) else None
 
@@ -76,9 +77,21 @@ def pytest_sessionfinish(session: pytest.Session) -> Any:
     """After every plugin's end of the session (the report written, the exit status settled): a supervised run
     tells its supervisor the exit status its verdict asks for."""
     yield
-    from rmsnorm_conformance.harness.plugin import supervisor
+    from . import supervisor
 
     supervisor.write_status(session)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    """The shipped suites' modules, imported by their package name (``suite_modules.py``)."""
+    return suite_modules.collect_module(module_path, parent)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """The shipped suites' folder, its ``__init__`` imported by the package's name (``suite_modules.py``)."""
+    return suite_modules.collect_package(path, parent)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -99,8 +112,8 @@ def _warm_up_early(config: pytest.Config) -> None:
     opts = options.of(config)
     if hasattr(config, "workerinput") or not opts.workers or opts.replay:
         return
-    from rmsnorm_conformance.harness.running import warm_up
-    from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS
+    from ..running import warm_up
+    from ..running.registry import BUILTIN_BACKENDS
 
     processes = warm_up.start_early(opts.backend, opts.device, BUILTIN_BACKENDS, opts.workers)
     if processes:
@@ -166,7 +179,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not asks_for_conformance(metafunc.fixturenames):
         return
     activate(metafunc.config)
-    from rmsnorm_conformance.harness.plugin import active
+    from . import active
 
     active.generate_tests(metafunc)
 
@@ -175,7 +188,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def subject(request: pytest.FixtureRequest) -> Subject:
     """The (backend, device, dtype) a conformance test runs against; skipped with the reason if it cannot run.
     For the parity gate, a pair of them: the subject calls the left side, ``subject.other`` the right."""
-    from rmsnorm_conformance.harness.plugin import active
+    from . import active
 
     return active.subject(request)
 
@@ -183,7 +196,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
 @pytest.fixture
 def parity(request: pytest.FixtureRequest) -> Parity:
     """The backends to compare with each other on one (device, dtype); skipped when fewer than two can run."""
-    from rmsnorm_conformance.harness.plugin import active
+    from . import active
 
     return active.parity(request)
 

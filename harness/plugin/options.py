@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.contract import DEFAULT_PROFILE, PROFILES
-from rmsnorm_conformance.harness.drawing.budget import (
+from ...contract import DEFAULT_PROFILE, PROFILES
+from ..drawing.budget import (
     CPU_SWEEP_ELEMENTS,
     GPU_SWEEP_ELEMENTS,
     INTERPRETED_SWEEP_ELEMENTS,
 )
-from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, default_sweep
-from rmsnorm_conformance.harness.plugin.state import GIVEN_OPTIONS, WORKER_GIVEN
-from rmsnorm_conformance.harness.running.hangs import DEFAULT_CASE_TIMEOUT
-from rmsnorm_conformance.harness.running.registry import known_backend_names
+from ..drawing.sweeps import SWEEPS, default_sweep
+from ..running.hangs import DEFAULT_CASE_TIMEOUT
+from ..running.registry import known_backend_names
+from .state import GIVEN_OPTIONS, WORKER_GIVEN
 
 GROUP = "rmsnorm-conformance"
 

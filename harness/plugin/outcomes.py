@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from rmsnorm_conformance.harness.vocabulary.records import Collector
+from ..vocabulary.records import Collector
 
 if TYPE_CHECKING:  # the device-loss guard, loaded in every pytest run, reads this module's keys without torch
-    from rmsnorm_conformance.harness.running.backend import Backend
+    from ..running.backend import Backend
 
 RECORDS_PROPERTY = "rmsnorm_conformance_records"
 # Marks the report pytest-xdist makes for a worker that ended after a device fault (device_lost.py): the test's own

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rmsnorm_conformance.harness.running.backend import Backend
-from rmsnorm_conformance.harness.running.modes import MODES
+from ..running.backend import Backend
+from ..running.modes import MODES
 
 
 @dataclass(frozen=True)

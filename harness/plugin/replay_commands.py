@@ -8,9 +8,9 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from rmsnorm_conformance.harness.plugin.options import short
-from rmsnorm_conformance.harness.plugin.parity_gate import ParityPair
-from rmsnorm_conformance.harness.running.backend import Backend
+from ..running.backend import Backend
+from .options import short
+from .parity_gate import ParityPair
 
 
 def replay_command(backend: Backend, device: str, dtype: str, rule_id: str, case: Any, contract_profile: str,

@@ -14,23 +14,23 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.contract import VERSION
-from rmsnorm_conformance.harness.checking.known_failures import Breach, baseline_toml, entry_status, manifest_rows
-from rmsnorm_conformance.harness.plugin.outcomes import record_report, where
-from rmsnorm_conformance.harness.plugin.run_options import RunOptions
-from rmsnorm_conformance.harness.plugin.selection import selection
-from rmsnorm_conformance.harness.plugin.state import DECLARED_RULES, HARNESS_WATCH
-from rmsnorm_conformance.harness.reporting.environment import fingerprint
-from rmsnorm_conformance.harness.reporting.render import render_terminal, replace_reports, write_report
-from rmsnorm_conformance.harness.running import isolation
-from rmsnorm_conformance.harness.vocabulary.records import Collector, Summary
+from ...contract import VERSION
+from ..checking.known_failures import Breach, baseline_toml, entry_status, manifest_rows
+from ..reporting.environment import fingerprint
+from ..reporting.render import render_terminal, replace_reports, write_report
+from ..running import isolation
+from ..vocabulary.records import Collector, Summary
+from .outcomes import record_report, where
+from .run_options import RunOptions
+from .selection import selection
+from .state import DECLARED_RULES, HARNESS_WATCH
 
 # Seconds between a pytest-xdist controller's progress writes of the report (one process writes at every start).
 CONTROLLER_WRITE_INTERVAL = 2.0
 # Seconds a run has, once SIGTERM came, to end on its own before it is ended here with its report written. Python
 # runs a signal's handler in the main thread, between bytecodes; a signal can land on another thread while the main
 # thread waits in a kernel's call, and the handler then waits for the call (a sleeping kernel: 3 runs in 5 did not
-# end on their own, tests/test_supervisor.py). A CI job that sent SIGTERM kills the run soon after.
+# end on their own, tests/plugin/test_supervisor.py). A CI job that sent SIGTERM kills the run soon after.
 SIGTERM_GRACE = 10.0
 # A SIGINT this soon after the last one is the same interrupt again (the process group's, passed on by the
 # supervisor as well), not a user pressing Ctrl-C again.

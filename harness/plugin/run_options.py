@@ -21,33 +21,33 @@ import pytest
 import torch
 from hypothesis import settings
 
-from rmsnorm_conformance.contract import DTYPES, TARGET_DIMS
-from rmsnorm_conformance.contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_DIMS, WIDE_TAIL_DIMS
-from rmsnorm_conformance.harness.checking.known_failures import Manifest, load_manifest
-from rmsnorm_conformance.harness.drawing.replay import ReplayError, parse_case
-from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
-from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS, sweep_settings
-from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.options import Options
-from rmsnorm_conformance.harness.plugin.parity_gate import (
+from ...contract import DTYPES, TARGET_DIMS
+from ...contract.rmsnorm import QK_NORM_HEADS, THRESHOLD_DIMS, WIDE_TAIL_DIMS
+from ..checking.known_failures import Manifest, load_manifest
+from ..drawing.replay import ReplayError, parse_case
+from ..drawing.strategies import EDGE_DIMS, HEAD_COUNTS, MAX_DIM
+from ..drawing.sweeps import SWEEPS, sweep_settings
+from ..reporting.render import REPORT_SUFFIXES
+from ..running.adapters import adapted_notes
+from ..running.backend import Backend, BackendError, DeclarationError
+from ..running.devices import (
+    device_unavailable_reason,
+    parse_device_option,
+    worker_cpu_threads,
+)
+from ..running.isolation import HarnessWatch, watch_functions
+from ..running.modes import ModeBackend, describe_sample
+from ..running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
+from . import options
+from .options import Options
+from .parity_gate import (
     ParityPair,
     ParitySpec,
     parse_modes,
     parse_parity,
     sample_on,
 )
-from rmsnorm_conformance.harness.plugin.state import HARNESS_WATCH, RUN_ENDS_AT, WORKER_RUN_ENDS_AT
-from rmsnorm_conformance.harness.reporting.render import REPORT_SUFFIXES
-from rmsnorm_conformance.harness.running.adapters import adapted_notes
-from rmsnorm_conformance.harness.running.backend import Backend, BackendError, DeclarationError
-from rmsnorm_conformance.harness.running.devices import (
-    device_unavailable_reason,
-    parse_device_option,
-    worker_cpu_threads,
-)
-from rmsnorm_conformance.harness.running.isolation import HarnessWatch, watch_functions
-from rmsnorm_conformance.harness.running.modes import ModeBackend, describe_sample
-from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, load_backend, parse_backend_option
+from .state import HARNESS_WATCH, RUN_ENDS_AT, WORKER_RUN_ENDS_AT
 
 # Bytes a case may need per element of its batch, across the tensors a check keeps alive (inputs, outputs,
 # references, gradients, copies): the element budget must leave this much room in memory.
@@ -181,7 +181,7 @@ def resolve(config: pytest.Config) -> RunOptions:
     deadline, run_ends_at = _resolve_deadline(config, opts.deadline)
     sweep = opts.sweep
     dtypes = _resolve_dtypes(opts.dtype, sweep)
-    from rmsnorm_conformance.contract import ALL_RULES
+    from ...contract import ALL_RULES
 
     rules = _parse_choice_list(opts.rule, tuple(r.id for r in ALL_RULES), "--rule", patterns=True)
     max_examples = opts.max_examples

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.contract import DTYPES
-from rmsnorm_conformance.harness.drawing.sweeps import SWEEPS
-from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.activation import suites_dir
-from rmsnorm_conformance.harness.plugin.run_options import RunOptions
-from rmsnorm_conformance.harness.running.devices import default_devices
-from rmsnorm_conformance.harness.vocabulary.records import Collector
+from ...contract import DTYPES
+from ..drawing.sweeps import SWEEPS
+from ..running.devices import default_devices
+from ..vocabulary.records import Collector
+from . import options
+from .activation import suites_dir
+from .run_options import RunOptions
 
 
 def selection(config: pytest.Config, options: RunOptions, collector: Collector) -> dict[str, Any]:

@@ -17,12 +17,12 @@ import pytest
 if TYPE_CHECKING:
     import subprocess
 
-    from rmsnorm_conformance.harness.checking.checks import Subject
-    from rmsnorm_conformance.harness.plugin.options import Options
-    from rmsnorm_conformance.harness.plugin.run_options import RunOptions
-    from rmsnorm_conformance.harness.running.hangs import HangLedger
-    from rmsnorm_conformance.harness.running.isolation import HarnessWatch
-    from rmsnorm_conformance.harness.vocabulary.records import Collector
+    from ..checking.checks import Subject
+    from ..running.hangs import HangLedger
+    from ..running.isolation import HarnessWatch
+    from ..vocabulary.records import Collector
+    from .options import Options
+    from .run_options import RunOptions
 
 # --- config.stash: the run's --------------------------------------------------------------------------------------
 # The options as given, with their defaults, read once a process (options.of).

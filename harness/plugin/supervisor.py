@@ -39,8 +39,8 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.harness.plugin import options
-from rmsnorm_conformance.harness.plugin.activation import explicit, targets_suites
+from . import options
+from .activation import explicit, targets_suites
 
 # Set in the child: where it writes its exit status once its report is written. Its presence also marks a run as
 # supervised already.
@@ -139,8 +139,8 @@ def _as_reports_say(status: int, written: dict[str, Any], reports: list[str]) ->
     final = final if isinstance(final, dict) else {}
     wrong = [p for p in reports if final.get(p) is None or final.get(p) != _headline(p)]
     if wrong:
-        from rmsnorm_conformance.harness.reporting.render import replace_reports
-        from rmsnorm_conformance.harness.vocabulary.records import Collector
+        from ..reporting.render import replace_reports
+        from ..vocabulary.records import Collector
 
         _say(f"the run's report was not written as the run says it wrote it ({', '.join(wrong)}): replaced by an "
              "INCOMPLETE report" + (f", exiting with {INCOMPLETE_STATUS} in place of 0" if status == 0 else ""))
@@ -253,8 +253,8 @@ def settle(returncode: int, status: int | None, reports: list[str], started: flo
 def _replace_stale_reports(reports: list[str], started: float, why: str) -> None:
     """An INCOMPLETE report at each path the child did not write since it started: the previous run's must not
     stand for this one."""
-    from rmsnorm_conformance.harness.reporting.render import replace_reports
-    from rmsnorm_conformance.harness.vocabulary.records import Collector
+    from ..reporting.render import replace_reports
+    from ..vocabulary.records import Collector
 
     stale = [p for p in reports if not Path(p).exists() or Path(p).stat().st_mtime < started]
     if stale:

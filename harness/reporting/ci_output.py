@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from rmsnorm_conformance.contract import rule
-from rmsnorm_conformance.harness.reporting.diagnoses import one_line
-from rmsnorm_conformance.harness.reporting.pick_a_kernel import PICK_TITLE, breaches, labelled, pick_rows, pick_table
-from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE, Collector
+from ...contract import rule
+from ..vocabulary.records import REFUSED_RULE, Collector
+from .diagnoses import one_line
+from .pick_a_kernel import PICK_TITLE, breaches, labelled, pick_rows, pick_table
 
 # A step summary is read on a web page beside the job's log: the verdict, the table and the first breaches only.
 SUMMARY_BREACHES = 5
@@ -252,7 +252,7 @@ class CiOutput:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self._ran() or os.environ.get("GITHUB_ACTIONS") != "true":
             return
-        from rmsnorm_conformance.harness.running.registry import entry_point_paths
+        from ..running.registry import entry_point_paths
 
         paths = entry_point_paths()
         locations = {b.name: source_location(b.spec, paths) for b in self.reporter.options.backends}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rmsnorm_conformance.harness.vocabulary.records import Collector, Summary
+from ..vocabulary.records import Collector, Summary
 
 DIAGNOSES_TITLE = "Diagnoses of bitwise breaches"
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract import VERSION
-from rmsnorm_conformance.harness.running.devices import accelerators, device_name
+from ...contract import VERSION
+from ..running.devices import accelerators, device_name
 
 
 def package_version(name: str) -> str:

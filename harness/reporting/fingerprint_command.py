@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.checking import fingerprint as fp
+from ..checking import fingerprint as fp
 
 REDUCTIONS = ("forward sum of squares", "backward row dot", "dw over rows")
 
@@ -99,7 +99,7 @@ def picture(path: str, rows: list[int], found: dict[int, list[fp.Revealed]]) -> 
         import matplotlib.pyplot as plt
     except ImportError:
         return "no picture: matplotlib is not installed (pip install 'rmsnorm-conformance[plots]')"
-    from rmsnorm_conformance.harness.reporting.diagnoses import draw_trees
+    from .diagnoses import draw_trees
 
     drawn = []
     for k, reduction in enumerate(REDUCTIONS):
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dim < 2 or args.window < 3:
         parser.error(f"--dim={args.dim} must be at least 2 and --window={args.window} at least 3")
-    from rmsnorm_conformance.harness.running.registry import load_backend
+    from ..running.registry import load_backend
 
     try:
         backend = load_backend(args.backend)

@@ -20,12 +20,12 @@ from typing import Any
 
 from tabulate import tabulate
 
-from rmsnorm_conformance.contract import ALL_RULES, Rule
-from rmsnorm_conformance.contract.families import axis_b
-from rmsnorm_conformance.harness.reporting.pick_a_kernel import BENCH_ALIASES, device_label, merged, pick_markdown
-from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
-from rmsnorm_conformance.harness.reporting.render import _md_table, md_cell, md_code, pictures_lines
-from rmsnorm_conformance.harness.vocabulary.records import FORMAT, _from_finite_json
+from ...contract import ALL_RULES, Rule
+from ...contract.families import axis_b
+from ..vocabulary.records import FORMAT, _from_finite_json
+from .pick_a_kernel import BENCH_ALIASES, device_label, merged, pick_markdown
+from .plots import draw as draw_pictures
+from .render import _md_table, md_cell, md_code, pictures_lines
 
 ERRORS = "errors"  # the column for tests that failed without recording a failing check
 

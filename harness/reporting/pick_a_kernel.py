@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rmsnorm_conformance.contract import rule
-from rmsnorm_conformance.contract.families import parity
-from rmsnorm_conformance.harness.vocabulary.records import REFUSED_RULE as REFUSED
-from rmsnorm_conformance.harness.vocabulary.records import Collector, fold_refused
+from ...contract import rule
+from ...contract.families import parity
+from ..vocabulary.records import REFUSED_RULE as REFUSED
+from ..vocabulary.records import Collector, fold_refused
 
 VERDICT_ORDER = ("PASS", "XFAIL", "INCOMPLETE", "FAIL", "NOT RUN")
 SORT_ORDER = ("numerics verdict (PASS, then XFAIL: only breaches the known-failure manifest accepts, then "

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_conformance.contract.families import axis_b, parity
-from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
+from ...contract.families import axis_b, parity
+from ..vocabulary.records import Collector
+from .pick_a_kernel import (
     BENCH_ALIASES,
     DTYPE_ORDER,
     SHORT_DTYPE,
@@ -26,7 +27,6 @@ from rmsnorm_conformance.harness.reporting.pick_a_kernel import (
     bench_device,
     bench_dtype,
 )
-from rmsnorm_conformance.harness.vocabulary.records import Collector
 
 INSTALL_HINT = "pip install 'rmsnorm-conformance[plots]'"
 KINDS = ("ulp-histogram", "margin-vs-dim", "bandwidth-vs-rows", "parity", "fingerprint")
@@ -145,7 +145,7 @@ def _ulp_histogram(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     shares, since a kernel's rare 2-ULP elements are the point of the picture."""
     # (here, not at the top: the report's writer needs no torch, so that a run interrupted while it imported torch
     # can still say so in its report, controller.py)
-    from rmsnorm_conformance.harness.checking.comparison import ULP_BINS, ulp_bin_label
+    from ..checking.comparison import ULP_BINS, ulp_bin_label
 
     hists: dict[str, dict[str, list[int]]] = {}
     devices_of = _devices_of(c)
@@ -356,7 +356,7 @@ def _parity_grid(device: str, names: list[str], rows: ParityCounts,
 
 def _fingerprint(plt: Any, c: Collector, bench: Any) -> tuple[Any, str]:
     """The revealed trees of the first diagnosed bitwise breach, side by side (reporting/diagnoses.py)."""
-    from rmsnorm_conformance.harness.reporting.diagnoses import diagnosed, draw_trees, fingerprint_rows
+    from .diagnoses import diagnosed, draw_trees, fingerprint_rows
 
     for s in diagnosed(c):
         rows = fingerprint_rows(s.diagnosis or {})

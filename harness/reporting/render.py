@@ -21,13 +21,13 @@ from urllib.parse import quote
 
 from tabulate import tabulate
 
-from rmsnorm_conformance.contract import AXIS_A_VARIANTS, rule
-from rmsnorm_conformance.harness.checking.known_failures import entry_status
-from rmsnorm_conformance.harness.reporting.diagnoses import DIAGNOSES_TITLE, diagnosis_lines
-from rmsnorm_conformance.harness.reporting.pick_a_kernel import labelled, pick_json, pick_markdown
-from rmsnorm_conformance.harness.reporting.plots import Pictures, temporary_beside
-from rmsnorm_conformance.harness.reporting.plots import draw as draw_pictures
-from rmsnorm_conformance.harness.vocabulary.records import Collector, Summary, finite_tree, fold_refused
+from ...contract import AXIS_A_VARIANTS, rule
+from ..checking.known_failures import entry_status
+from ..vocabulary.records import Collector, Summary, finite_tree, fold_refused
+from .diagnoses import DIAGNOSES_TITLE, diagnosis_lines
+from .pick_a_kernel import labelled, pick_json, pick_markdown
+from .plots import Pictures, temporary_beside
+from .plots import draw as draw_pictures
 
 REPORT_SUFFIXES = (".md", ".markdown", ".json")
 

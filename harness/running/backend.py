@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from rmsnorm_conformance.contract import (
+from ...contract import (
     DTYPE_PAIRS,
     DTYPES,
     FP8_ROUNDING_CLASSES,
@@ -22,7 +22,7 @@ from rmsnorm_conformance.contract import (
     ROUNDING_CLASSES,
     VARIANTS,
 )
-from rmsnorm_conformance.harness.running.limits import InputLimits
+from .limits import InputLimits
 
 ALL_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, name) for name in DTYPES)
 CONTRACT_PAIRS: tuple[tuple[torch.dtype, torch.dtype], ...] = tuple(
@@ -280,8 +280,8 @@ class Backend:
             raise BackendError(self._probe_left)
         key = (str(device), str(dtype))
         if key not in self._probed:
-            from rmsnorm_conformance.harness.running import device_faults
-            from rmsnorm_conformance.harness.running.isolation import ExitRefused, global_state, no_exit, restore
+            from . import device_faults
+            from .isolation import ExitRefused, global_state, no_exit, restore
 
             state = global_state()  # a probe must leave no trace, whatever the backend does to torch's state
             try:

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.drawing.budget import fair_share
-from rmsnorm_conformance.harness.running import simulated_device
-from rmsnorm_conformance.harness.vocabulary.records import DEVICE_LOST, PROCESS_LOST
+from ..drawing.budget import fair_share
+from ..vocabulary.records import DEVICE_LOST, PROCESS_LOST
+from . import simulated_device
 
 # Set in the environment of a run on a machine without a GPU, this makes the probe report the context lost after
 # an error that reads like a context-poisoning CUDA error: the CPU twins of device faults use it, so CI exercises
@@ -97,7 +97,7 @@ def lost_where_kept(before: dict[str, Any], what: str, backend: str, device: str
     (``isolation.restore``): beyond what the process may put back (a hard resource limit lowered, inference mode
     left on), so no later check in this process may run under it. Where anything is, the process is declared lost
     (``Lost.process``): it ends after this test, as after a device fault."""
-    from rmsnorm_conformance.harness.running import isolation
+    from . import isolation
 
     kept = isolation.changed(before, isolation.global_state())
     if kept:

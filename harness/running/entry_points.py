@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract import reference
-from rmsnorm_conformance.contract.families import semantics, variants
-from rmsnorm_conformance.harness.drawing.cases import Batch, drawing_device, lay_out_weight
-from rmsnorm_conformance.harness.vocabulary.entry_point_names import AXIS_A_ENTRY_POINTS, FORWARD_ENTRY_POINTS
+from ...contract import reference
+from ...contract.families import semantics, variants
+from ..drawing.cases import Batch, drawing_device, lay_out_weight
+from ..vocabulary.entry_point_names import AXIS_A_ENTRY_POINTS, FORWARD_ENTRY_POINTS
 
 References = Callable[[Any, Sequence[torch.Tensor], "torch.Tensor | None", float], tuple[torch.Tensor, ...]]
 

@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.rmsnorm import THRESHOLD_DIMS
-from rmsnorm_conformance.harness.drawing.budget import at_dim
-from rmsnorm_conformance.harness.drawing.cases import Batch, FirstCallCase
-from rmsnorm_conformance.harness.drawing.thresholds import Plan
-from rmsnorm_conformance.harness.running import exception_text, torch_server
-from rmsnorm_conformance.harness.running.entry_points import call, entry_point
+from ...contract.rmsnorm import THRESHOLD_DIMS
+from ..drawing.budget import at_dim
+from ..drawing.cases import Batch, FirstCallCase
+from ..drawing.thresholds import Plan
+from . import exception_text, torch_server
+from .entry_points import call, entry_point
 
 try:
     import fcntl  # workers share a first-call process through a locked file (POSIX)
@@ -176,8 +176,8 @@ def main(argv: list[str]) -> int:
     # The asking process's intra-op threads, so the first call is the only difference. Under xdist that is the
     # worker's share of the cores: a child with a thread per core beside the other workers ran 2-3 times slower.
     torch.set_num_threads(request["threads"])
-    from rmsnorm_conformance.harness.drawing.replay import parse_case
-    from rmsnorm_conformance.harness.running.registry import load_backend
+    from ..drawing.replay import parse_case
+    from .registry import load_backend
 
     device = torch.device(request["device"])
     caller = _Caller(load_backend(request["spec"]))

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.running import exception_text, simulated_device
+from . import exception_text, simulated_device
 
 try:
     import posix  # os._exit's other name

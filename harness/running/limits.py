@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.contract.refusals import ALIGNMENT_BYTES, LAYOUTS
-from rmsnorm_conformance.contract.rmsnorm import TARGET_DIMS
+from ...contract.refusals import ALIGNMENT_BYTES, LAYOUTS
+from ...contract.rmsnorm import TARGET_DIMS
 
 # What a declared-limit skip's "Did not run" reason starts with, so reports can tell it from other skips.
 NOT_RUN_PREFIX = "not run: outside the declared limits"

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from rmsnorm_conformance.harness.running.backend import Backend, same_layout_copy
+from .backend import Backend, same_layout_copy
 
 MODES = ("eager", "compile", "cudagraph", "deterministic")
 # Intra-op thread counts a CPU call is also made with, beside the machine's own count: a CPU kernel may split a row's

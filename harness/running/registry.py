@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported where a backend is loaded: the plugin's option help lists names without torch
     import torch
 
-    from rmsnorm_conformance.harness.running.backend import Backend
+    from .backend import Backend
 
 ENTRY_POINT_GROUP = "rmsnorm_conformance.backends"
 
@@ -53,7 +53,7 @@ def import_object(path: str) -> Any:
     except ImportError as exc:
         raise ImportError(f"cannot import module {module_name!r} for backend {path!r}: {exc}") from exc
     if "::" in attr:  # module:namespace::name, a torch.library op that importing the module registers
-        from rmsnorm_conformance.harness.running.adapters import resolve_op_name
+        from .adapters import resolve_op_name
 
         return resolve_op_name(attr)
     for part in attr.split("."):
@@ -101,9 +101,9 @@ def load_backend(spec: str) -> Backend:
             f"unknown backend {spec!r}; known: {', '.join(known_backend_names())}, "
             f"or give 'module.path:attr'"
         )
-    from rmsnorm_conformance.harness.running import isolation
-    from rmsnorm_conformance.harness.running.adapters import adapt
-    from rmsnorm_conformance.harness.running.backend import Backend
+    from . import isolation
+    from .adapters import adapt
+    from .backend import Backend
 
     # Any shape a kernel ships in: a backend object or class, a function, an nn.Module class, an op, a partial.
     # Watched as every call is: what its import and construction changed of torch's global state (a torch.sqrt

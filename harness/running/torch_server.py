@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_conformance.harness.running.child_imports import PIN_SOURCE, bootstrap_command, pins, write_pins
+from .child_imports import PIN_SOURCE, bootstrap_command, pins, write_pins
 
 # Variables read when Python starts or torch is imported (with its thread pools, numpy's and Triton's settings):
 # where one differs from the server's, a new server.

@@ -70,9 +70,9 @@ def prepared_dims() -> list[int]:
     """The dims a backend's ``prepare`` is asked to get ready for, most drawn first: the contract's threshold dims
     (every threshold plan runs each), the target model's dims (a quarter of all drawn dims each), the first-call
     plan's odd dim, then the edge dims the strategies sample from."""
-    from rmsnorm_conformance.contract.rmsnorm import TARGET_DIMS, THRESHOLD_DIMS
-    from rmsnorm_conformance.harness.drawing.strategies import EDGE_DIMS
-    from rmsnorm_conformance.harness.running.fresh_process import FIRST_CALL_DIMS
+    from ...contract.rmsnorm import TARGET_DIMS, THRESHOLD_DIMS
+    from ..drawing.strategies import EDGE_DIMS
+    from .fresh_process import FIRST_CALL_DIMS
 
     return list(dict.fromkeys((*THRESHOLD_DIMS, *TARGET_DIMS.values(), *FIRST_CALL_DIMS, *EDGE_DIMS)))
 
@@ -92,7 +92,7 @@ def early_targets(backend_option: str | None, device_option: str | None, default
     """The backend specs and non-CPU devices a warm-up can be started for from the options as typed, before
     torch is imported: none where no GPU driver's device node exists (a CPU-only machine, or a GPU named on one:
     the run's own options check says so). The default devices and ``all`` mean this machine's GPU."""
-    from rmsnorm_conformance.harness.running.registry import parse_backend_option
+    from .registry import parse_backend_option
 
     if not any(os.path.exists(node) for node in (GPU_NODES if gpu_nodes is None else gpu_nodes)):
         return [], []
@@ -116,7 +116,7 @@ def start_early(backend_option: str | None, device_option: str | None, default_b
 
 def worth_warming(spec: str) -> bool:
     """Whether ``spec``'s warm-up may prepare something (``OWN_PREPARED``): not this package's import-only ones."""
-    from rmsnorm_conformance.harness.running.registry import BUILTIN_BACKENDS, entry_point_paths
+    from .registry import BUILTIN_BACKENDS, entry_point_paths
 
     own = spec in BUILTIN_BACKENDS or entry_point_paths().get(spec, "").startswith(_PACKAGE)
     return spec in OWN_PREPARED or not own
@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
     interruptible()
     import torch
 
-    from rmsnorm_conformance.harness.running.registry import load_backend
+    from .registry import load_backend
 
     spec, device, *share = argv
     part, parts = (int(n) for n in share[0].split("/")) if share else (0, 1)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rmsnorm_conformance.contract import TARGET_DIMS
+from ...contract import TARGET_DIMS
 
 FORMAT = "rmsnorm-conformance-report/1"
 # The JSON Schema of that format, shipped beside this module; CHANGELOG.md records each release's changes to it.
