@@ -230,7 +230,7 @@ def _collector_with_a_diagnosis() -> Collector:
 
 
 def test_every_report_carries_the_diagnosis(tmp_path):
-    from tests.test_report_schema import errors
+    from tests.reporting.test_report_schema import errors
 
     from rmsnorm_conformance.harness.reporting.ci_output import step_summary
     from rmsnorm_conformance.harness.reporting.render import render_markdown, render_terminal
