@@ -177,7 +177,10 @@ def render(rows: list[dict[str, Any]], command: str, env: dict[str, Any]) -> str
         "in the run's JSON report, in one line (threshold; stage; where the revealed trees part). *Named*: the "
         "threshold has the planted kind and exact value, and the stage is the planted one. *Calls*: calls into the "
         "backend the diagnosis made. *Wall*: the whole run's seconds, pytest's start-up included.", "",
-        f"Named: {named} of {len(rows)} ({100 * named / max(len(rows), 1):.0f} %).", "",
+        f"Named: {named} of {len(rows)} ({100 * named / max(len(rows), 1):.0f} %); of the "
+        f"{sum(r['verdict'] != 'not run' for r in rows)} runs that finished, {named}"
+        + (f"; not run (no report): {', '.join(r['name'] for r in rows if r['verdict'] == 'not run')}"
+           if any(r["verdict"] == "not run" for r in rows) else "") + ".", "",
         tabulate(table, ["defect", "breaks", "planted", "dtype", "diagnosis", "calls", "named", "wall (s)"],
                  tablefmt="github"), ""])
 
