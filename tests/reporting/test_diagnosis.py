@@ -230,10 +230,9 @@ def _collector_with_a_diagnosis() -> Collector:
 
 
 def test_every_report_carries_the_diagnosis(tmp_path):
-    from tests.reporting.test_report_schema import errors
-
     from rmsnorm_conformance.harness.reporting.ci_output import step_summary
     from rmsnorm_conformance.harness.reporting.render import render_markdown, render_terminal
+    from tests.reporting.test_report_schema import errors
 
     c = _collector_with_a_diagnosis()
     assert "## Diagnoses of bitwise breaches" in render_markdown(c)
