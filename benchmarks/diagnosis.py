@@ -8,10 +8,10 @@ run as a user would (``--rule``, ``--sweep=ci``, ``-x``) with a JSON report, and
 A diagnosis names the mechanism when its threshold has the planted kind and, where the defect has one, exactly the
 planted value (a mode: the planted words appear in the mode named), and its stage is the planted stage.
 
-``--cost-turns N`` also measures what the diagnosis costs: the Axis-A suite under ``--sweep=ci`` against one failing
-defect (no ``-x``: every failing test is diagnosed), N times with the diagnosis and N times with it turned off (a
-plugin that replaces ``for_breach`` by a function that returns None), in turns, as user + system CPU seconds of the
-pytest process (the machine is shared: CPU time moves less than wall time, and turns cancel a drift).
+``--cost-turns N`` also measures what the diagnosis costs: the suite tests of the rule one failing defect breaks,
+under ``--sweep=ci`` (no ``-x``: every failing test is diagnosed), N times with the diagnosis and N times with it
+turned off (a plugin that replaces ``for_breach`` by a function that returns None), in turns, as user + system CPU
+seconds of the pytest process (the machine is shared: CPU time moves less than wall time, and turns cancel a drift).
 """
 
 from __future__ import annotations
@@ -63,19 +63,29 @@ def subjects() -> list[dict[str, Any]]:
 
 def run_one(subject: dict[str, Any], tmp: Path) -> dict[str, Any]:
     """The subject's pytest run; its first diagnosed summary and whether it names the mechanism."""
-    from rmsnorm_conformance.harness.checking.diagnosis import mechanism_named
-
-    report = tmp / f"{subject['name'].replace(' ', '_').replace('=', '_')}.json"
+    report = tmp / report_name(subject)
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "rmsnorm_conformance.suites", *subject["args"], "--device=cpu",
            "--sweep=ci", "-x", f"--report={report}", "-p", "no:cacheprovider", "-q"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
+    return row_of(subject, report, proc.returncode, time.perf_counter() - start)
+
+
+def report_name(subject: dict[str, Any]) -> str:
+    return f"{subject['name'].replace(' ', '_').replace('=', '_')}.json"
+
+
+def row_of(subject: dict[str, Any], report: Path, code: int | None, wall: float | None) -> dict[str, Any]:
+    """A subject's row from its run's JSON report: the first diagnosed summary of its rule, and whether it names the
+    planted mechanism (no report: the run did not finish)."""
+    from rmsnorm_conformance.harness.checking.diagnosis import mechanism_named
+
     data = json.loads(report.read_text()) if report.exists() else {"summaries": []}
     found = next((s for s in data["summaries"] if s.get("diagnosis") and s["rule"] == subject["rule"]), None)
-    row = {**subject, "exit": proc.returncode, "wall": wall, "diagnosis": found and found["diagnosis"],
-           "dtype": found and found["dtype"], "threshold_ok": False, "stage_ok": False}
+    row = {**subject, "exit": code if report.exists() else "no report", "wall": wall,
+           "diagnosis": found and found["diagnosis"], "dtype": found and found["dtype"],
+           "verdict": data.get("verdict", "not run"), "threshold_ok": False, "stage_ok": False}
     if found:
         row["threshold_ok"], row["stage_ok"] = mechanism_named(tuple(subject["mechanism"]), found["diagnosis"])
     return row
@@ -93,6 +103,9 @@ diagnosis.for_breach = lambda *args, **kwargs: None
 def measure_cost(defect: str, turns: int, tmp: Path) -> list[dict[str, Any]]:
     """user + system CPU seconds of the Axis-A ci sweep against ``defect``, with and without the diagnosis, in
     turns."""
+    from rmsnorm_conformance import zoo
+
+    rule = getattr(zoo, defect).breaks
     plugin_dir = tmp / "tests"
     plugin_dir.mkdir(exist_ok=True)
     (plugin_dir / "diagnosis_off.py").write_text(OFF_PLUGIN)
@@ -101,7 +114,7 @@ def measure_cost(defect: str, turns: int, tmp: Path) -> list[dict[str, Any]]:
         for diagnosed in (False, True):
             report = tmp / f"cost-{turn}-{diagnosed}.json"
             cmd = ["/usr/bin/time", "-f", "%U %S %e", sys.executable, "-m", "pytest", "--pyargs",
-                   "rmsnorm_conformance.suites.test_axis_a", f"--backend=rmsnorm_conformance.zoo:{defect}",
+                   "rmsnorm_conformance.suites", f"--rule={rule}", f"--backend=rmsnorm_conformance.zoo:{defect}",
                    "--device=cpu", "--sweep=ci", f"--dtype={DTYPE}", "-p", "no:cacheprovider", "-q",
                    f"--report={report}",
                    *([] if diagnosed else ["-p", "diagnosis_off"])]
@@ -126,9 +139,9 @@ def render_cost(cost: list[dict[str, Any]], defect: str) -> list[str]:
     table = [[c["turn"] + 1, "on" if c["diagnosed"] else "off", f"{c['cpu']:.1f}", f"{c['wall']:.0f}",
               c["failed_tests"], c["diagnoses"], c["calls"]] for c in cost]
     return [COST_TITLE, "",
-            f"The Axis-A suite (`--pyargs rmsnorm_conformance.suites.test_axis_a`) under `--sweep=ci --device=cpu "
-            f"--dtype={DTYPE}` "
-            f"against `{defect}`, without `-x` (every failing test is diagnosed), with the diagnosis on and off "
+            f"The suite tests of the rule `{defect}` breaks (`--pyargs rmsnorm_conformance.suites --rule=...`) under "
+            f"`--sweep=ci --device=cpu --dtype={DTYPE}`, without `-x` (every failing test is diagnosed), with the "
+            "diagnosis on and off "
             "in turns; CPU is the pytest process's user + system seconds.", "",
             tabulate(table, ["turn", "diagnosis", "CPU (s)", "wall (s)", "failed tests", "diagnoses",
                              "calls into the backend"], tablefmt="github"), "",
@@ -147,11 +160,11 @@ def render(rows: list[dict[str, Any]], command: str, env: dict[str, Any]) -> str
         kind, value, stage = r["mechanism"]
         planted = f"{kind}" + (f" {value}" if value is not None else "") + f"; {stage}"
         d = r["diagnosis"]
-        said = one_line(d) if d else f"no diagnosis (exit {r['exit']})"
+        said = one_line(d) if d else f"no diagnosis (run: {r['verdict']})"
         verdict = "yes" if r["threshold_ok"] and r["stage_ok"] else \
             "threshold only" if r["threshold_ok"] else "stage only" if r["stage_ok"] else "no"
         table.append([r["name"], f"`{r['rule']}`", planted, r["dtype"] or "–", said.replace("|", "/"),
-                      d["calls"] if d else "–", verdict, f"{r['wall']:.0f}"])
+                      d["calls"] if d else "–", verdict, f"{r['wall']:.0f}" if r["wall"] is not None else "–"])
     header = [f"- {k}: {v}" for k, v in env.items() if k in ("date", "torch", "python", "platform")
               or k.startswith("device")]
     return "\n".join([
@@ -164,7 +177,10 @@ def render(rows: list[dict[str, Any]], command: str, env: dict[str, Any]) -> str
         "in the run's JSON report, in one line (threshold; stage; where the revealed trees part). *Named*: the "
         "threshold has the planted kind and exact value, and the stage is the planted one. *Calls*: calls into the "
         "backend the diagnosis made. *Wall*: the whole run's seconds, pytest's start-up included.", "",
-        f"Named: {named} of {len(rows)} ({100 * named / max(len(rows), 1):.0f} %).", "",
+        f"Named: {named} of {len(rows)} ({100 * named / max(len(rows), 1):.0f} %); of the "
+        f"{sum(r['verdict'] != 'not run' for r in rows)} runs that finished, {named}"
+        + (f"; not run (no report): {', '.join(r['name'] for r in rows if r['verdict'] == 'not run')}"
+           if any(r["verdict"] == "not run" for r in rows) else "") + ".", "",
         tabulate(table, ["defect", "breaks", "planted", "dtype", "diagnosis", "calls", "named", "wall (s)"],
                  tablefmt="github"), ""])
 
@@ -177,6 +193,9 @@ def main() -> None:
     parser.add_argument("--cost-turns", type=int, default=0, help="turns of the cost measurement (default 0: none)")
     parser.add_argument("--cost-defect", default="SmallBatchReduction", help="the failing kernel the cost is "
                         "measured on (default SmallBatchReduction)")
+    parser.add_argument("--keep", default=None, help="keep each run's JSON report in this folder")
+    parser.add_argument("--from-reports", default=None, help="make the table from the JSON reports a --keep run left "
+                        "there (a run without its report reads: not run)")
     parser.add_argument("--cost-only", action="store_true", help="measure the cost alone; keep the table of --out")
     args = parser.parse_args()
     from rmsnorm_conformance.harness.reporting.environment import fingerprint
@@ -196,12 +215,19 @@ def main() -> None:
                                   f"--cost-only --cost-turns {args.cost_turns} --cost-defect {args.cost_defect} "
                                   f"--out {args.out}`\n")
         return
-    with tempfile.TemporaryDirectory() as tmpdir, ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        rows = list(pool.map(lambda s: run_one(s, Path(tmpdir)), chosen))
+    if args.from_reports:
+        rows = [row_of(s, Path(args.from_reports) / report_name(s), None, None) for s in chosen]
+    else:
+        with tempfile.TemporaryDirectory() as tmpdir, ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            where = Path(args.keep) if args.keep else Path(tmpdir)
+            where.mkdir(parents=True, exist_ok=True)
+            rows = list(pool.map(lambda s: run_one(s, where), chosen))
     for r in rows:
         print(r["name"], r["threshold_ok"], r["stage_ok"], r["diagnosis"] and r["diagnosis"]["threshold"]["text"],
               flush=True)
     command = "python benchmarks/diagnosis.py" + (f" --jobs {args.jobs}" if args.jobs != 1 else "") + \
+        (f" --keep {args.keep}" if args.keep else "") + (f" --from-reports {args.from_reports}" if args.from_reports
+                                                          else "") + \
         "".join(f" --defect {d}" for d in args.defect) + (f" --out {args.out}" if args.out else "")
     import torch
 

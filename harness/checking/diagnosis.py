@@ -35,7 +35,10 @@ from .stage import Stage, stage_of
 DIAGNOSED_PREFIXES = ("axis_a.", parity.BITWISE.id)
 PROBE_ROWS = 8  # rows that differed, carried into every probe batch
 MAX_ELEMENTS = 1 << 24  # a probe batch's elements: the bisection's largest batch is cut here
-FINGERPRINT_WINDOW = 8  # leaves of a breach's fingerprint (28 pairs, 168 triplets): the CLI probes more
+# Leaves of a breach's fingerprint (15 pairs, 60 triplets, each under FINGERPRINT_ANCHORS anchors): enough to show
+# the first levels and the top of a tree; the fingerprint command probes more.
+FINGERPRINT_WINDOW = 6
+FINGERPRINT_ANCHORS = 2
 SHOW_DIMS = (128, 4096)
 SHOW_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -586,13 +589,9 @@ def _prober(backend: Any, device: torch.device, dtype: str, setting: Setting) ->
     torch_dtype = getattr(torch, dtype)
     declared = getattr(target, "has_forward_fp32", None)
     has_fp32 = bool(declared) if declared is not None else callable(getattr(target, "forward_fp32", None))
+    # Not asked of the backend (its probe imports torch's compiler on a first call, seconds of a breach's budget):
+    # a backend with no backward says so when the backward probe finds no gradient.
     backward = True
-    supports = getattr(target, "supports_backward", None)
-    if callable(supports):
-        try:
-            backward = bool(supports(device, torch_dtype))
-        except Exception:
-            backward = False
     return fp.Prober(target.forward, target.forward_fp32 if has_fp32 else None, device, torch_dtype,
                      backward=backward, rows_per_call=setting.rows_per_call, offset=setting.offset,
                      mode=setting.mode)
@@ -626,7 +625,7 @@ def _fingerprints(backend: Any, device: torch.device, dtype: str, dim: int, sett
     rows = min(s.rows_per_call or window for s in settings)
     row_leaves = fp.default_window(max(rows, 2), window) if rows >= 2 else []
     reductions: list[tuple[str, Callable[[fp.Prober], fp.Revealed]]] = [
-        ("forward sum of squares", lambda pr: fp.reveal_forward(pr, dim, leaves))]
+        ("forward sum of squares", lambda pr: fp.reveal_forward(pr, dim, leaves, anchor_count=FINGERPRINT_ANCHORS))]
     if backward:
         reductions.append(("backward row dot", lambda pr: fp.reveal_dot(pr, dim, leaves)))
         reductions.append(("dw over rows", lambda pr: fp.reveal_dw(pr, pr.rows_per_call or window, dim, row_leaves)))

@@ -306,6 +306,8 @@ class Prober:
             self.calls += 1
             with torch.enable_grad(), self._context():
                 y = self.forward(x, w, PROBE_EPS)
+                if not y.requires_grad:
+                    raise RuntimeError("the backend has no backward here (its output does not require grad)")
                 y.backward(part.to(y.dtype))
             if x.grad is None or w.grad is None:
                 raise RuntimeError("the backward gave no dx or dw")
@@ -447,14 +449,16 @@ def _triplet_rows(window: list[int], dim: int, bs: list[float]) -> tuple[torch.T
     return x, triplets
 
 
-def reveal_forward(prober: Prober, dim: int, window: Sequence[int] | None = None) -> Revealed:
-    """The forward's sum of squares over ``dim``: a probe row per (anchor, a, {i, j}) of the window."""
+def reveal_forward(prober: Prober, dim: int, window: Sequence[int] | None = None, *, anchor_count: int = 3) -> Revealed:
+    """The forward's sum of squares over ``dim``: a probe row per (anchor, a, {i, j}) of the window; ``anchor_count``
+    anchors (each one more chance that a one-ulp change of the sum shows in y)."""
     window = list(window or default_window(dim))
     found = Revealed("forward sum of squares", dim, window)
     read = prober.forward_fp32 if prober.forward_fp32 is not None else prober.forward
     if prober.forward_fp32 is None and prober.dtype != torch.float32:
         # A 16-bit output cannot show one ulp of the fp32 sum: the kernel's float32 instantiation is probed instead.
-        again = reveal_forward(dataclasses.replace(prober, dtype=torch.float32, weight_dtype=None), dim, window)
+        again = reveal_forward(dataclasses.replace(prober, dtype=torch.float32, weight_dtype=None), dim, window,
+                               anchor_count=anchor_count)
         again.note = (f"revealed in float32: no forward_fp32, and a {_name(prober.dtype)} output cannot show one "
                       "ulp of the fp32 sum of squares")
         if again.tree is None:
@@ -463,7 +467,7 @@ def reveal_forward(prober: Prober, dim: int, window: Sequence[int] | None = None
     if len(window) < 3:
         found.reason = "fewer than three leaves have no order to reveal"
         return found
-    bs = anchors(dim)
+    bs = anchors(dim, anchor_count)
     x, triplets = _triplet_rows(window, dim, bs)
     w = torch.ones(dim, dtype=prober.weight_dtype or prober.dtype, device=prober.device)
     try:
