@@ -1271,7 +1271,7 @@ PREPARED_CALLS: tuple[str, ...] = ("forward", "forward_fp32", "fused_add", "fuse
 # those calls at once: where the warm-up had not built them yet, both built them at the same time (run 45: the
 # first-call tests 9.4-11.4 s each, cold; run 44: a forward binary 0.3-0.5 CPU-s to build).
 FIRST_CALLS: tuple[str, ...] = ("forward", "forward_fp32", "fused_add")
-LEAD_DIMS = 5
+LEAD_DIMS = 7
 
 
 def dims_of_every_width(dims: list[int]) -> list[int]:

@@ -232,13 +232,27 @@ def test_the_harness_does_not_import_the_suites():
 RULE_ID_HOMES = ("contract", "tests")
 
 
+def _project_files(root: Path) -> list[Path]:
+    """The project's own Python files, new ones included: what git does not ignore. A build's copy of the package
+    (``build/lib``, which CI's wheel build writes beside the tests) and the virtual environment are not the
+    project's, and would repeat every id of ``contract/``. Without git (an unpacked sdist), every file."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+                                cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(root.rglob("*.py"))
+    return sorted(root / name for name in listed if (root / name).is_file())
+
+
 def quoted_rule_ids(root: Path = ROOT) -> list[str]:
     """Every string literal equal to a rule id in the project's Python files outside ``RULE_ID_HOMES``."""
     from rmsnorm_conformance.contract import ALL_RULES
 
     ids = {r.id for r in ALL_RULES}
     found = []
-    for path in sorted(root.rglob("*.py")):
+    for path in _project_files(root):
         relative = path.relative_to(root)
         if relative.parts[0] in RULE_ID_HOMES or relative.parts[0].startswith("."):
             continue

@@ -138,8 +138,20 @@ def test_pictures_are_written_beside_the_report_and_embedded(tmp_path):
     md = (tmp_path / "r.md").read_text()
     for kind in plots.KINDS:
         png = tmp_path / f"r-{kind}.png"
+        if kind == "fingerprint":  # no breach of this run was diagnosed: a note says so, no empty picture
+            assert not png.exists() and "no diagnosed breach has a revealed order" in md
+            continue
         assert png.read_bytes()[:4] == b"\x89PNG", kind
         assert f"](r-{kind}.png)" in md  # a relative link: the report and its pictures move together
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib is not installed (pip install '.[plots]')")
+def test_the_revealed_trees_of_a_diagnosed_breach_are_drawn_beside_the_report(tmp_path):
+    from tests.reporting.test_diagnosis import _collector_with_a_diagnosis
+
+    write_report(_collector_with_a_diagnosis(), tmp_path / "r.md", plots=True)
+    assert (tmp_path / "r-fingerprint.png").read_bytes()[:4] == b"\x89PNG"
+    assert "](r-fingerprint.png)" in (tmp_path / "r.md").read_text()
 
 
 def test_no_matplotlib_means_a_note_not_an_error(tmp_path, monkeypatch):

@@ -326,5 +326,5 @@ def test_a_variant_the_backend_does_not_offer_is_skipped_with_its_reason(run):
     result = run(str(ROOT / "suites" / "test_variants.py"), "--backend=torch_rms_norm", "--device=cpu",
                  "--dtype=float32", "-k", "fused_add_residual or offset_output")
     assert result.ret == 5, "skips alone never pass"
-    result.stdout.fnmatch_lines(["*torch_rms_norm does not offer fused_add*",
-                                 "*torch_rms_norm does not offer forward_offset*"])
+    out = result.stdout.str()  # the reasons are summed up, one line each, in no promised order
+    assert "torch_rms_norm does not offer fused_add" in out and "torch_rms_norm does not offer forward_offset" in out
