@@ -297,7 +297,7 @@ def check_kernels_of_every_shape_gate_and_replays_reproduce(venv: Venv, user: Pa
     tests/running/test_adapters_shapes.py gates them), in one gate run with a step summary as GitHub Actions asks: each
     correct one passes, each defective one fails its rule, and the replays it prints reproduce the breach."""
     from tests.helpers.shipped_kernels import BAD, GOOD, KERNELS
-    from tests.helpers.shipped_kernels import QUICK as SHAPES_QUICK
+    from tests.helpers.shipped_kernels import QUICK_WITH_THRESHOLDS as SHAPES_QUICK
 
     (user / "kern.py").write_text(KERNEL + "\n" + KERNELS)
     summary = user / "summary.md"
