@@ -75,7 +75,7 @@ def _offers_fused_add() -> bool:
     Looked up as a file beside the package, not with ``find_spec("liger_kernel.ops.fused_add_rms_norm")``: that
     imports ``liger_kernel.ops``, which imports peft, transformers and scikit-learn where they are installed, and
     pytest-xdist's controller builds this object while it resolves ``--backend``, before it starts a worker (8.4 s
-    of the RL command's start on the H200 machine, reports/h200/verdict/run11-rl-start.txt).
+    of the RL command's start on an H200 machine).
     """
     spec = importlib.util.find_spec("liger_kernel")
     if spec is None or not spec.submodule_search_locations:

@@ -6,7 +6,7 @@ reference, so that judging it is judging the reference's own invariance; each va
 Under ``torch.compile`` the entry points run as torch custom operators, one opaque node each, whose implementation
 is the eager reference: Inductor's code for the reference's own elementwise ops does not keep their bits on a
 GPU (an H200, torch 2.11, README's RL command with --modes=compile: 1-ulp differences in up to 93 % of a row's
-elements, forward, offset, no weight and fused add, reports/h200/verdict/ run 5), and the ground truth must be
+elements, forward, offset, no weight and fused add), and the ground truth must be
 the same function in every execution mode. A PyTorch RMSNorm as Inductor compiles it is what the
 ``torch_compile`` backend holds to the contract.
 """

@@ -56,8 +56,8 @@ _DW_PASS = 64
 # On the GPU every pass's tile is _DW_PASS rows, those past the pass's rows read as +0.0: the halving tree over a
 # power of two padded with +0.0 rows is the tree over the rows themselves, a -0.0 aside, which the final + 0.0 makes
 # +0.0 either way. One binary of dw's kernel then serves every batch of a dim class and dtype, not one per power
-# of two of partial rows: a cold Triton run built 61 of them in its workers, none prepared (reports/h200/verdict,
-# run 44). The interpreter keeps the pass's own row count: it pays for every element of a tile, masked or not.
+# of two of partial rows: a cold Triton run on an H200 built 61 of them in its workers, none prepared. The
+# interpreter keeps the pass's own row count: it pays for every element of a tile, masked or not.
 _DW_FULL_PASS = not _INTERPRETED
 # Shared memory the backward's pipeline may take for its tiles in flight: (stages - 1) iterations of `unroll` tiles
 # of x and dy (Triton 3.6 for sm_90: 133,120 bytes for 4 tiles of 4096 bf16 at 3 stages, 131,072 of them the tiles;
@@ -112,24 +112,24 @@ class _Tuning(NamedTuple):
 
 
 # GPU forward, from the sweep of benchmarks/forward_tuning.py on an H200 with the reciprocal (bf16, fraction of
-# a device copy, reports/h200/canonical-reciprocal.md): 1024 elements a program and one warp per 1024 elements,
+# a device copy): 1024 elements a program and one warp per 1024 elements,
 # as few as one, ran the forward / fused add at 0.887 / 0.926 at 2097152 x 128 (8 rows a program, 1 warp),
 # against 0.728 / 0.806 with the previous 16 rows and 4 warps; at 65536 x 4096 both are one row and 4 warps
 # (0.983 / 0.990). More rows a program at 128 were slower (32 rows: 0.474).
 #
 # Whole rows are loaded as [rows, columns] and reshaped (flat): Triton 3.6 laid the 3-D tile [rows, groups, 8] out
 # with eight rows across a warp's lanes and passed each row's sum through shared memory, which held the forward at
-# 2097152 x 128 to 0.885 of a copy with L1 99 % busy (Nsight Compute, reports/h200/kernels/run12); the 2-D tile is
+# 2097152 x 128 to 0.885 of a copy with L1 99 % busy (Nsight Compute, on an H200); the 2-D tile is
 # laid out a row across 16 lanes, its tree in shuffles (Triton 3.6 and 3.9 for sm_90, compiled off the GPU).
 _GPU_FWD = _Tuning(tile=1024, max_rows=128, max_block=16384, loop_block=4096, warp_elems=1024, max_warps=16,
                    min_warps=1, flat=True)
-# The fused add (the same kernel with a residual: twice the bytes a row) from the same sweep: 4 rows a program and
-# one warp at 2097152 x 128 ran at 1.006 of a copy against 0.926 with the forward's 8 rows (1.009 in the bench of
-# reports/h200/kernels/run10). Rows narrower than 1024 elements get half the forward's rows a program; wider ones
-# its configuration (one row a program, the same warps).
+# The fused add (the same kernel with a residual: twice the bytes a row) from the same sweep: 4 rows a program and one
+# warp at 2097152 x 128 ran at 1.006 of a copy against 0.926 with the forward's 8 rows (1.009 in a bench run;
+# reports/gpu/bench.md has the current figures). Rows narrower than 1024 elements get half the forward's rows a program;
+# wider ones its configuration (one row a program, the same warps).
 _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # GPU backward, from benchmarks/triton_tuning.py --backward-variants on an H200 (bf16, fraction of a device copy
-# of dx + dw, reports/h200/kernels/run4): the next tile's rows loaded before this tile is reduced (prefetch), the
+# of dx + dw): the next tile's rows loaded before this tile is reduced (prefetch), the
 # subtree's lowest levels added element by element across tiles (strided), a row's two sums through one tree
 # (joint), tiles loaded as [rows, columns] (flat) and 32 rows a program at 4096: 0.37 -> 0.615 at 65536 x 4096
 # (one row a tile, 8 warps, 255 registers and no spill; 64 rows a program spilled) and 0.44 -> 0.68 at
@@ -137,22 +137,22 @@ _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # two-kernel path (row statistics first).
 #
 # Where a tile holds several rows, the loop is Triton's software pipeline three stages deep instead (loads staged
-# in shared memory through cp.async; reports/h200/kernels/run17): 0.689 -> 0.755 at 2097152 x 128 (96 registers
+# in shared memory through cp.async): 0.689 -> 0.755 at 2097152 x 128 (96 registers
 # instead of 103; 2 stages 0.614, 4 stages 0.717). At 4096 (one row a tile, 242 registers either way) every
 # pipelined variant was slower than the prefetch: 3 stages 0.589, 4 stages 0.601 against 0.613, and 16 or 32 warps
 # a row 0.25-0.45.
 #
 # With four tiles an iteration of the pipelined loop (unroll: the stack of finished subtrees kept once an iteration,
-# not once a tile; reports/h200/kernels/run20) the pipeline is ahead at both shapes and is the loop everywhere:
+# not once a tile) the pipeline is ahead at both shapes and is the loop everywhere:
 # 0.614 (prefetch) -> 0.676 at 65536 x 4096 and 0.756 -> 0.814 at 2097152 x 128; two tiles 0.678 / 0.721, eight
 # with two stages 0.648 / 0.733, four with two stages 0.593 / 0.736. fp32 at 4096 takes two tiles (_STAGED_BYTES).
-# Where a tile is one row (dims from 1024 on) two tiles an iteration ran as fast as four (0.678 / 0.676 in run 20,
-# 0.677 / 0.677 in run 22) and compile in half the time (0.53 against 0.99 CPU-seconds at 4096 for sm_90,
+# Where a tile is one row (dims from 1024 on) two tiles an iteration ran as fast as four (0.678 / 0.676 in one
+# sweep, 0.677 / 0.677 in the next) and compile in half the time (0.53 against 0.99 CPU-seconds at 4096 for sm_90,
 # benchmarks/triton_sass.py): a cold conformance run compiles the backward for each padded width, vector width and
-# dtype it draws (reports/h200/verdict, run 40). Dims that are no multiple of 16 bytes (one-element accesses: no
-# engine's hidden or head dim, most of a conformance run's draws) take one tile an iteration: their binaries compile
-# in a third of the time where a tile holds several rows (0.45-0.59 against 1.14-1.42 CPU-s at 100 and 129) and in
-# 0.55-0.65 of it where it is one row (0.35-0.57 against 0.60-1.00 at 1001 and 4095; bf16 and fp32,
+# dtype it draws. Dims that are no multiple of 16 bytes (one-element accesses: no engine's hidden or head dim, most
+# of a conformance run's draws) take one tile an iteration: their binaries compile in a third of the time where a
+# tile holds several rows (0.45-0.59 against 1.14-1.42 CPU-s at 100 and 129) and in 0.55-0.65 of it where it is
+# one row (0.35-0.57 against 0.60-1.00 at 1001 and 4095; bf16 and fp32,
 # `benchmarks/triton_sass.py --dims 100,129,1001,4095 --fields '{}' --fields '{"unroll_aligned_only": false}'`).
 #
 # A padding row's dw products are zeroed through its inv (row_select: one select a row) rather than product by product
@@ -160,10 +160,10 @@ _GPU_FUSED = _GPU_FWD._replace(tile=512)
 # (benchmarks/triton_sass.py), the main loop went from 654 to 594 SASS instructions a tile at 4096 (254 -> 250
 # registers) and from 300 to 254 at 128 (96 registers either way: five blocks a multiprocessor kept). The rows of a
 # strided tile as a loop-invariant part plus one scalar (split_rows) take 254 -> 225 at 128 but 119 registers, a
-# block fewer: kernels run 62 read it slower on the H200 (0.818 against 0.850 at 2097152 x 128), so not the default.
+# block fewer: it ran slower on an H200 (0.818 against 0.850 at 2097152 x 128), so not the default.
 #
 # Where a tile is one row, more of them are in flight: the block holds 8 warps alone on its multiprocessor (250
-# registers a thread), and each stage more hides more of the loads' latency. Kernels run 62 (benchmarks/
+# registers a thread), and each stage more hides more of the loads' latency. On an H200 (benchmarks/
 # triton_tuning.py --backward-variants, bf16, fraction of a copy): at 65536 x 4096 3 / 4 / 5 / 6 stages 0.690 /
 # 0.698 / 0.707 / 0.718 (166 KB of shared memory at 6, 253 registers, no spill); at 2097152 x 128 (eight rows a
 # tile, five blocks a multiprocessor at 3 stages) more stages cost blocks: 0.850 / 0.734 / 0.634 / 0.517. So up to
@@ -488,7 +488,7 @@ if triton is not None:
         """y for ROWS rows, y contiguous. RESIDUAL: the row is x + residual, rounded to the residual's dtype and
         stored to ro_ptr first. weight_mode: 0 none, 1 w, 2 (1 + w) formed in fp32; a runtime argument, so that
         the plain, offset and unweighted forwards share a binary (a constexpr, it made 139 of a cold conformance
-        run's 428 forward binaries: reports/h200/verdict/run22). DIM: the dim where it is a power of two (a
+        run's 428 forward binaries on an H200). DIM: the dim where it is a power of two (a
         binary of its own), else 0 and the dim is n_cols (see dim_constexpr). FLAT (whole rows only): the tile
         loaded as [ROWS, GROUPS * 8] (see _fwd_flat_rows)."""
         # n_cols is a multiple of VEC (the caller sees to it); written so, the masks stay VEC columns wide.
@@ -901,7 +901,7 @@ def _launch_entry(compiled: Any) -> tuple[Any, tuple] | None:
     Where ``compiled.run`` is Triton 3.6's ``CudaLauncher`` and the kernel needs no scratch memory (none of these
     does), ``launch`` is the launcher's C function itself. Its Python ``__call__`` only defines a closure, finds
     that neither scratch buffer is needed (None) and passes everything on with the launcher's two flags: 1.2 to
-    2.1 µs of a planned forward's 10 to 14 on the H200 machine (reports/h200/kernels/run7).
+    2.1 µs of a planned forward's 10 to 14 on an H200 machine.
     """
     try:
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
@@ -1262,14 +1262,14 @@ def _(x, residual, weight, eps):  # noqa: ANN001
 # (test_gradients, test_bounds, test_semantics' isolation), so the backward is prepared with dx and dw; dx alone
 # launches what that does, less dw's kernel, and dw alone (the kernel without dx's stores: a binary of its own) is
 # a call no suite makes: preparing it too compiled, in 120 jobs, binaries that no test launched, each about as
-# costly as the backward's own (reports/h200/verdict, run 42).
+# costly as the backward's own (measured on an H200).
 PREPARED_CALLS: tuple[str, ...] = ("forward", "forward_fp32", "fused_add", "fused_add_fp32_residual", "backward")
 # The calls of a first-call process (its entry points: the forward, forward_fp32, the fused add with a residual in
 # x's dtype, the offset and unweighted forwards on the forward's binary) at the first LEAD_DIMS dims the warm-up is
 # given (the first-call plan's dims: the harness lists them first), which prepare_jobs puts ahead of every other job.
 # A run's first tests are its first-call checks (the longest, started first), and each one's fresh process makes
-# those calls at once: where the warm-up had not built them yet, both built them at the same time (run 45: the
-# first-call tests 9.4-11.4 s each, cold; run 44: a forward binary 0.3-0.5 CPU-s to build).
+# those calls at once: where the warm-up had not built them yet, both built them at the same time (on an H200: the
+# first-call tests 9.4-11.4 s each, cold; a forward binary 0.3-0.5 CPU-s to build).
 FIRST_CALLS: tuple[str, ...] = ("forward", "forward_fp32", "fused_add")
 LEAD_DIMS = 7
 
@@ -1398,12 +1398,12 @@ class TritonRMSNormOp:
             check_inputs(x, weight, eps)
             return torch.ops.rmsnorm_conformance.triton_rms_norm(x, weight, float(eps), fp32_out, False)
         # The planned launch, written out in this one frame: at a few rows the host's work is the call's cost
-        # (run 7: 0.6-0.7 µs a call less than run 6's frames, key and hook test, 1.8-2.8 µs less with the direct
-        # launch, at 1 to 256 rows of 4096 on the H200 machine; 0.83-0.89x F.rms_norm). The plan's key
-        # is _plan_key's tuple; the grad test reads the tensors' flags before the grad mode, which only matters
-        # where one of them requires grad; the plan is unpacked into locals; the launch goes straight to the
+        # (0.6-0.7 µs a call less than the earlier path's frames, key and hook test, which benchmarks/triton_latency.py
+        # keeps; 1.8-2.8 µs less with the direct launch, at 1 to 256 rows of 4096 on an H200; 0.83-0.89x F.rms_norm).
+        # The plan's key is _plan_key's tuple; the grad test reads the tensors' flags before the grad mode, which only
+        # matters where one of them requires grad; the plan is unpacked into locals; the launch goes straight to the
         # binary's C launch function where Triton allows it (_launch_entry), with the pointers as integers (given
-        # tensors, Triton's launcher calls data_ptr() on each and asks the driver about it: run 6).
+        # tensors, Triton's launcher calls data_ptr() on each and asks the driver about it).
         try:
             key = (x.shape, x.is_contiguous() or x.stride(), x.dtype, x.device, weight.shape,
                    weight.is_contiguous() or weight.stride(), weight.dtype, weight.device, type(eps), eps, fp32_out)
@@ -1438,7 +1438,7 @@ class TritonRMSNormOp:
     def prepare(self, device: torch.device, dims: list[int], part: int = 0, parts: int = 1) -> None:
         """Compile ahead, into Triton's cache, what calls at ``dims`` will launch (``prepare_jobs``): every
         ``parts``-th job from the ``part``-th. A worker's first launch of such a binary then loads it from the
-        cache (milliseconds) instead of building it (0.2 to 0.9 s on an H200's host: reports/h200/verdict/run22).
+        cache (milliseconds) instead of building it (0.2 to 0.9 s on an H200's host).
         The calls are two rows each, through the same launches as any call: the binaries are the ones the
         workers' calls look up. Nothing on the CPU (the interpreter compiles nothing)."""
         device = torch.device(device)

@@ -256,8 +256,8 @@ def _rounds(copy: Callable[[], Any], timed: dict[str, Callable[[], Any]], device
             rounds: int) -> tuple[list[float], dict[str, list[float]]]:
     """The copy and each of ``timed`` measured ``rounds`` times in turns (copy, then each subject, again and again):
     a launch of 20 µs reads a few percent apart between measurements of one process, so one measurement a subject
-    leaves its ratio to the copy at the mercy of that spread (reports/h200/kernels/README.md, runs 56 and 57). A
-    subject that fails in a round is dropped from the later ones."""
+    leaves its ratio to the copy at the mercy of that spread (seen on an H200). A subject that fails in a round is
+    dropped from the later ones."""
     copy_us: list[float] = []
     times: dict[str, list[float]] = {name: [] for name in timed}
     for _ in range(rounds):

@@ -126,7 +126,7 @@ timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --
   | tail -n 60
 status=${PIPESTATUS[0]}
 echo "conformance ($backends, ${DTYPE:-every dtype}, $WORKERS workers): exit $status, $(( $(date +%s) - start )) s"
-# 7. One archive of everything in OUT (a device call brings back at most 8 files: run 2 lost its engines.md and
+# 7. One archive of everything in OUT (a device call brings back at most 8 files: a run lost its engines.md and
 #    engines.json to that limit). ENGINES_PACK=0 leaves the files as they are.
 if [ "${ENGINES_PACK:-1}" = 1 ]; then
   (cd "$OUT" && tar czf /tmp/engines-run.tgz . && rm -rf ./* && mv /tmp/engines-run.tgz .) && echo "packed: $OUT/engines-run.tgz"

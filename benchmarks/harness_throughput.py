@@ -188,7 +188,7 @@ def host_reference(tries: int = 5) -> dict[str, float]:
     run: a Python loop of 10^6 additions, and 10^4 ``torch.add`` calls on 64 floats (the dispatcher's cost a call).
 
     A run's worker-seconds are mostly host Python and small torch calls, and GPU machines of one kind ran the same
-    run in 271-285 and in 410 worker-seconds (reports/h200/verdict/, runs 34 and 35). Like a bandwidth beside its
+    run in 271-285 and in 410 worker-seconds (two H200 machines). Like a bandwidth beside its
     device copy, a time to verdict beside these two can be compared across machines."""
     import torch
 

@@ -9,9 +9,9 @@ in TRITON_BACKWARD_TUNINGS (fields of its _GPU_BWD), one launch of each at both 
 With ``--forward-peers``: the forward of CUDA and of Triton, one launch of each at both shapes: where kernels that
 compute the same bits differ in achieved bandwidth, occupancy and stalls.
 
-With ``--unmet``: the CUDA launches whose targets are not met (reports/h200/kernels/run9): the backward in bf16 at
-both shapes, and the forward at 16384 x 8192 in fp16 beside bf16 (both on the row kernel since kernels run 27;
-the fp16 one was a staged kernel before).
+With ``--unmet``: the CUDA launches whose targets were not met on an H200: the backward in bf16 at both shapes, and
+the forward at 16384 x 8192 in fp16 beside bf16 (both on the row kernel now; the fp16 one was a staged kernel
+before).
 
 With ``--unmet-forward``: the forward launches below 0.97 of a copy in the committed benchmark, 16384 x 8192 and
 4096 x 4096 in bf16 and fp16, of CUDA, of Triton and of Liger-Kernel where it is installed (the peer that reaches
@@ -50,9 +50,9 @@ def profile_shape(op: Any, backward: Any, rows: int, dim: int) -> None:
     profile_once(backward, g, x, w, 1e-6, True)
 
 
-# _GPU_BWD fields of the Triton backward tunings profiled besides the code's own (run 4 profiled run 3's): the
-# pipelined loop at 4096 with 16 warps a row, which kernels run 17 measured at 0.44 of a copy against the
-# prefetching loop's 0.61 with half the registers a thread.
+# _GPU_BWD fields of the Triton backward tunings profiled besides the code's own: the pipelined loop at 4096 with
+# 16 warps a row, measured on an H200 at 0.44 of a copy against the prefetching loop's 0.61 with half the registers
+# a thread.
 TRITON_BACKWARD_TUNINGS: tuple[dict, ...] = (
     {"prefetch": False, "stages": 3, "staged_rows": 1, "warp_elems": 256},
 )

@@ -3,7 +3,7 @@ sampled during each: ``do_bench``'s median with L2 flushed between calls (as ben
 and a loop of back-to-back calls timed by two events (the steady state a model's layers see). Nsight Compute times
 one launch with the clocks it finds; where a kernel's single-launch duration equals a peer's but its benchmarked
 time does not, the difference is in what repeated launches do (clocks under sustained power, the L2's state after
-the flush), which this shows. (reports/h200/kernels/run8: the clocks stayed at 1980 MHz throughout; the CUDA row
+the flush), which this shows. (On an H200 the clocks stayed at 1980 MHz throughout; the CUDA row
 kernel's evict-first loads cost it 0.07 of a copy after a flush and nothing in a loop.)
 
     python benchmarks/steady_state.py --out steady.json

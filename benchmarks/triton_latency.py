@@ -1,6 +1,6 @@
 """Per-call latency of the Triton and CUDA backends' eager forward at small batches, against ``F.rms_norm`` and a
-copy, with the launch path of run 6 and the current one timed in the same run (issue #23's latency targets: Triton
-at most 1.0x and CUDA at most 0.7x ``F.rms_norm`` at 1 to 256 rows of 4096).
+copy, with an earlier launch path (``r6`` below) and the current one timed in the same run (issue #23's latency
+targets: Triton at most 1.0x and CUDA at most 0.7x ``F.rms_norm`` at 1 to 256 rows of 4096).
 
 Not a test. On a GPU, with the package installed (not from this tree's source folder):
 
@@ -10,12 +10,12 @@ Every subject is called as ``bench.py``'s latency phase calls it (a lambda, the 
 backend's ``forward``) and runs back to back ``--calls`` times per round, host overhead included; rounds are
 interleaved so that a noisy moment of the host hits every subject; the table gives the median round. Subjects:
 
-- ``triton r6``: run 6's planned path, kept here as it was (``Run6TritonOp``): the key built in ``_plan_key``, the
+- ``triton r6``: the earlier planned path, kept here as it was (``Run6TritonOp``): the key built in ``_plan_key``, the
   launch in ``_launch_plan``, ``_launch_hooks_installed()``, and Triton's launcher ``CudaLauncher.__call__``.
 - ``triton via run``: the current ``_run``, its plans pointed back at ``CudaLauncher.__call__``.
 - ``triton empty``: the current ``_run``, the output allocated with ``torch.empty`` instead of ``empty_like``.
 - ``triton``: the current path (one frame, the binary's C launch function where Triton 3.6 allows it).
-- ``cuda r6``: the CUDA backend's eager forward through run 6's ``_fast`` helper; ``cuda``: the current one.
+- ``cuda r6``: the CUDA backend's eager forward through the earlier ``_fast`` helper; ``cuda``: the current one.
 
 It also checks that every Triton and CUDA subject gives the same bits, and times a few host-only operations
 (``timeit``, ns) that the planned path is made of.
@@ -111,8 +111,8 @@ def run6_classes(tr: Any, compiled: dict) -> type:
 
 
 def run6_cuda_class(cr: Any, ops: Any) -> type:
-    """The CUDA backend's eager forward as run 6 had it: through the ``_fast`` helper (a frame, the arguments packed
-    and unpacked), ``torch.compiler`` looked up on each call."""
+    """The CUDA backend's eager forward as the earlier path had it: through the ``_fast`` helper (a frame, the
+    arguments packed and unpacked), ``torch.compiler`` looked up on each call."""
     slow = object()
 
     def fast(call: Any, eps: object, *args: Any) -> Any:
@@ -165,8 +165,9 @@ NAMES = ("copy", "F.rms_norm", "triton r6", "triton via run", "triton empty", "t
 
 def callers(tr: Any) -> tuple[dict[str, Any], dict]:
     """Each subject's ``f(x, w)``, called as bench.py's latency phase calls a backend (bench.subjects: a lambda,
-    ``Backend.forward``, the op's forward), run 6's paths the same way; and a dict that records Triton's compiled
-    kernels by function handle as they compile (run 6's plans and "via run" launch through them)."""
+    ``Backend.forward``, the op's forward), the earlier paths the same way; and a dict that records Triton's
+    compiled kernels by function handle as they compile (the earlier path's plans and "via run" launch through
+    them)."""
     from bench import subjects
 
     import rmsnorm_conformance.backends.cuda_rmsnorm as cr

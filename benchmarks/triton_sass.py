@@ -4,12 +4,12 @@ instructions of the kernel's main loop a tile (``nvdisasm``), by opcode where ``
 
     python benchmarks/triton_sass.py [--dtype bfloat16] [--ops] [--fields JSON ...] [--dims 4096,128]
 
-Run it with the Triton the GPU machine has (3.6 in reports/h200/kernels): another Triton lays tiles out otherwise,
+Run it with the Triton the GPU machine has (3.6 in reports/gpu/bench.md): another Triton lays tiles out otherwise,
 and its binaries differ. Its wheel carries ptxas, cuobjdump and nvdisasm; no CUDA driver is needed. Why: a loop's
-instructions a tile say before a GPU run what a change costs the issue-bound kernels (reports/h200/kernels, run 20),
+instructions a tile say before a GPU run what a change costs the issue-bound kernels (profiled on an H200),
 and the CPU seconds of each compile (this process's and ptxas's, Triton's cache in a new folder, after one compile
 that warms Triton up) what it costs a cold conformance run, which compiles the backward once for each padded width,
-vector width and dtype it draws (reports/h200/verdict, run 40).
+vector width and dtype it draws.
 """
 
 from __future__ import annotations

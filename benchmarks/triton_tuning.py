@@ -93,31 +93,30 @@ def sweep(dtype: torch.dtype = torch.bfloat16) -> dict:
 
 
 # Backward tunings, each timed at both shapes: a label and the _GPU_BWD fields that differ from the code's
-# default. Run 4's variants (run 3's tuning, not flat, not joint, rows a tile, warps, rows a program, a register cap)
-# are in reports/h200/kernels/run4, run 17's (the loop pipelined 2-4 stages deep, 8-32 warps at 4096) in run17;
-# run 20's (the pipelined loop with 2, 4 or 8 tiles an iteration, unroll; reports/h200/kernels/run20) made four tiles
-# an iteration the default; run 22's, around it (rows a tile, warps, rows a program at 128; four stages), kept none
-# (reports/h200/kernels/run22). These are run 23's, kept none either (0.38-0.49 at 4096 against 0.678; run23/): 16
-# warps a row at 4096. Run 17 measured them spilling (128 registers, one tile an iteration: 0.43 of a copy); with the
-# stack's bookkeeping once an iteration, compiled for sm_90 off the GPU (benchmarks/triton_sass.py --fields), they
-# fit: 128 registers and 8 bytes of stack with 2 or 4 tiles an iteration (40 with 8), 16 warps resident a
-# multiprocessor instead of 8. 128 keeps 4 warps under each. (row_unroll=0: `unroll` at one-row tiles too, as when
-# run 23 measured them, before the default took two tiles there.)
-# Run 55's: a cap on registers a thread. At 4096 run 4 found a cap of 128 (two blocks a multiprocessor) spilling 132
-# bytes a thread, 0.18 of a copy; at 128 the kernel holds 96 registers (five blocks of four warps a multiprocessor,
-# issue-bound at 74 % of issue slots, run 18's profile), and a cap there fits six (80), seven (72) or eight (64).
-# Kept none: every cap spilled (8-26 bytes a thread at 128), 0.742 / 0.693 / 0.603 of a copy at 128 against 0.815,
-# 0.13-0.15 at 4096 against 0.681 (reports/h200/kernels/run55).
-# (Run 55 swept ("at most 80 registers", dict(maxnreg=80)), 72 and 64.)
-# Kernels run 62's: more stages of Triton's pipeline (4, 5 and 6 stages at both shapes: 0.698 / 0.707 / 0.718 of a
-# copy at 65536 x 4096 against 0.690, 0.734 / 0.634 / 0.517 at 2097152 x 128 against 0.850), 16 warps with 16 rows a
+# default. Earlier sweeps on an H200 tried, in turn: the default of the time, not flat, not joint, rows a tile,
+# warps, rows a program and a register cap; then the loop pipelined 2-4 stages deep with 8-32 warps at
+# 4096; then the pipelined loop with 2, 4 or 8 tiles an iteration (unroll), which made four tiles an iteration the
+# default; then variants around it (rows a tile, warps, rows a program at 128; four stages), which kept none. So did
+# 16 warps a row at 4096 (0.38-0.49 at 4096 against 0.678). An earlier sweep had measured those spilling (128
+# registers, one tile an iteration: 0.43 of a copy); with the stack's bookkeeping once an iteration, compiled for
+# sm_90 off the GPU (benchmarks/triton_sass.py --fields), they fit: 128 registers and 8 bytes of stack with 2 or 4
+# tiles an iteration (40 with 8), 16 warps resident a multiprocessor instead of 8. 128 keeps 4 warps under each.
+# (row_unroll=0: `unroll` at one-row tiles too, as when they were measured, before the default took two tiles
+# there.)
+# A cap on registers a thread: at 4096 a cap of 128 (two blocks a multiprocessor) had spilled 132 bytes a thread,
+# 0.18 of a copy; at 128 the kernel holds 96 registers (five blocks of four warps a multiprocessor, issue-bound at
+# 74 % of issue slots in a profile), and a cap there fits six (80), seven (72) or eight (64). Kept none: every cap
+# spilled (8-26 bytes a thread at 128), 0.742 / 0.693 / 0.603 of a copy at 128 against 0.815, 0.13-0.15 at 4096
+# against 0.681. (That sweep was ("at most 80 registers", dict(maxnreg=80)), 72 and 64.)
+# More stages of Triton's pipeline (4, 5 and 6 stages at both shapes: 0.698 / 0.707 / 0.718 of a copy at
+# 65536 x 4096 against 0.690, 0.734 / 0.634 / 0.517 at 2097152 x 128 against 0.850), 16 warps with 16 rows a
 # program at 4096 (0.507), a padding row's products zeroed one by one (0.697 / 0.838) and a strided tile's rows split
 # (0.693 / 0.818): six stages where a tile is 4096 columns of one row became the default (row_stages), the rest kept
-# none (reports/h200/kernels/run62). These are run 63's, around it: the one-row tile's stages without and with one
-# tile an iteration (row_unroll=1 halves the tiles in flight each stage holds: eight stages fit beside it).
+# none. These are the variants around it: the one-row tile's stages without and with one tile an iteration
+# (row_unroll=1 halves the tiles in flight each stage holds: eight stages fit beside it).
 BWD_VARIANTS: list[tuple[str, dict]] = [
     ("default", {}),
-    ("3 stages at 4096 (before run 62)", dict(row_stages=0)),
+    ("3 stages at 4096 (the earlier default)", dict(row_stages=0)),
     ("5 stages at 4096", dict(row_stages=5)),
     ("6 stages at 4096, one tile an iteration", dict(row_stages=6, row_unroll=1)),
     ("8 stages at 4096, one tile an iteration", dict(row_stages=8, row_unroll=1)),

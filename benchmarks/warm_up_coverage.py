@@ -1,6 +1,6 @@
 """Which of the Triton warm-up's binaries a conformance run launches, and what each costs to build.
 
-A cold Triton run on the H200 machine is bound by its CPU (reports/h200/verdict, run 43): the workers' tests and
+A cold Triton run on an H200 machine is bound by its CPU (as measured there): the workers' tests and
 the warm-up's compiles share 16 cores. A binary the warm-up builds and no test launches is CPU taken from the tests.
 Two steps, each with Triton's cache in a folder of its own (TRITON_CACHE_DIR):
 

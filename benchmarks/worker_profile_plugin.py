@@ -1,7 +1,7 @@
 """A pytest plugin for time-to-verdict runs: where each process of a run (each pytest-xdist worker, or the one
 process) spends its time, under load.
 
-A test that takes 2 s alone can take 9 s as one of eight workers on one GPU (reports/h200/verdict/, run 27). Two
+A test that takes 2 s alone can take 9 s as one of eight workers on one GPU (measured on an H200). Two
 records tell why:
 
 - per test, its wall time beside the CPU time of the thread that ran it and of the whole process: a test whose

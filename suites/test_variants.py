@@ -292,7 +292,7 @@ def _declares_in_place(subject) -> str | None:
 def test_in_place_version(subject, case):
     """An in-place fused add moves x's and residual's version counters: autograd then refuses a graph that saved
     either before the write. A C++ operator registered without an ADInplaceOrView kernel, or a kernel that writes
-    through data pointers, leaves them where they were (this project's CUDA backend did, kernels run 63)."""
+    through data pointers, leaves them where they were (this project's CUDA backend did, on an H200)."""
     b = case.batch
     rows_in, w = _inputs(subject, FUSED_ADD, b)
     before = [t._version for t in rows_in]

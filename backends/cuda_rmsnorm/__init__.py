@@ -124,7 +124,7 @@ class CudaRMSNormOp:
         check_no_gradient_in_place(x, residual)
         if _fast(_ops.fused_add_rms_norm_, eps, x, residual, weight, eps) is not _SLOW:
             # The operator wrote through pointers, below autograd (it has no ADInplaceOrView kernel): tell autograd,
-            # so that a graph that saved x or residual refuses to use them (kernels run 63 found it did not).
+            # so that a graph that saved x or residual refuses to use them (a run on an H200 found it did not).
             torch.autograd.graph.increment_version((x, residual))
             return x, residual
         check_inputs(x, weight, eps, dtype_pairs=SAME_DTYPE_PAIRS)  # the weight in x's dtype only

@@ -316,8 +316,8 @@ def _check_commands(nvcc: str, cxx: str | None, target: Path, verbose: bool) -> 
 
     -cubin runs what the build runs for the device (the front end over the whole unit, host functions included,
     NVVM to PTX at the build's flags, ptxas) and leaves out the host compiler's pass over nvcc's generated host
-    code and the fat binary: 40.0 -> 28.2 s for the kernel units one after another on a 2-core machine
-    (reports/cpu/ci-time.md). A host function's error still fails it: the front end checks every function."""
+    code and the fat binary: 40.0 -> 28.2 s for the kernel units one after another on a 2-core machine. A host
+    function's error still fails it: the front end checks every function."""
     from torch.utils import cpp_extension
 
     std = cxx_standard()

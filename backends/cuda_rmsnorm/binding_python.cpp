@@ -86,8 +86,8 @@ bool fast_inputs_ok(const at::Tensor& x, const at::Tensor* w, const at::Tensor* 
 
 // The in-place entry's own rules, checked without throwing: each of x and residual holds one location an element
 // (has_internal_overlap answers No only then) and they share no storage. Anything else, the operator's refusals
-// of overlapping writes included, takes the Python side's checked path (kernels run 62: check_in_place's error
-// thrown on this path ended the process on the H200, as the input errors of e1f51fd had).
+// of overlapping writes included, takes the Python side's checked path (check_in_place's error thrown on this path
+// ended the process on an H200, as the input errors of e1f51fd had).
 bool fast_in_place_ok(const at::Tensor& x, const at::Tensor& r) {
   return at::has_internal_overlap(x) == at::MemOverlap::No && at::has_internal_overlap(r) == at::MemOverlap::No &&
          !x.storage().is_alias_of(r.storage());

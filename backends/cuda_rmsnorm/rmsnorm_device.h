@@ -527,10 +527,10 @@ __device__ __forceinline__ void stage_row(uint32_t dst, uint32_t step, uint4* ds
 // hands each finished block's place to the next set. Threads past the last row load zeros and take part in the
 // row tree's barrier. Loads and stores without the evict-first hint the other kernels use: with it, the bf16
 // forward ran at 0.933 of a copy at 65536 x 4096 after an L2 flush and 1.003 in a loop of back-to-back calls;
-// without, 1.001 and 0.999 (reports/h200/kernels/run8).
+// without, 1.001 and 0.999 (measured on an H200).
 // kLean (launch_rows picks it for 16-bit rows in and out, not the fused add): every row is the plan's padded width
 // exactly, x, y and the weight 16-byte aligned with 16-byte strides, so each of a thread's groups is a plain 16-byte access at m T
-// 16-byte steps from one address, with none of the general path's tests a group (kernels run 27).
+// 16-byte steps from one address, with none of the general path's tests a group.
 template <typename T, typename O, Mode M, int K, bool kLean = false>
 __global__ void __launch_bounds__(kMaxThreads, sizeof(T) == 2 && M != Mode::kFusedAdd && K == 4 ? 3 : 0) forward_row_kernel(const ForwardArgs a) {
   __shared__ float scratch[kMaxThreads];
@@ -927,7 +927,7 @@ __global__ void __launch_bounds__(kMaxBackwardThreads) backward_kernel(const Bac
   // Two leaves an iteration, the first one's terms straight into s0: the tree's lowest level costs no moves
   // (bf16 0.749 / 0.867 -> 0.788 / 0.889 of a copy at 65536 x 4096 / 2097152 x 128, with the zero terms of rows
   // past the batch then a uniform branch; they are now staged zeros times inv = +0.0, one select a leaf). Four
-  // leaves an iteration were slower (0.776 / 0.844), eight much slower (0.490 / 0.706): reports/h200/kernels/run9.
+  // leaves an iteration were slower (0.776 / 0.844), eight much slower (0.490 / 0.706), on an H200.
   // Leaves i and i + 1 (i even) are rows r and r + 4 of one row group (bitrev(2j + 1) = bitrev(2j) + 4 over three
   // bits). The loop is compiled twice, with and without dw's tree: without it the terms are not computed, and
   // with it the terms land where the tree keeps them (one loop for both took register moves an iteration).
@@ -1136,7 +1136,7 @@ __device__ __forceinline__ float final_share(const float* __restrict__ workspace
 
 // Thread y's share for U > 32: the leaves visited in bit-reversed order, so that a stack builds their halving
 // tree, loaded kFinalBatch at a time before any is added (one load after another, each waiting on the stack's
-// adds, took 17-20 µs at Q = 1024: reports/h200/kernels/run9). Out of line, so that its stack's local memory is
+// adds, took 17-20 µs at Q = 1024 on an H200). Out of line, so that its stack's local memory is
 // not the whole kernel's; a template, so that every unit including this header may define it.
 template <int kFinalBatch = 32>
 __device__ __noinline__ float final_share_streamed(const float* __restrict__ workspace, int y, int splits, int u_shift,
@@ -1159,7 +1159,7 @@ __device__ __noinline__ float final_share_streamed(const float* __restrict__ wor
 
 // The shares' tree in registers up to 32 leaves a thread (the default plans' Q = 1024 at 65536 rows is 32): the
 // stack's local memory had made this kernel 18.8 µs at 65536 x 4096 and 12.8 µs at 2097152 x 128, 4 % and 3 % of
-// the backward (reports/h200/kernels/run20).
+// the backward (measured on an H200).
 template <typename T>
 __global__ void __launch_bounds__(kFinalCols* kFinalSplits)
     dw_final_kernel(const float* __restrict__ workspace, int q_shift, int dim, T* __restrict__ dw) {

@@ -106,18 +106,18 @@ int power_of_two_in(int v, int lo, int hi) {
 }
 
 
-// Forward defaults, from the sweep of reports/h200/kernels/run2 (bf16, fraction of a copy): four groups a
+// Forward defaults, from a sweep on an H200 (bf16, fraction of a copy): four groups a
 // thread for rows of more than 64 groups (0.911 at 65536 x 4096 against 0.905 with eight and 0.882 with two),
 // two for narrower ones (0.895 at 2097152 x 128 against 0.861 with four and 0.71 with eight); the fused add
 // two everywhere (0.916 / 0.921); 512 threads a block, two rows staged (three or four were no faster); and,
-// from run 5's sweep, a grid of at least ceil(sets / 4) blocks but never fewer than are resident, for the forward
+// from a later sweep, a grid of at least ceil(sets / 4) blocks but never fewer than are resident, for the forward
 // and the fused add alike (forward 0.943 / 0.939 / 0.909 / 0.913 at 65536 x 4096, 2097152 x 128, 16384 x 8192,
 // 4096 x 4096, against 0.914 / 0.898 / 0.880 / 0.913 on a grid of resident blocks and 0.927 / 0.921 / 0.886 /
 // 0.888 with at most 8 sets a block; fused add 0.940 / 0.949 / 0.937 / 1.038 against 0.926 / 0.935 / 0.926 /
-// 1.034 with 8). Fewer than four groups a thread leave the kernels bound by instruction issue
-// (reports/h200/kernels/run1): the per-row work (index arithmetic, the row tree, the correctly rounded divisions
+// 1.034 with 8). Fewer than four groups a thread leave the kernels bound by instruction issue (profiled on an
+// H200): the per-row work (index arithmetic, the row tree, the correctly rounded divisions
 // and square root, which every thread of a row computes) is spread over too few elements.
-// Since run 8 (reports/h200/kernels/run8, bf16 / fp16, fraction of a copy after an L2 flush), the fused add and
+// Since a later sweep (H200, bf16 / fp16, fraction of a copy after an L2 flush), the fused add and
 // the bf16 and fp32 forwards run the row kernel (no staging, one set of rows a block, plain loads and stores):
 // fused add 1.011 / 1.007 / 0.989 / 1.119 at 65536 x 4096, 2097152 x 128, 16384 x 8192, 4096 x 4096 (fp16 1.007 /
 // 1.017 / 0.998 / 1.103) against the staged kernel's 0.942 / 0.938 / 0.938 / 1.054, with 256 threads a block and
@@ -126,8 +126,8 @@ int power_of_two_in(int v, int lo, int hi) {
 // 0.873 / 0.793 against staging's 0.628 / 0.704 / 0.610 / 0.553 (fused add 0.874 / 0.938 / 0.938 / 0.912 against
 // 0.690 / 0.724 / 0.676 / 0.672). The fp16 forward stays staged: the row kernel ran it at 0.850 at 16384 x 8192
 // against staging's 0.907, and keeping each element's fp32 value (one conversion an element instead of two) made it
-// slower still (0.708: the registers cost a third of the resident warps; reports/h200/kernels/run9).
-// Since kernels run 27 the fp16 forward runs the row kernel too, whose lean form (rows of exactly the padded width,
+// slower still (0.708: the registers cost a third of the resident warps).
+// Since then the fp16 forward runs the row kernel too, whose lean form (rows of exactly the padded width,
 // aligned: no test a group, outputs rounded a pair at a time) took it from the staged kernel's 0.942 / 0.966 / 0.908
 // / 0.890 to 0.977 / 1.004 / 0.967 / 0.946, and the staged forward kernel is gone. RMSNORM_CUDA_FORWARD_CONFIG
 // (forward, forward_fp32, the weight variants) and RMSNORM_CUDA_FUSED_ADD_CONFIG (the fused add) override the

@@ -20,12 +20,12 @@ constexpr int kGroup = 8;
 constexpr int kMaxThreads = 512;
 // Most groups a thread of the forward and fused add kernels holds. The widest staged row (kMaxStagedWidth)
 // needs two at kMaxThreads threads; the defaults take at most four, and the kernels are compiled for 1, 2 and 4
-// only: eight were never picked (reports/h200/kernels/run2: 0.905 against four's 0.911), and compiling them
+// only: eight were never picked (0.905 against four's 0.911 on an H200), and compiling them
 // took about a third of each forward unit's nvcc time (the CPU compile check, tests/test_cuda_backend.py).
 constexpr int kMaxGroupsPerThread = 4;
 constexpr int kMaxBackwardThreads = kMaxThreads;
 // Most groups a thread of the staged backward holds: two reach every staged width at kMaxBackwardThreads threads,
-// and four spilled 96-184 bytes a thread (reports/h200/kernels/run15) and were never a default. Not compiled: four
+// and four spilled 96-184 bytes a thread on an H200 and were never a default. Not compiled: four
 // took half of each backward unit's nvcc time (11.0 -> 5.9 s for bf16 on the CPU's compile check).
 constexpr int kMaxBackwardGroups = 2;
 // Threads per row (and per block) of the streaming kernels for rows too long for the staged ones.

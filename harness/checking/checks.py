@@ -498,7 +498,7 @@ def _in_weight_dtype(cases: Callable[[Subject], st.SearchStrategy[Any]]) -> Call
 
 
 # Out of memory is tried again, the cache emptied and a pause between tries: pytest-xdist workers share a GPU, and
-# one's peak can leave another's case a few MiB short (kernels run 70: three correct backends failed a check each on
+# one's peak can leave another's case a few MiB short (three correct backends once failed a check each on
 # an H200 shared by 16 workers, with 11-320 MiB free). A case that runs out of memory on every try fails, as before.
 OOM_TRIES = 3
 OOM_PAUSE_S = 0.5

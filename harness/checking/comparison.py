@@ -89,7 +89,7 @@ def read_flags(flags: Sequence[bool | torch.Tensor]) -> list[bool]:
     Each read of a GPU value makes the host wait for the GPU. Alone on an H200 a wait cost about 0.03 ms; with the
     eight pytest-xdist workers of a run time-sliced on it, 0.54 ms, and the waits (``torch.equal`` above all: the
     guard zones, purity and fresh-output fingerprints of every backend call) were 40 % of a Triton run's worker
-    time (reports/h200/verdict/, run 28)."""
+    time."""
     out = [f if isinstance(f, bool) else False for f in flags]
     by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
     for i, f in enumerate(flags):

@@ -419,7 +419,7 @@ def _with_nonfinite(case: NonfiniteCase, x: torch.Tensor) -> tuple[torch.Tensor,
     """``x`` with ``case.value`` in ``case.count`` distinct columns of each of ``case.rows_hit`` distinct rows (the
     same columns rotated by a drawn shift a row), and the mask of the hit rows; built on x's device in a few tensor
     operations. One randperm and one indexed store a hit row took 26 s for one case drawn on the H200 machine (a
-    cold Triton run's last test, reports/h200/verdict/run47) and 2.4 s on the CPU for 200,000 hit rows."""
+    cold Triton run's last test) and 2.4 s on the CPU for 200,000 hit rows."""
     b = case.batch
     gen = b.generator(salt=NONFINITE_SALT)
     rows = torch.randperm(b.rows, generator=gen)[: case.rows_hit]

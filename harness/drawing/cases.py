@@ -57,8 +57,8 @@ def torch_dtype(name: str) -> torch.dtype:
 # The salt of a fused add's residual: its own stream, apart from x's further batches (small salts).
 RESIDUAL_SALT = 101
 # Batches of this many elements or more are drawn on a GPU's own generator, not on the host and copied: drawing a
-# threshold plan's batches of up to 2^28 elements on the host was most of its time on an H200
-# (reports/h200/verdict/). Smaller ones stay host-drawn, the same values on every device (replays, the parity gate).
+# threshold plan's batches of up to 2^28 elements on the host was most of its time on an H200. Smaller ones stay
+# host-drawn, the same values on every device (replays, the parity gate).
 DEVICE_DRAW_ELEMENTS = 1 << 22
 
 

@@ -331,12 +331,11 @@ def _select(config: pytest.Config, run: RunOptions, items: list[pytest.Item]) ->
 
 # Words of the names of the suites' longest tests, longest first: the parity gate's pairs of a backend and its own
 # compiled or captured path compile every shape they compare (7.6-22.2 s a test on an H200 in the RL command; dealt
-# last, they ran one after another for the last 93 s of the run while the other workers had ended:
-# reports/h200/verdict/, run 30); each first-call test waits on a fresh process (torch's import, and on a GPU the
-# device's start and every compile), and the others draw large batches, build graphs or sweep every dim. On an H200
-# under -n 8 they took 4-13 s a test, the others 2 s or less (reports/h200/verdict/run3-triton.junit.xml.gz); on two
-# CPU cores native's threshold plans took 5-12 s and its first calls 2.6 s, against 1.6 s and less for the others
-# (CI's junit, reports/cpu/ci-time.md).
+# last, they ran one after another for the last 93 s of the run while the other workers had ended); each first-call test
+# waits on a fresh process (torch's import, and on a GPU the device's start and every compile), and the others draw
+# large batches, build graphs or sweep every dim. On an H200 under -n 8 they took 4-13 s a test, the others 2 s or less
+# (a Triton run's junit); on two CPU cores native's threshold plans took 5-12 s and its first calls 2.6 s, against 1.6 s
+# and less for the others (CI's junit).
 LONGEST = ("test_bitwise_parity", "first_call", "test_bounds", "test_isolation", "_past_int32_offsets",
            "test_dx_batch_invariance", "test_gradient_accuracy", "execution_mode", "_at_thresholds",
            "test_dw_determinism", "_qk_norm")
@@ -348,9 +347,9 @@ def deal_one_at_a_time(config: pytest.Config) -> None:
     Its ``load`` scheduling otherwise starts each worker on a run of consecutive tests, a quarter of its share: the
     first worker got the first run, and with the longest tests first (``longest_first``) that was all of them. Under
     the RL command the parity gate's 20 tests (178 worker-seconds) ran one after another on one worker, the last of
-    them ending 33 s after the other workers had run out of tests (reports/h200/verdict/run32). Dealt one at a
-    time, each worker holds two tests and takes the next longest as it finishes one. A ``--maxschedchunk`` given,
-    or another ``--dist``, is kept."""
+    them ending 33 s after the other workers had run out of tests (on an H200). Dealt one at a time, each worker
+    holds two tests and takes the next longest as it finishes one. A ``--maxschedchunk`` given, or another
+    ``--dist``, is kept."""
     option = config.option
     if getattr(option, "dist", None) == "load" and getattr(option, "maxschedchunk", 0) is None:
         option.maxschedchunk = 1

@@ -1,15 +1,14 @@
 """pytest-xdist's controller of a conformance run: what it hands each worker at its start, and when it resolves
 the run's options.
 
-xdist starts its workers at the session's start, after every plugin's configure. Resolving the options imports
-torch and every backend named (a GPU's runtime, Triton, a third party's kernels) and asks each device: 1.5 s of the
-2 s before the workers started on two CPU cores, and 6.6 s on a slow GPU host's first run
-(``reports/h200/verdict/``, run 57), time that every worker then spends again on its own imports. So the controller
-registers this plugin at configure and resolves at the end of the session's start, once xdist has started the
-workers: the controller's imports overlap theirs, and the harness's lines of the header follow the terminal's own.
-Every option is still resolved, and the reporter has written its first report, before the workers have collected
-and a test is dealt; a usage error stops the workers and ends the run with pytest's usage error, as at
-configure.
+xdist starts its workers at the session's start, after every plugin's configure. Resolving the options imports torch and
+every backend named (a GPU's runtime, Triton, a third party's kernels) and asks each device: 1.5 s of the 2 s before the
+workers started on two CPU cores, and 6.6 s on a slow GPU host's first run (an H200's), time that every worker then
+spends again on its own imports. So the controller registers this plugin at configure and resolves at the end of the
+session's start, once xdist has started the workers: the controller's imports overlap theirs, and the harness's lines of
+the header follow the terminal's own. Every option is still resolved, and the reporter has written its first report,
+before the workers have collected and a test is dealt; a usage error stops the workers and ends the run with pytest's
+usage error, as at configure.
 
 What a worker is handed at its start needs no torch: the hang ledger's file (``running/hangs.py``), shared by the
 run, and the time the run's ``--deadline`` passes, taken at configure so that the deadline counts from the run's

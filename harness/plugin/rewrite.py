@@ -6,7 +6,7 @@ are tests: the harness, the contract and the backends hold four ``assert`` state
 A rewritten module is parsed, rewritten and compiled from its source on its first import after each install, and
 cached apart from the bytecode that ``pip install`` writes: on an H200, a machine's first one-backend run rewrote
 207 modules in its controller (this package's, Hypothesis's and pytest-xdist's), 1.75 s of a cProfile of it, and
-the import of the plugin's run hooks took 4.1 s against 1.8 s in the next run (``reports/h200/verdict/run17/``).
+the import of the plugin's run hooks took 4.1 s against 1.8 s in the next run.
 
 ``rewrite_only_the_suites`` narrows pytest's mark from the package to its suites. It runs when the plugin package
 is imported, which pytest does for the entry point before the package's other modules load. It reaches into

@@ -8,8 +8,7 @@ went to the controller as the test ran (execnet writes synchronously), the worke
 handlers of the libraries it loaded after this plugin (torch's, Inductor's compile pool, Dynamo's) have run. So the
 worker's last exit handler, registered before those libraries were imported, flushes its streams and ends the
 process there (``os._exit``). The time from a run's last test to its verdict went from 3.2-3.7 s to 2.3-2.5 s on an
-H200 (Triton, ``-n 8``; ``reports/h200/verdict/``, run 22) and from 2.0-2.1 s to 1.1-1.2 s on two CPU cores
-(``reports/cpu/worker-exit.md``).
+H200 (Triton, ``-n 8``) and from 2.0-2.1 s to 1.1-1.2 s on two CPU cores.
 
 Left as it was: a process that is not an xdist worker (the controller, a run without ``-n``: their exit status is
 the verdict, and whoever embeds pytest may have work of their own at exit); a worker of a run that is not a

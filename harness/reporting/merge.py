@@ -5,7 +5,7 @@ benchmark file is given, bandwidth against a device copy. A failing cell points 
 minimal configuration and replay command.
 
     rmsnorm-conformance merge reports/cpu/*.json reports/gpu/*.json --bench reports/gpu/bench.json \\
-        --out reports/matrix.md
+        --out matrix.md
 """
 
 from __future__ import annotations

@@ -219,9 +219,9 @@ def give_back_surplus(device: torch.device) -> bool:
     PyTorch's caching allocator keeps every block it freed, and the budgets bound a case's peak, not what a process
     keeps: batch sizes that grow from case to case each take a new segment, captured in CUDA graphs or not (one
     process, 12 batches of 0.25-3 GiB: 39.0 GiB kept eagerly, 9.02 GiB captured, on an H100;
-    ``benchmarks/reserved_growth.py``, reports/h200/kernels run 71). Under 16 workers on an H200 one worker kept
-    68.22 GiB while three others' checks ran out of memory with 11-320 MiB free (kernels run 70): a correct kernel
-    failed for memory another process held and did not use. A give-back took 0.26-11 ms there (run 71)."""
+    ``benchmarks/reserved_growth.py``). Under 16 workers on an H200 one worker kept 68.22 GiB while three others'
+    checks ran out of memory with 11-320 MiB free: a correct kernel failed for memory another process held and did
+    not use. A give-back took 0.26-11 ms there."""
     if device.type != "cuda" or not torch.cuda.is_initialized():  # implies available, without asking the driver
         return False
     try:  # never in place of the case's own error (a lost context raises here too)

@@ -144,11 +144,10 @@ def sample_backend(inner: Backend, mode: str, device: torch.device) -> Backend:
     compiler = SAMPLE_COMPILERS.get(device.type, DEFAULT_COMPILER)
     key = (id(inner), mode, compiler)
     if key not in _SAMPLE_BACKENDS:
-        # Static shapes: the sample's few shapes trace faster one by one than as a dynamic graph (0.3 s against
-        # 0.5-1 s a trace for the native backend on the CPU), and a full sweep is --modes' job. On an H200 Dynamo's
-        # automatic dynamic shapes saved Inductor builds, but native's dynamic graph did not keep eager's bits
-        # (axis_a.execution_mode, bf16; reports/h200/engines/): the sample holds the static graphs engines
-        # capture per batch size.
+        # Static shapes: the sample's few shapes trace faster one by one than as a dynamic graph (0.3 s against 0.5-1 s
+        # a trace for the native backend on the CPU), and a full sweep is --modes' job. On an H200 Dynamo's automatic
+        # dynamic shapes saved Inductor builds, but native's dynamic graph did not keep eager's bits
+        # (axis_a.execution_mode, bf16): the sample holds the static graphs engines capture per batch size.
         _SAMPLE_BACKENDS[key] = Backend(ModeBackend(inner, mode, compiler=compiler, dynamic=False), spec=inner.spec)
     return _SAMPLE_BACKENDS[key]
 

@@ -1,6 +1,6 @@
 """Fresh processes forked from a server that has imported torch and nothing of the backend: the first-call check
 starts one per backend, device and dtype, and on a CPU about nine tenths of each one's time was importing torch
-(3.2-3.6 s of a 3.1-4.4 s test; reports/cpu/ci-time.md).
+(3.2-3.6 s of a 3.1-4.4 s test).
 
 What makes a process fresh for the contract is that the backend's caches are cold there: its module is imported,
 its kernels compiled or autotuned, its warm-up paths taken, for the first time. A child of the server has the state

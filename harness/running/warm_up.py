@@ -1,7 +1,7 @@
 """Backends' one-time preparation, started by pytest-xdist's controller while its workers start.
 
 A backend's availability probe is where it builds or loads what it needs: the CUDA backend compiles its operator
-library there on a machine's first run (12.8 s on an H200, ``reports/h200/kernels/run5/``). Under ``-n 8`` every
+library there on a machine's first run (12.8 s on an H200). Under ``-n 8`` every
 worker's first test of that backend waited on that build, and the build only began once a worker had imported
 torch, collected the suites and reached such a test. The controller starts the probe at once in a process of its
 own, so the build overlaps the workers' start and collection; a worker that gets there first waits on the same
@@ -15,11 +15,11 @@ out: no backend of this project builds for them, and a CPU-only machine has no c
 ``RMSNORM_CONFORMANCE_WARM_UP=0`` turns it off.
 
 A backend may also prepare for the calls to come (its optional ``prepare``): the Triton backend compiles there, into
-Triton's cache, the binaries that calls at the dims the suites draw most will launch (``prepared_dims``). A cold
-Triton run under ``-n 8`` built about 560 binaries, 180 worker-seconds of its 440-480, each in the first worker
-that needed it (``reports/h200/verdict/run22``), while the machine's other cores stood idle. Such a backend's
-preparation is spread over the cores that the workers and the controller leave (``parts_for``): part ``i`` of
-``n`` does every ``n``-th step of it. A worker that needs a binary first still builds it itself, as before.
+Triton's cache, the binaries that calls at the dims the suites draw most will launch (``prepared_dims``). A cold Triton
+run under ``-n 8`` on an H200 built about 560 binaries, 180 worker-seconds of its 440-480, each in the first worker that
+needed it, while the machine's other cores stood idle. Such a backend's preparation is spread over the cores that the
+workers and the controller leave (``parts_for``): part ``i`` of ``n`` does every ``n``-th step of it. A worker that
+needs a binary first still builds it itself, as before.
 
 It starts as early as it can: at the controller's configure, before the controller imports torch (2-4 s), from
 the options as typed (``start_early``), where they name the backends' devices or this machine has a GPU's device

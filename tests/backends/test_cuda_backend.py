@@ -393,7 +393,7 @@ def test_every_16_bit_pattern_as_input_and_as_weight(dtype):
     # Every one of the 65,536 patterns (subnormals, signed zeros, Inf, NaN) as a weight, through the plain, fp32-out
     # and offset forwards, and as an input, at a dim the fast kernels take: the widening of each element to fp32
     # and the weight's multiply must give native's bits for every value, not only for the values a sample draws
-    # (reports/h200/kernels/run9 tried a widening by integer arithmetic; this is the test it had to pass).
+    # (a widening by integer arithmetic was tried on an H200; this is the test it had to pass).
     patterns = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(dtype).reshape(16, 4096)
     gen = torch.Generator().manual_seed(16)
     x = torch.randn(16, 4096, generator=gen).to(dtype).cuda()

@@ -153,14 +153,14 @@ def test_launch_config_is_a_function_of_dim_and_dtype(dtype, interpreted):
     if not interpreted:
         # At head_dim several rows share a program: one row per program is far from copy speed there.
         assert tr.launch_config(128, dtype, interpreted=False).rows >= 8
-        # The fused add moves twice the bytes a row: four rows a program there (reports/h200/kernels/run10).
+        # The fused add moves twice the bytes a row: four rows a program there (measured on an H200).
         assert tr.launch_config(128, dtype, fused_add=True, interpreted=False).rows == 4
         # The backward's pipeline takes four tiles of eight rows an iteration at head_dim, two one-row tiles at 4096
-        # and up: as fast there as four, and half the compile (reports/h200/kernels/run22).
+        # and up: as fast there as four, and half the compile (measured on an H200).
         assert tr.launch_config(128, dtype, backward=True, interpreted=False).unroll == 4
         for dim in (1024, 4096, 5120, 8192):
             assert tr.launch_config(dim, dtype, backward=True, interpreted=False).unroll == 2
-        # Up to six stages where a tile is 4096 columns of one row (kernels run 62: 0.690 -> 0.718 of a copy at
+        # Up to six stages where a tile is 4096 columns of one row (on an H200: 0.690 -> 0.718 of a copy at
         # 65536 x 4096), as many as fit a block's shared memory beside the two tiles an iteration (four for fp32);
         # three where a tile holds several rows (more cost blocks there: 0.850 -> 0.517 at 6) or fewer columns.
         for dim in (128, 1024, 2048):

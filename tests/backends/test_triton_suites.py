@@ -1,6 +1,6 @@
 """The Triton backend held to the conformance suites on a machine without a GPU, where it runs in Triton's
 interpreter: one Python operation at a time, about 30 ms a call, so that the ``ci`` sweep of every suite costs
-some 580 test-seconds on two cores, a third of CI's whole test time (reports/cpu/ci-time.md).
+some 580 test-seconds on two cores, a third of CI's whole test time (measured on the CI machine).
 
 CI's suites therefore run the native backend under ``ci`` (README.md's test command), and this test runs Triton's
 under ``smoke``, as a user runs it before a commit: every rule the backend offers, on the simplest cases, in a
@@ -8,7 +8,7 @@ pytest of its own, in bfloat16 (with its fp32-weight pairs: the mixed-precision 
 source for every dtype, and its float32 and float16 instantiations are held bitwise to native by the tests named
 below. The interpreted kernel is still held bitwise to native over dims, dtypes, layouts and batch
 sizes by tests/backends/test_triton_backend.py and tests/checking/test_parity_gate.py; the Triton gate proper (the
-``ci`` and default sweeps, compiled) runs on a GPU (reports/h200/verdict/).
+``ci`` and default sweeps, compiled) runs on a GPU (reports/gpu/time-to-verdict.md).
 """
 
 from __future__ import annotations

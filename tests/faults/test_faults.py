@@ -113,7 +113,7 @@ def test_out_of_memory_fails_the_kernel_that_asked_and_the_run_goes_on(gate):
 
 def test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes(gate):
     """Workers sharing a GPU can leave one's case a few MiB short while another peaks: a correct kernel failed a
-    check for it (kernels run 70, three backends on an H200 under 16 workers). Out of memory before a case recorded
+    check for it (three backends on an H200 under 16 workers). Out of memory before a case recorded
     anything is tried again (three tries, the cache emptied between them): a kernel short of memory once passes,
     and its checks are counted once."""
     args = ("--rule=axis_b.output", "--sweep=ci", "--max-examples=3", "--dtype=float32", "--device=cpu",
@@ -149,7 +149,7 @@ class _FakeCuda:
 
 
 @pytest.mark.parametrize(("workers", "reserved_gib", "given_back"), [
-    (16, 68, True),    # kernels run 70: one of 16 workers kept 68 GiB of 140
+    (16, 68, True),    # seen on an H200: one of 16 workers kept 68 GiB of 140
     (16, 9, True),     # over 140 / 16 = 8.75 GiB
     (16, 8, False),    # within its share: the cache stays, the next case reuses it
     (1, 68, False),    # alone on the GPU: nobody else needs it

@@ -1,6 +1,6 @@
 """Pytest runs in processes forked from an interpreter that has already imported torch: the harness's own tests
 start about a hundred pytest subprocesses, and each spent about 1.5 of its 2.5 CPU-seconds importing torch, numpy
-and pytest (reports/cpu/ci-time.md).
+and pytest (measured on the 2-core CI machine).
 
 ``pytester.runpytest_subprocess`` stays what the tests call. The ``pytester`` fixture's ``popen`` is replaced
 (tests/conftest.py) so that a ``python -mpytest ...`` command is forked from a server process that imported those
@@ -12,13 +12,13 @@ have started: its working directory, environment, ``sys.path`` (the working dire
 its own: a crash, a hang, ``os._exit`` or a signal ends it alone, and its exit status is reported as ``subprocess``
 reports it. It ends as ``sys.exit`` would (other threads joined, the exit handlers run, the streams flushed, the
 status), less the interpreter's teardown of torch and the rest: about 0.5 s a process (``tests/plugin/test_plugin.py``
-37.8-38.7 -> 31.0-31.1 s, reports/cpu/ci-time.md).
+37.8-38.7 -> 31.0-31.1 s).
 
 A run with xdist workers (``-n N``) gets them forked too: before the run starts, while it has one thread, the child
 forks a zygote, and execnet's popen gateways (xdist's workers) become forks of it, made into what ``python -u -c
 <execnet's bootstrap line>`` would start (pipes for stdin and stdout, unbuffered output, the run's directory and
 environment, a fresh ``__main__``) instead of fresh interpreters that import torch again: about twenty workers a CI
-run, 27-32 CPU-s and 11-15 s less for the seven test files that start them (reports/cpu/ci-time.md). A worker's
+run, 27-32 CPU-s and 11-15 s less for the seven test files that start them. A worker's
 exit status, a signal's included, reaches xdist as a Popen's would; xdist drives the workers as its own. Every
 process forked is reaped by the one that forked it (the zygote by the run, at its end), so that a run's CPU time
 includes theirs. The zoo's detection runs (tests/detection/test_detection.py) are forked from the same server.
