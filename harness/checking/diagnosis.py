@@ -306,10 +306,12 @@ def explore_padding(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
 
 
 def explore_position(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
-    """The same row at every index of one batch: which indices give other bits (one call)."""
+    """The same row at every index of one batch: which indices give other bits (one call). The row is one that
+    differed (row 0 may round alike at every index)."""
     c = p.case
     count = min(c.batch.rows, 64)
-    row = [_rows_of(t, p.dim)[:1].expand(count, p.dim).contiguous() for t in p.rows]
+    first = int(p.sensitive[0])
+    row = [_rows_of(t, p.dim)[first: first + 1].expand(count, p.dim).contiguous() for t in p.rows]
     out = bits(_rows_of(p.call(row, p.weight, p.eps), p.dim).cpu())
     same = [bool(torch.equal(out[i], out[0])) for i in range(count)]
     if all(same):

@@ -5,7 +5,9 @@ zoo's defects on a cheap subset (benchmarks/diagnosis.py runs the whole zoo thro
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,6 +35,7 @@ from rmsnorm_conformance.harness.running.backend import Backend
 from rmsnorm_conformance.harness.vocabulary.records import Check, Collector
 
 CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _prober(impl, dtype=torch.float32, **setting):
@@ -159,13 +162,16 @@ def _padding(defect, dim, rows, after):
 
 
 def _position(defect, dim, rows):
+    """Row 0 moved from index 0 to 1, every row compared in the order drawn, as the suite's check compares them: the
+    first seed whose row 0 rounds alike at both indices while row 1 does not, so the diagnosis must probe a row that
+    differed (row 0 at every index gives one result)."""
     impl = Backend(defect())
-    for seed in range(20):  # the first seed whose row 0 rounds differently in the two orders
+    for seed in range(40):
         b = Batch(dim=dim, rows=rows, dtype="float32", seed=seed)
         x, w = b.x(), b.w()
-        moved = torch.cat([x[1:2], x[:1], x[2:]])
-        actual, expected = impl.forward_fp32(moved, w, b.eps)[1:2], impl.forward_fp32(x, w, b.eps)[:1]
-        if not torch.equal(actual, expected):
+        moved = impl.forward_fp32(torch.cat([x[1:2], x[:1], x[2:]]), w, b.eps)
+        actual, expected = torch.cat([moved[1:2], moved[:1], moved[2:]]), impl.forward_fp32(x, w, b.eps)
+        if torch.equal(actual[0], expected[0]) and not torch.equal(actual[1], expected[1]):
             break
     return impl, PositionCase(b, 0, 1, entry="forward_fp32"), actual, expected, ""
 
@@ -206,6 +212,24 @@ def test_the_diagnosis_names_the_planted_mechanism_of_most_cheap_defects():
         else:
             missed.append(f"{defect.__name__}: {one_line(d)}")
     assert named >= 0.9 * len(cases), missed
+
+
+@pytest.mark.parametrize(("defect", "case"), [
+    # Row 0 moves between two odd indices, where it rounds alike: rows 2 and 3 change their index's parity.
+    (zoo.PositionDependentReduction, PositionCase(Batch(dim=128, rows=6, dtype="float32"), 1, 3)),
+], ids=["position"])
+def test_the_suite_names_the_planted_mechanism_of_a_replayed_breach(pytester, monkeypatch, defect, case):
+    """End to end, one replayed case: the position check compares every row that moved, not the moved row alone
+    (PositionDependentReduction passed the ci sweep)."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
+        f"--backend=rmsnorm_conformance.zoo:{defect.__name__}", "--device=cpu", "--dtype=float32", "-x",
+        f"--replay={case!r}", "--report=r.json")
+    assert result.ret == 1, result.stdout.str()[-2000:]
+    data = json.loads((pytester.path / "r.json").read_text())
+    found = [s["diagnosis"] for s in data["summaries"] if s.get("diagnosis")]
+    assert found and mechanism_named(defect.mechanism, found[0]) == (True, True), found and one_line(found[0])
 
 
 def test_a_threshold_diagnosis_carries_both_trees_and_where_they_part():
