@@ -193,7 +193,9 @@ CHEAP = {
     zoo.BatchStatisticLeak: lambda: _padding(zoo.BatchStatisticLeak, 128, 4, 3),
     zoo.Fp32EntrySmallBatchReduction: lambda: _padding(zoo.Fp32EntrySmallBatchReduction, 128, 5, 20),
     zoo.PositionDependentReduction: lambda: _position(zoo.PositionDependentReduction, 128, 6),
-    zoo.RandomReductionOrder: lambda: _repeat(zoo.RandomReductionOrder, 128, 4),
+    # 16 rows: two calls of random orders give one result on 4 rows 70 % of the time (the made case and the
+    # diagnosis's eight calls then failed now and then), on 16 rows 1 %.
+    zoo.RandomReductionOrder: lambda: _repeat(zoo.RandomReductionOrder, 128, 16),
 }
 
 
