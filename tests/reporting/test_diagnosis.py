@@ -131,6 +131,25 @@ def test_the_stage_names_columns_wrong_values_and_the_residual():
     assert stage_of(tail, e, output="residual_out").kind == "fused-add residual"
 
 
+def test_fp8_values_of_a_scale_that_differs_too_have_the_scales_stage():
+    """The fp8 suite checks the values first: where the per-row scale they were divided by differs too, the stage is
+    the scale's (BlockMaxScale's values were read as "fp8 values" while its planted difference is the scale)."""
+    q = torch.randn(4, 64).to(torch.float8_e4m3fn)
+    moved = (q.float() * 0.5).to(torch.float8_e4m3fn)
+    scale = torch.rand(4, 1) + 0.5
+    other = scale.clone()
+    other[2] *= 2
+    assert stage_of(moved, q, output="q").kind == "fp8 values"
+    assert stage_of(moved, q, output="q", upstream={"scale": (scale, scale.clone())}).kind == "fp8 values"
+    found = stage_of(moved, q, output="q", upstream={"scale": (other, scale)})
+    assert found.kind == "fp8 scale" and found.rows == 1 and "found in q" in found.text, found.text
+    residual = torch.randn(4, 64)
+    changed = residual.clone()
+    changed[0, 0] = torch.nextafter(changed[0, 0], torch.tensor(9.0))
+    assert stage_of(moved, q, output="q", upstream={"scale": (other, scale), "residual_out": (changed, residual)}
+                    ).kind == "fused-add residual", "the residual is normalized before the scale is taken"
+
+
 # --- the diagnosis names the planted mechanism (a cheap subset of the zoo) --------------------------------------
 
 
@@ -176,6 +195,23 @@ def _position(defect, dim, rows):
     return impl, PositionCase(b, 0, 1, entry="forward_fp32"), actual, expected, ""
 
 
+def _fp8_batch_size(defect, dim, rows, length):
+    """Rows [0:length] alone against the same rows of the batch, through the dynamic fp8 entry point: the values
+    compared, the scales at hand as the fp8 suite hands them on. The first seed whose values differ (where the
+    rows alone hold their block's loudest row, the scale is the same)."""
+    impl = Backend(defect())
+    for seed in range(20):
+        b = Batch(dim=dim, rows=rows, dtype="float32", seed=seed)
+        x, w = b.x(), b.w()
+        q, scale = impl.forward_fp8_dynamic(x[:length].clone(), w, b.eps)
+        q_all, scale_all = impl.forward_fp8_dynamic(x, w, b.eps)
+        if not torch.equal(q.float(), q_all[:length].float()):
+            break
+    return (impl, BatchSizeCase(b, length=length), q, q_all[:length],
+            f"forward_fp8_dynamic q: rows [0:{length}] alone differ from the same rows in a batch of {rows}",
+            {"scale": (scale, scale_all[:length])})
+
+
 def _repeat(defect, dim, rows):
     b = Batch(dim=dim, rows=rows, dtype="float32")
     impl = Backend(defect())
@@ -196,6 +232,7 @@ CHEAP = {
     # 16 rows: two calls of random orders give one result on 4 rows 70 % of the time (the made case and the
     # diagnosis's eight calls then failed now and then), on 16 rows 1 %.
     zoo.RandomReductionOrder: lambda: _repeat(zoo.RandomReductionOrder, 128, 16),
+    zoo.BlockMaxScale: lambda: _fp8_batch_size(zoo.BlockMaxScale, 128, 6, 2),
 }
 
 
@@ -204,10 +241,10 @@ def test_the_diagnosis_names_the_planted_mechanism_of_most_cheap_defects():
     named, missed = 0, []
     cases = {d: make for d, make in CHEAP.items() if make is not None}
     for defect, make in cases.items():
-        impl, case, actual, expected, what = make()
-        assert not torch.equal(actual, expected), f"{defect.__name__}: the made case must fail"
+        impl, case, actual, expected, what, *upstream = make()
+        assert not torch.equal(actual.float(), expected.float()), f"{defect.__name__}: the made case must fail"
         d = diagnose(impl, CPU, case, defect.breaks, actual=actual, expected=expected, what=what,
-                     fingerprint=False).to_dict()
+                     fingerprint=False, upstream=upstream[0] if upstream else None).to_dict()
         threshold, stage = mechanism_named(defect.mechanism, d)
         if threshold and stage:
             named += 1
@@ -219,10 +256,13 @@ def test_the_diagnosis_names_the_planted_mechanism_of_most_cheap_defects():
 @pytest.mark.parametrize(("defect", "case"), [
     # Row 0 moves between two odd indices, where it rounds alike: rows 2 and 3 change their index's parity.
     (zoo.PositionDependentReduction, PositionCase(Batch(dim=128, rows=6, dtype="float32"), 1, 3)),
-], ids=["position"])
+    # Row 0 alone takes its own scale; in the batch, its block's loudest row's (seed 2: row 0 is not it).
+    (zoo.BlockMaxScale, BatchSizeCase(Batch(dim=128, rows=4, dtype="float32", seed=2), length=1)),
+], ids=["position", "fp8"])
 def test_the_suite_names_the_planted_mechanism_of_a_replayed_breach(pytester, monkeypatch, defect, case):
     """End to end, one replayed case: the position check compares every row that moved, not the moved row alone
-    (PositionDependentReduction passed the ci sweep)."""
+    (PositionDependentReduction passed the ci sweep), and the fp8 suite hands the scales on to the diagnosis of a
+    breach of the values (BlockMaxScale's was read as "fp8 values")."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--pyargs", "rmsnorm_conformance.suites", f"--rule={defect.breaks}",
