@@ -25,6 +25,7 @@ from rmsnorm_conformance.harness.checking.stage import stage_of
 from rmsnorm_conformance.harness.drawing.cases import (
     Batch,
     BatchSizeCase,
+    GradModeCase,
     PaddingCase,
     PositionCase,
     RepeatCase,
@@ -195,6 +196,19 @@ def _position(defect, dim, rows):
     return impl, PositionCase(b, 0, 1, entry="forward_fp32"), actual, expected, ""
 
 
+def _inference_mode(defect, dim, rows):
+    """A fused add's y plain and under torch.inference_mode(), in the words of the suite's grad-mode check."""
+    b = Batch(dim=dim, rows=rows, dtype="float32")
+    impl = Backend(defect())
+    x, w = b.x(), b.w()
+    residual = Batch(dim=dim, rows=rows, dtype="float32", seed=1).x()
+    plain = impl.fused_add(x.clone(), residual.clone(), w, b.eps)[0]
+    with torch.inference_mode():
+        moded = impl.fused_add(x.clone(), residual.clone(), w.clone(), b.eps)[0].clone()
+    return (impl, GradModeCase(b, entry="fused_add"), moded, plain,
+            f"fused_add y: {rows} rows with torch.inference_mode() differ from the same rows with plain inputs")
+
+
 def _fp8_batch_size(defect, dim, rows, length):
     """Rows [0:length] alone against the same rows of the batch, through the dynamic fp8 entry point: the values
     compared, the scales at hand as the fp8 suite hands them on. The first seed whose values differ (where the
@@ -232,6 +246,7 @@ CHEAP = {
     # 16 rows: two calls of random orders give one result on 4 rows 70 % of the time (the made case and the
     # diagnosis's eight calls then failed now and then), on 16 rows 1 %.
     zoo.RandomReductionOrder: lambda: _repeat(zoo.RandomReductionOrder, 128, 16),
+    zoo.FusedAddInferencePath: lambda: _inference_mode(zoo.FusedAddInferencePath, 128, 4),
     zoo.BlockMaxScale: lambda: _fp8_batch_size(zoo.BlockMaxScale, 128, 6, 2),
 }
 
