@@ -624,8 +624,8 @@ def test_the_harness_functions_found_replaced_at_the_end_are_put_back_and_the_ru
     """What no test's end saw (here a conftest's teardown, as a backend's thread could) is read at the run's end:
     put back before the report is written, and the run is INCOMPLETE, never PASS."""
     pytester.makeconftest(REPLACED_AFTER_THE_LAST_TEST)
-    result, data = gate("--backend=native", "--rule=axis_b.output", "-k", "test_axis_b and test_output and not threshold", "-p",
-                        "conftest")
+    result, data = gate("--backend=native", "--rule=axis_b.output", "-k",
+                        "test_axis_b and test_output and not threshold", "-p", "conftest")
     assert result.ret == 2, result.stdout.str()[-2000:]
     assert data["verdict"] == "INCOMPLETE" and "json.dumps" in data["incomplete"], data["incomplete"]
     assert data["totals"]["checks"] > 0  # the report itself is the real one, not the forged text
