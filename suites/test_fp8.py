@@ -133,9 +133,13 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
 
 
 def _assert_outputs(subject, case, entry: Fp8Entry, actual, expected, what: str) -> None:
+    # The values are checked first, with the outputs they are computed from (the scale, the residual) at hand: where
+    # one of those differs too, the breach's diagnosis names its stage, not the values'.
+    upstream = {name: (_as_rows(a), _as_rows(e)) for name, a, e in zip(entry.outputs, actual, expected, strict=True)
+                if name != "q"}
     for name, a, e in zip(entry.outputs, actual, expected, strict=True):
         assert_bitwise(subject, case, actual=_as_rows(a), expected=_as_rows(e), dim=case.batch.dim,
-                       what=f"{entry.method} {name}: {what}")
+                       what=f"{entry.method} {name}: {what}", upstream=upstream if name == "q" else None)
 
 
 # --- Axis-A -------------------------------------------------------------------------------------------------

@@ -1555,8 +1555,11 @@ class EngineStyleRMSNorm(LaneOrderRMSNorm):
     weight's dtype (declared). The suites must pass it: each declaration moves the reference it is held to."""
 
     name = "engine_style"
-    # Against native in a parity pair: the Hugging Face rounding order rounds each element twice.
-    parity_mechanism = ("every", None, "elementwise")
+    # Against native in a parity pair, in float32 (the dtype benchmarks/diagnosis.py holds it to): rounding the
+    # normalized row to x's dtype is exact there, so its bits are LaneOrderRMSNorm's and the one difference is the
+    # lane order of its sum of squares, a per-row scale. The Hugging Face order's second rounding of each element
+    # (an elementwise stage, its rounding class named) shows in 16-bit dtypes alone.
+    parity_mechanism = ("every", None, "per-row scale")
     fused_add_in_place = True
     fused_add_fp32_residual = False
     offset_dtype = "weight"

@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -375,13 +375,16 @@ def _fail(subject: Subject, rule_id: str, case: Any, what: str, detail: str,
 
 
 def assert_bitwise(subject: Subject, case: Any, *, actual: torch.Tensor, expected: torch.Tensor, what: str,
-                   dim: int, rule: str | None = None, nan_payloads: bool = True) -> BitwiseResult:
+                   dim: int, rule: str | None = None, nan_payloads: bool = True,
+                   upstream: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> BitwiseResult:
     """Fail unless ``actual`` and ``expected`` have identical bits (NaN payloads ignored when ``nan_payloads``
-    is False); record the verdict either way."""
+    is False); record the verdict either way. ``upstream``: the same calls' outputs that ``actual`` is computed
+    from, by name, as (actual, expected): a breach's diagnosis names the stage of the first of them that differs."""
     __tracebackhide__ = True
     rule_id = subject.rule_for(rule)
     result = compare_bitwise(actual, expected, nan_payloads=nan_payloads)
-    found = None if result.equal else diagnosis.for_breach(subject, case, rule_id, actual, expected, what)
+    found = None if result.equal else diagnosis.for_breach(subject, case, rule_id, actual, expected, what,
+                                                           upstream=upstream)
     recorded = subject.record(rule_id, case, dim, result.equal, result.describe(),
                               diagnosis=found.to_dict() if found is not None else None)
     if not result.equal:

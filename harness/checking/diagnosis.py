@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -306,10 +306,12 @@ def explore_padding(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
 
 
 def explore_position(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
-    """The same row at every index of one batch: which indices give other bits (one call)."""
+    """The same row at every index of one batch: which indices give other bits (one call). The row is one that
+    differed (row 0 may round alike at every index)."""
     c = p.case
     count = min(c.batch.rows, 64)
-    row = [_rows_of(t, p.dim)[:1].expand(count, p.dim).contiguous() for t in p.rows]
+    first = int(p.sensitive[0])
+    row = [_rows_of(t, p.dim)[first: first + 1].expand(count, p.dim).contiguous() for t in p.rows]
     out = bits(_rows_of(p.call(row, p.weight, p.eps), p.dim).cpu())
     same = [bool(torch.equal(out[i], out[0])) for i in range(count)]
     if all(same):
@@ -674,16 +676,16 @@ def compare(name: str, settings: Sequence[Setting], sides: Sequence[fp.Revealed]
 def diagnose(backend: Any, device: torch.device, case: Any, rule: str, *, actual: torch.Tensor,
              expected: torch.Tensor, what: str, output: str = "y", dtypes: Sequence[str] = ("float32",),
              other: Any = None, classes: dict[str, torch.Tensor] | None = None,
-             fingerprint: bool = True) -> Diagnosis:
+             fingerprint: bool = True, upstream: Mapping[str, Sequence[torch.Tensor]] | None = None) -> Diagnosis:
     """The diagnosis of one breach of ``rule`` by ``backend`` on ``case``: ``actual`` and ``expected`` are the two
     outputs the check compared (``output`` names them), ``what`` its words. ``other``: the other backend of a
-    parity pair."""
+    parity pair; ``upstream``: the call's outputs ``output`` is computed from, as (actual, expected) by name."""
     entry = getattr(case, "entry", "forward")
     if rule == fp8.AXIS_A_FP8.id:  # the fp8 suite calls its own entry points, named in the check's words
         entry, output = [*what.split(":", 1)[0].split(), "", ""][:2]
     names = ENTRY_POINTS[entry].outputs if entry in ENTRY_POINTS else ("y",)
     call = Caller(backend, device, entry, names.index(output) if output in names else 0)
-    stage = stage_of(actual, expected, output=output, classes=classes)
+    stage = stage_of(actual, expected, output=output, classes=classes, upstream=upstream)
     notes: list[str] = []
     batch = getattr(case, "batch", None)
     dim = batch.dim if batch is not None else actual.shape[-1]
@@ -775,10 +777,10 @@ def _parity_entry(what: str) -> str:
 
 
 def for_breach(subject: Any, case: Any, rule: str, actual: torch.Tensor, expected: torch.Tensor,
-               what: str) -> Diagnosis | None:
+               what: str, upstream: Mapping[str, Sequence[torch.Tensor]] | None = None) -> Diagnosis | None:
     """The diagnosis of a bitwise breach a check just found, made once per (rule, entry point, output) of a test and
     kept on the subject: Hypothesis's shrinking fails the same check many times, and the threshold it finds is the
-    parameter's, not the example's. None where the rule carries none."""
+    parameter's, not the example's. None where the rule carries none. ``upstream``: as for :func:`diagnose`."""
     if not diagnosed(rule) or getattr(case, "batch", None) is None:
         return None
     if rule == parity.BITWISE.id:
@@ -797,7 +799,8 @@ def for_breach(subject: Any, case: Any, rule: str, actual: torch.Tensor, expecte
     classes = _classes(case, entry, actual)
     with torch.random.fork_rng(devices=[]):
         made = diagnose(backend, subject.device, case, rule, actual=actual, expected=expected, what=what,
-                        output=output, dtypes=dtypes or [subject.dtype], other=other, classes=classes)
+                        output=output, dtypes=dtypes or [subject.dtype], other=other, classes=classes,
+                        upstream=upstream)
     subject.diagnoses[key] = made
     return made
 

@@ -176,17 +176,25 @@ def check_padding(subject: Subject, case: PaddingCase, memo: dict) -> None:
 
 
 def check_position(subject: Subject, case: PositionCase, memo: dict) -> None:
+    """Row 0 moved from index ``first`` to ``second``: it, and each row between that moves by one index with it,
+    must keep its bits. Every row is compared, back in the order drawn: compared alone, the moved row let a kernel
+    whose bits follow the index's parity pass the ci sweep, where the two indices drawn had one parity or the row
+    rounded alike in both orders (the rows between always change their parity)."""
     b = case.batch
     rows, w = _inputs(subject, case)
 
     def placed(index: int) -> list[torch.Tensor]:
         return [torch.cat([t[1:][:index], t[:1], t[1:][index:]]) for t in rows]
 
-    first = [o[case.first] for o in _call(subject, case, placed(case.first), w)]
-    second = [o[case.second] for o in _call(subject, case, placed(case.second), w)]
+    def drawn_order(out: torch.Tensor, index: int) -> torch.Tensor:
+        return torch.cat([out[index: index + 1], out[:index], out[index + 1:]])
+
+    first = [drawn_order(o, case.first) for o in _call(subject, case, placed(case.first), w)]
+    second = [drawn_order(o, case.second) for o in _call(subject, case, placed(case.second), w)]
+    lo, hi = sorted((case.first, case.second))
     _assert_same(subject, case, actual=second, expected=first,
-                 what=f"one row at index {case.second} differs from the same row at index {case.first} of a "
-                      f"batch of {b.rows}")
+                 what=f"rows placed at other indices differ: one row moved from index {case.first} to "
+                      f"{case.second} of a batch of {b.rows}, the rows between (indices {lo}-{hi}) by one")
 
 
 def check_permutation(subject: Subject, case: PermutationCase, memo: dict) -> None:

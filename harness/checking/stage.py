@@ -8,24 +8,27 @@ the shape of the difference alone (and, where the inputs are at hand, from the c
 - **columns**: the differences keep to some columns (a tail, or a vector width), named;
 - **wrong values**: elements off by far more than rounding (the kernel read other elements);
 - **fused-add residual** and **fp8 scale**: the differing output is a fused add's stored residual, or an fp8 entry
-  point's scale.
+  point's scale, or an output that follows from one that differs too (fp8 values divided by a scale that differs).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from .comparison import bits, ulp_distance
+from .comparison import bits, same_bits, ulp_distance
 
 # Differences of more ulps than this are not a rounding of the same value: the kernel computed something else.
 WRONG_VALUE_ULPS = 1 << 12
 # A per-row scale moves each element by at most a few ulps of the output dtype (the rms moved by one fp32 ulp or a
 # few: an fp32 output one or two ulps, a 16-bit output one).
 SCALE_ULPS = 64
+# Outputs that others are computed from, cause first: a fused add's residual is normalized, and an fp8 entry point's
+# values are y divided by its scale. Where one of them differs too, its stage is the stage.
+UPSTREAM_OUTPUTS = ("residual_out", "scale")
 
 
 @dataclass
@@ -62,10 +65,15 @@ def _ranges_text(ranges: list[list[int]]) -> str:
 
 
 def stage_of(actual: torch.Tensor, expected: torch.Tensor, *, output: str = "y",
-             classes: Mapping[str, torch.Tensor] | None = None) -> Stage:
+             classes: Mapping[str, torch.Tensor] | None = None,
+             upstream: Mapping[str, Sequence[torch.Tensor]] | None = None) -> Stage:
     """The stage at which ``actual`` parts from ``expected`` (the same rows, two settings). ``output`` names the
     differing output (``residual_out``, ``scale`` have stages of their own); ``classes``: the contract's rounding
-    classes' outputs for the rows of ``actual``, to name the one its bits match."""
+    classes' outputs for the rows of ``actual``, to name the one its bits match; ``upstream``: the same call's other
+    outputs, by name, as (actual, expected), where ``output`` is computed from them (UPSTREAM_OUTPUTS)."""
+    cause = _upstream_stage(output, upstream or {})
+    if cause is not None:
+        return cause
     dim = actual.shape[-1] if actual.dim() else 1
     a = actual.detach().cpu().reshape(-1, dim)
     e = expected.detach().cpu().reshape(-1, dim)
@@ -109,6 +117,22 @@ def stage_of(actual: torch.Tensor, expected: torch.Tensor, *, output: str = "y",
             stage.text += (f"; the bits match the contract's rounding class {name!r}" if exact else
                            f"; the bits are closest to the contract's rounding class {name!r}")
     return stage
+
+
+def _upstream_stage(output: str, upstream: Mapping[str, Sequence[torch.Tensor]]) -> Stage | None:
+    """The stage of the first output ``output`` is computed from that differs too (the fp8 values of a scale that
+    differs show the scale's stage, not their own); None where every one is equal or none is at hand."""
+    causes = UPSTREAM_OUTPUTS[:UPSTREAM_OUTPUTS.index(output)] if output in UPSTREAM_OUTPUTS else UPSTREAM_OUTPUTS
+    for name in causes:
+        if name not in upstream:
+            continue
+        a, e = upstream[name]
+        if same_bits(a, e):
+            continue
+        cause = stage_of(a, e, output=name)
+        cause.text += f" (the breach was found in {output}, computed from it)"
+        return cause
+    return None
 
 
 def _named_stage(stage: Stage, output: str, where: str, dtype: torch.dtype) -> Stage | None:
