@@ -8,7 +8,7 @@ from __future__ import annotations
 from .families import axis_a, axis_b, fp8, gradients, interface, parity, semantics, variants
 from .rules import Profile, Rule, Tolerance, UlpBound
 
-VERSION = "2.10.0"
+VERSION = "2.11.0"
 
 FORMULA = "y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight"
 DEFAULT_EPS = 1e-6

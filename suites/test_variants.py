@@ -173,6 +173,35 @@ def test_fused_add_stored_residual(subject, case):
                           + result.describe("the stored residual", name))
 
 
+def _residual_in_x_dtype(subject) -> st.SearchStrategy:
+    """Accuracy cases as the fused add's own rules draw them, the residual in x's dtype only: an fp32 residual's
+    residual_out (fused_add_fp32_residual) is normalized as stored, in fp32, which forward in x's dtype does not
+    take, and rounding it to x's dtype first would hold y to a row it is not normalized from."""
+    return strategies.accuracy_cases(dtype=subject.dtype, max_elements=_budget(subject), any_weight_layout=True)
+
+
+@conformance(variants.FUSED_ADD_AS_FORWARD.id, AccuracyCase, _residual_in_x_dtype, skip_reason=_not_offered(FUSED_ADD))
+def test_fused_add_as_forward(subject, case):
+    """The fused and the unfused path of one backend agree: y is bitwise the backend's own forward of residual_out
+    as stored, with the same weight and eps, as an RL sampler's fused add+norm and a trainer's add then norm
+    must. Both calls go through the subject (an in-place fused add writes into copies of x and residual)."""
+    b = case.batch
+    if b.residual_dtype != b.dtype:  # only a case replayed from another rule's failure carries one
+        pytest.skip(f"a {b.residual_dtype} residual is normalized as stored, in {b.residual_dtype}: forward takes "
+                    f"{b.dtype} rows, so there is no unfused path of the same row to compare with")
+    (x, r), w = _inputs(subject, FUSED_ADD, b)
+    y, residual_out = subject.call("fused_add", x, r, w, b.eps)
+    stored = residual_out.detach()
+    unfused = subject.forward(stored, w, b.eps)
+    fused_class, forward_class = (subject.backend.rounding_classes.get(e) for e in ("fused_add", "forward"))
+    declared = (f" (it declares rounding class {fused_class!r} for fused_add, {forward_class!r} for forward)"
+                if fused_class and forward_class and fused_class != forward_class else "")
+    assert_bitwise(subject, case, actual=y, expected=unfused, dim=b.dim, nan_payloads=False,
+                   what=f"fused_add y of {b.rows}x{b.dim} '{b.values}' rows ({b.weight_layout} weight) is not the "
+                        f"backend's own forward of residual_out as stored: the fused add and an add then forward "
+                        f"give the same row other bits{declared}")
+
+
 @conformance(variants.OFFSET_OUTPUT.id, AccuracyCase, _accuracy(OFFSET), skip_reason=_not_offered(OFFSET))
 def test_offset_output(subject, case):
     b = case.batch

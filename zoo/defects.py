@@ -691,6 +691,26 @@ class NormalizesFp32Sum(NativeRMSNormOp):
         return super().forward_fp32(total, weight.float(), eps).to(x.dtype), total.to(residual.dtype)
 
 
+class FusedAddOwnOrder(NativeRMSNormOp):
+    """Breaks variants.fused_add_as_forward: the fused add reduces the stored residual's squares in 64 lanes, while
+    forward keeps the native tree; each order alone is correct and batch-invariant.
+
+    Engines ship the fused add as a kernel of its own beside the plain norm (fused_add_rms_norm beside rms_norm),
+    with its own vectorised loads and block reduction: an RL sampler that calls the fused kernel and a trainer that
+    adds the residual and then calls the plain norm give the same hidden state other low bits, and the policy's
+    sampling and training log-probabilities drift apart.
+    """
+
+    name = "fused_add_own_order"
+    breaks = variants.FUSED_ADD_AS_FORWARD.id
+
+    def fused_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+        _, residual_out = super().fused_add(x, residual, weight, eps)
+        stored = residual_out.float()
+        return _normalise(stored, weight, eps, sum_of_squares_by_lanes(stored)).to(x.dtype), residual_out
+
+
 class FusedAddNormalizesInput(NativeRMSNormOp):
     """Breaks variants.fused_add_output: y normalizes x, the layer output, not x + residual.
 

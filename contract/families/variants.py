@@ -45,6 +45,13 @@ FUSED_ADD_STORED_RESIDUAL = Rule(
     "different bits, y has that choice's bits on no more of them than the stored residual's (a breach "
     "needs two).")
 
+FUSED_ADD_AS_FORWARD = Rule(
+    "variants.fused_add_as_forward", "fused add as its own forward",
+    "fused_add's y is bitwise the backend's own forward of residual_out as stored (same weight, eps): the "
+    "fused and the unfused path of one backend give a row the same bits, so a sampler that fuses the "
+    "residual add and a trainer that adds then normalizes agree. Held where residual_out is in x's dtype, "
+    "the forward's own input; a NaN matches any NaN in the same place.")
+
 OFFSET_OUTPUT = Rule(
     "variants.offset_output", "offset output accuracy",
     "forward_offset's y, in x's dtype and shape, lies within the output bound of the fp32 reference "
@@ -88,6 +95,7 @@ RULES: tuple[Rule, ...] = (
     FUSED_ADD_RESIDUAL,
     FUSED_ADD_OUTPUT,
     FUSED_ADD_STORED_RESIDUAL,
+    FUSED_ADD_AS_FORWARD,
     OFFSET_OUTPUT,
     OFFSET_DTYPE,
     UNWEIGHTED_OUTPUT,
