@@ -28,9 +28,16 @@ def pytest_configure(config):
                             "rank starts sooner")
     config.addinivalue_line("markers", "fresh_interpreter: pytester's subprocesses start a fresh interpreter, "
                             "not a fork of one that imported torch (tests/helpers/forkserver.py)")
+    config.addinivalue_line("markers", "long: in the long tier (tests/long_tier.py), left out of CI's run with "
+                            "-m 'not long' and run in full with -m long")
 
 
 def pytest_collection_modifyitems(config, items):
+    from tests.long_tier import is_long
+
+    for item in items:
+        if is_long(item.nodeid):
+            item.add_marker(pytest.mark.long)
     # The long tests (the wheel install, the runs of the zoo, the compile check) begun first run while the other
     # worker drains the short ones, instead of holding up the end of the run; the longest start first.
     def rank(item):

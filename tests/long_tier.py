@@ -1,0 +1,54 @@
+"""The long tier: the harness's own end-to-end tests that each take many seconds of a two-core machine, left out
+of CI's run (``-m "not long"``) so that CI keeps to its ten minutes, and run in full before a release and before an
+issue is closed: ``pytest tests -n 2 -m long``. Each runs whole pytest sessions of the plugin in subprocesses (a
+gate of several backends, a hang waited out, a wheel installed). The mutation test of the zoo
+(tests/detection/) and the refusal of every suite test (tests/checking/test_refused.py) stay in CI's run.
+
+One home for the tier: a test joins it here, by its node id (every parametrization of it).
+"""
+
+LONG_TESTS: tuple[str, ...] = (
+    # backends: Triton in the interpreter, many dtypes and widths per test
+    "tests/backends/test_triton_suites.py::test_triton_in_the_interpreter_passes_every_rule_under_smoke",
+    "tests/backends/test_triton_backend.py::test_wide_row_path",
+    "tests/backends/test_engine_adapters.py::test_a_run_naming_only_missing_engines_is_not_run",
+    # the package: a wheel built and installed into a fresh environment, the action's gate step
+    "tests/package/test_wheel_install.py::test_a_kernel_author_gates_kernels_from_a_directory_of_their_own",
+    "tests/package/test_action.py::test_the_gate_step_runs_and_gives_the_verdict_and_exit_status",
+    # faults: hangs, deadlines and signals waited out; crashes under xdist
+    "tests/faults/test_adversarial.py::test_runs_that_wait_out_a_hang_or_a_deadline",
+    "tests/faults/test_adversarial.py::test_a_segfault_under_xdist_is_the_backends_verdict_and_the_run_goes_to_its_end",
+    "tests/faults/test_adversarial.py::test_sigterm_writes_an_incomplete_report_and_exits_nonzero",
+    "tests/faults/test_adversarial.py::test_global_state_leaks_fail_their_rule_and_spare_later_backends",
+    "tests/faults/test_faults.py::test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes",
+    # the plugin's supervisor and controller: whole runs ended by deadlines, exit hooks and signals
+    "tests/plugin/test_supervisor.py::test_a_run_that_outlives_its_deadline_is_ended_by_its_supervisor",
+    "tests/plugin/test_supervisor.py::test_an_exit_hook_cannot_turn_a_fail_into_status_0",
+    "tests/plugin/test_supervisor.py::test_a_thread_a_kernel_leaves_running_does_not_hang_the_run_after_its_verdict",
+    "tests/plugin/test_supervisor.py::test_a_signal_to_the_process_group_ends_the_run_with_its_report",
+    "tests/plugin/test_supervisor.py::test_an_exit_at_import_is_incomplete_and_replaces_the_stale_report",
+    "tests/plugin/test_controller.py::test_workers_start_before_the_controller_imports_torch",
+    "tests/plugin/test_ci_plugins.py::test_pytest_timeout_thread_method_ends_the_process_and_the_report_names_the_case",
+    # checking: whole gates of several backends
+    "tests/checking/test_strict_profile.py::test_native_passes_the_strict_profile",
+    "tests/checking/test_parity_gate.py::test_a_pair_in_different_orders_fails_with_bits_and_a_replay",
+    "tests/checking/test_parity_gate.py::test_native_and_triton_are_at_parity_on_the_cpu",
+    "tests/checking/test_fp8.py::test_native_and_a_vllm_order_kernel_pass_the_fp8_bounds",
+    "tests/checking/test_known_failures.py::"
+    "test_a_written_baseline_makes_the_same_run_pass_and_strict_mode_fails_a_stale_entry",
+    "tests/checking/test_interface_gate.py::test_impolite_but_correct_kernel_passes_by_default_and_fails_only_when_strict",
+    # running: adapters of every shape (the wheel test gates them too), servers replaced, compiled paths
+    "tests/running/test_adapters_shapes.py::test_a_correct_kernel_of_each_shape_passes",
+    "tests/running/test_adapters.py::test_torch_functional_adapters_pass_the_gate_with_the_manifest",
+    "tests/running/test_torch_server.py::test_a_server_that_died_is_replaced_and_a_new_interpreter_is_asked_for_by_name",
+    "tests/running/test_child_imports.py::test_a_users_module_named_like_a_source_folder_is_the_users_in_the_first_call_process",
+    "tests/running/test_execution_modes.py::test_a_compiled_path_that_differs_fails_the_default_gate",
+    # reporting: the matrix's command line, a run under GitHub Actions
+    "tests/reporting/test_matrix.py::test_the_command_line_runs_each_of_its_commands",
+    "tests/reporting/test_ci_output.py::test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_properties",
+)
+
+
+def is_long(nodeid: str) -> bool:
+    """Is the test of this node id (``path::name`` or ``path::name[params]``) in the long tier?"""
+    return nodeid.split("[", 1)[0] in LONG_TESTS
