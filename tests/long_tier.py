@@ -8,10 +8,17 @@ One home for the tier: a test joins it here, by its node id (every parametrizati
 """
 
 LONG_TESTS: tuple[str, ...] = (
-    # backends: Triton in the interpreter, many dtypes and widths per test
+    # backends: Triton in the interpreter (about 30 ms a call), many dtypes, widths and loops per test; the CUDA
+    # compile check's cache
     "tests/backends/test_triton_suites.py::test_triton_in_the_interpreter_passes_every_rule_under_smoke",
     "tests/backends/test_triton_backend.py::test_wide_row_path",
     "tests/backends/test_engine_adapters.py::test_a_run_naming_only_missing_engines_is_not_run",
+    "tests/backends/test_triton_backend.py::test_backward_loops_are_bitwise_native",
+    "tests/backends/test_triton_backend.py::test_one_row_per_backward_tile",
+    "tests/backends/test_triton_backend.py::test_compiled_op_is_bitwise_eager",
+    "tests/backends/test_triton_backend.py::test_dx_invariant_and_dw_deterministic",
+    "tests/backends/test_cuda_backend.py::"
+    "test_the_compile_checks_cache_serves_a_unit_only_for_the_same_command_and_sources",
     # the package: a wheel built and installed into a fresh environment, the action's gate step
     "tests/package/test_wheel_install.py::test_a_kernel_author_gates_kernels_from_a_directory_of_their_own",
     "tests/package/test_action.py::test_the_gate_step_runs_and_gives_the_verdict_and_exit_status",
@@ -21,6 +28,8 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/faults/test_adversarial.py::test_sigterm_writes_an_incomplete_report_and_exits_nonzero",
     "tests/faults/test_adversarial.py::test_global_state_leaks_fail_their_rule_and_spare_later_backends",
     "tests/faults/test_faults.py::test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes",
+    "tests/faults/test_adversarial.py::test_a_state_that_cannot_be_put_back_ends_its_process_and_spares_the_others",
+    "tests/faults/test_adversarial.py::test_a_segfault_leaves_an_incomplete_report_naming_the_test",
     # the plugin's supervisor and controller: whole runs ended by deadlines, exit hooks and signals
     "tests/plugin/test_supervisor.py::test_a_run_that_outlives_its_deadline_is_ended_by_its_supervisor",
     "tests/plugin/test_supervisor.py::test_an_exit_hook_cannot_turn_a_fail_into_status_0",
@@ -28,6 +37,12 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/plugin/test_supervisor.py::test_a_signal_to_the_process_group_ends_the_run_with_its_report",
     "tests/plugin/test_supervisor.py::test_an_exit_at_import_is_incomplete_and_replaces_the_stale_report",
     "tests/plugin/test_controller.py::test_workers_start_before_the_controller_imports_torch",
+    "tests/plugin/test_supervisor.py::test_a_report_that_could_not_be_written_never_ends_in_status_0",
+    "tests/plugin/test_supervisor.py::test_a_supervisor_killed_takes_its_run_down_with_an_incomplete_report",
+    "tests/plugin/test_supervisor.py::test_a_pytest_run_inside_the_run_does_not_answer_for_it",
+    "tests/plugin/test_coexistence.py::test_workers_from_the_file_become_xdist_workers_of_a_conformance_run",
+    "tests/plugin/test_plugin.py::test_no_shrink_reports_the_failing_case_as_drawn_and_says_so",
+    "tests/plugin/test_plugin.py::test_hypothesis_statistics_and_events_are_shown",
     "tests/plugin/test_ci_plugins.py::test_pytest_timeout_thread_method_ends_the_process_and_the_report_names_the_case",
     # checking: whole gates of several backends
     "tests/checking/test_strict_profile.py::test_native_passes_the_strict_profile",
@@ -39,6 +54,7 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/checking/test_interface_gate.py::test_impolite_but_correct_kernel_passes_by_default_and_fails_only_when_strict",
     # running: adapters of every shape (the wheel test gates them too), servers replaced, compiled paths
     "tests/running/test_adapters_shapes.py::test_a_correct_kernel_of_each_shape_passes",
+    "tests/running/test_adapters_shapes.py::test_a_planted_bug_in_each_shape_fails_with_its_rule_and_a_replay_that_reproduces",
     "tests/running/test_adapters.py::test_torch_functional_adapters_pass_the_gate_with_the_manifest",
     "tests/running/test_torch_server.py::test_a_server_that_died_is_replaced_and_a_new_interpreter_is_asked_for_by_name",
     "tests/running/test_child_imports.py::test_a_users_module_named_like_a_source_folder_is_the_users_in_the_first_call_process",
