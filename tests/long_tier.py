@@ -2,7 +2,8 @@
 of CI's run (``-m "not long"``) so that CI keeps to its ten minutes, and run in full before a release and before an
 issue is closed: ``pytest tests -n 2 -m long``. Each runs whole pytest sessions of the plugin in subprocesses (a
 gate of several backends, a hang waited out, a wheel installed). The mutation test of the zoo
-(tests/detection/) and the refusal of every suite test (tests/checking/test_refused.py) stay in CI's run.
+(tests/detection/), the refusal of every suite test (tests/checking/test_refused.py) and the wheel installed
+with the example gated in a clone and out of it (tests/package/test_wheel_install.py) stay in CI's run.
 
 One home for the tier: a test joins it here, by its node id (every parametrization of it).
 """
@@ -19,8 +20,8 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/backends/test_triton_backend.py::test_dx_invariant_and_dw_deterministic",
     "tests/backends/test_cuda_backend.py::"
     "test_the_compile_checks_cache_serves_a_unit_only_for_the_same_command_and_sources",
-    # the package: a wheel built and installed into a fresh environment, the action's gate step
-    "tests/package/test_wheel_install.py::test_a_kernel_author_gates_kernels_from_a_directory_of_their_own",
+    # the package: the action's gate step (the wheel install, which runs the example in a clone and out of it,
+    # stays in CI's run)
     "tests/package/test_action.py::test_the_gate_step_runs_and_gives_the_verdict_and_exit_status",
     # faults: hangs, deadlines and signals waited out; crashes under xdist
     "tests/faults/test_adversarial.py::test_runs_that_wait_out_a_hang_or_a_deadline",
@@ -28,6 +29,8 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/faults/test_adversarial.py::test_sigterm_writes_an_incomplete_report_and_exits_nonzero",
     "tests/faults/test_adversarial.py::test_global_state_leaks_fail_their_rule_and_spare_later_backends",
     "tests/faults/test_faults.py::test_out_of_memory_that_passes_is_tried_again_and_a_correct_kernel_passes",
+    "tests/faults/test_faults.py::test_out_of_memory_fails_the_kernel_that_asked_and_the_run_goes_on",
+    "tests/faults/test_faults.py::test_a_first_call_out_of_memory_is_made_again_in_a_fresh_process",
     "tests/faults/test_adversarial.py::test_a_state_that_cannot_be_put_back_ends_its_process_and_spares_the_others",
     "tests/faults/test_adversarial.py::test_a_segfault_leaves_an_incomplete_report_naming_the_test",
     # the plugin's supervisor and controller: whole runs ended by deadlines, exit hooks and signals
@@ -42,6 +45,8 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/plugin/test_supervisor.py::test_a_pytest_run_inside_the_run_does_not_answer_for_it",
     "tests/plugin/test_coexistence.py::test_workers_from_the_file_become_xdist_workers_of_a_conformance_run",
     "tests/plugin/test_plugin.py::test_no_shrink_reports_the_failing_case_as_drawn_and_says_so",
+    "tests/plugin/test_plugin.py::test_one_plus_weight_fails_naming_the_rule_with_a_replay_that_reproduces",
+    "tests/plugin/test_forkserver.py::test_a_variable_read_at_start_up_changed_in_this_process_gets_a_new_server",
     "tests/plugin/test_plugin.py::test_hypothesis_statistics_and_events_are_shown",
     "tests/plugin/test_ci_plugins.py::test_pytest_timeout_thread_method_ends_the_process_and_the_report_names_the_case",
     # checking: whole gates of several backends
