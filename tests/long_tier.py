@@ -47,6 +47,13 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/plugin/test_plugin.py::test_no_shrink_reports_the_failing_case_as_drawn_and_says_so",
     "tests/plugin/test_plugin.py::test_one_plus_weight_fails_naming_the_rule_with_a_replay_that_reproduces",
     "tests/plugin/test_forkserver.py::test_a_variable_read_at_start_up_changed_in_this_process_gets_a_new_server",
+    "tests/plugin/test_forkserver.py::test_the_xdist_workers_of_a_forked_run_are_forks_with_the_runs_environment",
+    "tests/plugin/test_supervisor.py::test_a_status_a_kernel_forged_is_not_taken_for_the_verdict",
+    "tests/plugin/test_supervisor.py::test_an_exit_bound_before_the_harness_wrapped_it_is_never_status_0",
+    "tests/plugin/test_ci_plugins.py::test_pytest_timeout_signal_method_ends_the_case_with_its_rule_and_replay",
+    "tests/plugin/test_controller.py::test_report_paths_checked_by_every_process_at_once_never_read_as_unwritable",
+    "tests/plugin/test_plugin.py::test_xdist_workers_send_their_records_to_the_report",
+    "tests/running/test_torch_server.py::test_an_interrupted_wait_ends_the_child_with_it",
     "tests/plugin/test_plugin.py::test_hypothesis_statistics_and_events_are_shown",
     "tests/plugin/test_ci_plugins.py::test_pytest_timeout_thread_method_ends_the_process_and_the_report_names_the_case",
     # checking: whole gates of several backends
