@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch, "r.json")
         cmd = command(args.workers, args.deadline, report)
-        import time
-
         start = time.monotonic()
         ret = subprocess.run(cmd, cwd=scratch, check=False).returncode
         seconds = time.monotonic() - start
-        data = json.loads(report.read_text())
+        data = json.loads(report.read_text()) if report.exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
+    if data is None:  # the gate wrote no report: that is the finding, and it is written down as one
+        out.write_text(f"# Device faults on a GPU\n\nThe run (exit {ret}, {seconds:.0f} s) wrote no report: "
+                       f"`{' '.join(cmd)}`\n")
+        print(f"wrote {out}: no report")
+        return 1
     out.write_text(summary(data, ret, cmd, seconds) + "\n")
     print(f"wrote {out}")
     return 0
