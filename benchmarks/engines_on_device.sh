@@ -12,64 +12,27 @@
 # dtype), so that it ends within ENGINES_TIME_LIMIT seconds (default 420); ENGINES_ARGS adds pytest options
 # (--require-parity=native:triton, say).
 #
-# Calls on one machine share /tmp while it stays warm: 'stage' each group in back-to-back calls, and 'run' with
-# the last one. A wheel joins once all its parts are there and its sha256 matches; an incomplete one is left out,
-# and its adapters are then skipped with their reason like any adapter whose package is missing. Only adapters
-# whose packages import are named with --backend, so the verdict speaks for those; the others are listed.
+# benchmarks/engine_site.sh stages, joins and installs the wheels (a wheel too large for one call travels in parts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
 OUT=${OUT:-reports/engines}
-STAGE=${ENGINES_STAGE:-/tmp/engines-stage}
-SITE=${ENGINES_SITE:-/tmp/site}
 LIMIT=${ENGINES_TIME_LIMIT:-420}   # seconds for the conformance run itself
 BESIDE=${ENGINES_BESIDE-native,triton,cuda}
 WORKERS=${ENGINES_WORKERS:-8}
 DTYPE=${ENGINES_DTYPE-bfloat16}
 ENGINES=liger,fla,flashinfer,quack,xformers,vllm,vllm_batch_invariant,sgl_kernel,transformer_engine,unsloth
 export PYTHONUNBUFFERED=1
-mkdir -p "$STAGE" "$OUT"
-
-# 1. Keep this call's files: whole wheels, parts and checksums.
-find -L .whl-engines -type f 2>/dev/null | while read -r f; do [ -e "$STAGE/$(basename "$f")" ] || cp "$f" "$STAGE/"; done
-echo "staged: $(ls "$STAGE" | wc -l) files, $(du -sh "$STAGE" | cut -f1)"
+mkdir -p "$OUT"
+. benchmarks/engine_site.sh
+engine_stage
 [ "$mode" = stage ] && exit 0
-
-# 2. Join split wheels whose parts are all here and whose checksum holds.
-for sum in "$STAGE"/*.sha256; do
-  [ -e "$sum" ] || continue
-  wheel="$STAGE/$(basename "$sum" .sha256)"
-  [ -e "$wheel" ] && continue
-  cat $(ls "$wheel".part-* | sort -V) > "$wheel.joined" 2>/dev/null
-  if (cd "$STAGE" && sed "s/  .*/  $(basename "$wheel").joined/" "$(basename "$sum")" | sha256sum -c --quiet -); then
-    mv "$wheel.joined" "$wheel"; echo "joined $(basename "$wheel")"
-  else
-    rm -f "$wheel.joined"; echo "incomplete, left out: $(basename "$wheel") (parts: $(ls "$wheel".part-* 2>/dev/null | wc -l))"
-  fi
-done
-
-# 3. Install the wheels into one folder, a site directory so that their .pth files (nvidia-cutlass-dsl's) run.
-start=$(date +%s)
-if ls "$STAGE"/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-    "$STAGE"/*.whl || echo "pip install failed: exit $?"
-fi
-export PATH="$SITE/bin:$PATH"   # console scripts carried in wheels (ninja, for FlashInfer's CUDA JIT fallback)
-purelib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "import site; site.addsitedir('$SITE')" > "$purelib/zz_engines_site.pth" \
-  || { export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; echo "no .pth written: PYTHONPATH only"; }
-# The harness itself, with its entry points (the adapters are registered there), from a wheel of this tree: the
-# suites then run from an empty folder, where this tree's rmsnorm_conformance/ cannot shadow the package.
-rm -rf /tmp/harness-whl
-python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/harness-whl . \
-  && python3 -m pip install -q --no-deps --no-index --force-reinstall /tmp/harness-whl/*.whl \
-  || echo "harness install failed: exit $?"
+engine_install
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(pwd)
 cd "$(mktemp -d)"
-echo "install: $(( $(date +%s) - start )) s"
 
-# 4. Which adapters can run here, and how long each engine takes to import (FlashInfer's and quack's kernels
+# Which adapters can run here, and how long each engine takes to import (FlashInfer's and quack's kernels
 #    are compiled at their first call, not here).
 nvidia-smi -L
 python3 - "${2:-$ENGINES}" <<'EOF' | tee "$OUT/engines-preflight.txt"
@@ -103,7 +66,7 @@ EOF
 ready=$(cat /tmp/engines-ready 2>/dev/null)
 [ -n "$ready" ] || { echo "no engine adapter can run here"; exit 5; }
 
-# 5. Bandwidth and latency of each engine that can run and of the project's backends, against a device copy in
+# Bandwidth and latency of each engine that can run and of the project's backends, against a device copy in
 #    the same run (benchmarks/bench.py, bf16, the issue's shapes; ENGINES_BENCH_LIMIT seconds, 0 for none). Its
 #    JSON feeds "Pick a kernel" (--bench-json) below, so each engine's row shows its bandwidth beside its verdict.
 bench_args=()
@@ -116,7 +79,7 @@ if [ "${ENGINES_BENCH_LIMIT:-240}" != 0 ]; then
   [ -s "$OUT/engines-bench.json" ] && bench_args=(--bench-json="$OUT/engines-bench.json")
 fi
 
-# 6. The suites, the project's backends beside the engines that can run, on xdist workers (a crash ends its
+# The suites, the project's backends beside the engines that can run, on xdist workers (a crash ends its
 #    worker and is reported against the test it died in), SIGINT on timeout so that the report is still written.
 backends=$ready${BESIDE:+,$BESIDE}
 start=$(date +%s)
@@ -126,7 +89,7 @@ timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --
   | tail -n 60
 status=${PIPESTATUS[0]}
 echo "conformance ($backends, ${DTYPE:-every dtype}, $WORKERS workers): exit $status, $(( $(date +%s) - start )) s"
-# 7. One archive of everything in OUT (a device call brings back at most 8 files: a run lost its engines.md and
+# One archive of everything in OUT (a device call brings back at most 8 files: a run lost its engines.md and
 #    engines.json to that limit). ENGINES_PACK=0 leaves the files as they are.
 if [ "${ENGINES_PACK:-1}" = 1 ]; then
   (cd "$OUT" && tar czf /tmp/engines-run.tgz . && rm -rf ./* && mv /tmp/engines-run.tgz .) && echo "packed: $OUT/engines-run.tgz"
