@@ -607,8 +607,17 @@ def watch_interrupts() -> Callable[[], None]:
     A kernel that raises KeyboardInterrupt itself ended the whole run as a Ctrl-C does, every other backend's checks
     with it (INCOMPLETE, "interrupted (Ctrl-C or a signal)"); with SIGINT noted, ``no_exit`` tells the two apart."""
     handler = _getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+    if threading.current_thread() is not threading.main_thread() or handler is None:
         return lambda: None
+    if not callable(handler):
+        # SIGINT ignored (a process started in the background inherits SIG_IGN) or left to end the process: no
+        # SIGINT can arrive as a KeyboardInterrupt, so every one not preceded by a noted SIGTERM is a raise.
+        _interrupts["watched"] = True
+
+        def unwatch() -> None:
+            _interrupts["watched"] = False
+
+        return unwatch
 
     def noting(signum: int, frame: Any) -> Any:
         note_interrupt()

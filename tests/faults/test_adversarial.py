@@ -184,6 +184,35 @@ def test_a_keyboard_interrupt_a_kernel_raises_itself_fails_it_and_the_run_goes_o
     assert {s["rule"] for s in native} == {"axis_a.repeat", "axis_b.output"} and not any(s["failures"] for s in native)
 
 
+@pytest.mark.parametrize("inherited", [signal.SIG_IGN, signal.SIG_DFL], ids=["sigint-ignored", "sigint-default"])
+def test_a_kernels_keyboard_interrupt_is_its_raise_where_sigint_cannot_arrive(inherited):
+    """A run started in the background inherits SIGINT ignored, so no Ctrl-C can reach it as a KeyboardInterrupt; the
+    interrupt watch installed nothing there, and a kernel's own KeyboardInterrupt ended such a run as interrupted
+    (INCOMPLETE, every other backend with it) instead of failing that kernel. A noted SIGTERM still ends the run."""
+    from rmsnorm_conformance.harness.running import isolation
+
+    state, previous = dict(isolation._interrupts), signal.signal(signal.SIGINT, inherited)
+    try:
+        undo = isolation.watch_interrupts()
+        try:
+            def kernel_raises(after_sigterm: bool) -> None:
+                with isolation.no_exit("a kernel"):
+                    if after_sigterm:
+                        isolation.note_interrupt()  # the reporter's SIGTERM, noted during the call
+                    raise KeyboardInterrupt
+
+            with pytest.raises(isolation.ExitRefused, match="raised KeyboardInterrupt during a call"):
+                kernel_raises(after_sigterm=False)
+            with pytest.raises(KeyboardInterrupt):
+                kernel_raises(after_sigterm=True)
+        finally:
+            undo()
+        assert signal.getsignal(signal.SIGINT) is inherited  # nothing was installed, so nothing to put back
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        isolation._interrupts.update(state)
+
+
 def test_a_ctrl_c_swallowed_where_it_was_raised_is_still_incomplete(gate):
     # The backend's second call sends its process a SIGINT and swallows the KeyboardInterrupt (as Python does with one
     # raised in a garbage collector's callback, and torch's import with one raised while it imports numpy): the run
