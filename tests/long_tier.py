@@ -1,11 +1,12 @@
 """The long tier: the harness's own end-to-end tests that each take many seconds of a two-core machine, left out
 of CI's run (``-m "not long"``) so that CI keeps to its ten minutes, and run in full before a release and before an
 issue is closed: ``pytest tests -n 2 -m long``. Each runs whole pytest sessions of the plugin in subprocesses (a
-gate of several backends, a hang waited out, a wheel installed). The mutation test of the zoo
-(tests/detection/), the refusal of every suite test (tests/checking/test_refused.py) and the wheel installed
-with the example gated in a clone and out of it (tests/package/test_wheel_install.py) stay in CI's run.
+gate of several backends, a hang waited out, a wheel installed). A third of the zoo's mutation test
+(tests/detection/: its first group of numerics defects and the interface group) and the wheel installed with the
+example gated in a clone and out of it (tests/package/test_wheel_install.py) stay in CI's run.
 
-One home for the tier: a test joins it here, by its node id (every parametrization of it).
+One home for the tier: a test joins it here, by its node id (every parametrization of it), or one parametrization
+of it by its whole node id, brackets included.
 """
 
 LONG_TESTS: tuple[str, ...] = (
@@ -23,6 +24,7 @@ LONG_TESTS: tuple[str, ...] = (
     # the package: the action's gate step (the wheel install, which runs the example in a clone and out of it,
     # stays in CI's run)
     "tests/package/test_action.py::test_the_gate_step_runs_and_gives_the_verdict_and_exit_status",
+    "tests/package/test_wheel_install.py::test_kernels_of_every_shape_gate_from_the_wheel_and_their_replays_reproduce",
     # faults: hangs, deadlines and signals waited out; crashes under xdist
     "tests/faults/test_adversarial.py::test_runs_that_wait_out_a_hang_or_a_deadline",
     "tests/faults/test_adversarial.py::test_a_segfault_under_xdist_is_the_backends_verdict_and_the_run_goes_to_its_end",
@@ -56,7 +58,8 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/running/test_torch_server.py::test_an_interrupted_wait_ends_the_child_with_it",
     "tests/plugin/test_plugin.py::test_hypothesis_statistics_and_events_are_shown",
     "tests/plugin/test_ci_plugins.py::test_pytest_timeout_thread_method_ends_the_process_and_the_report_names_the_case",
-    # checking: whole gates of several backends
+    # checking: whole gates of several backends; every suite test against a refusing kernel
+    "tests/checking/test_refused.py::test_a_refusal_is_a_refusal_in_every_test_of_the_suites",
     "tests/checking/test_strict_profile.py::test_native_passes_the_strict_profile",
     "tests/checking/test_parity_gate.py::test_a_pair_in_different_orders_fails_with_bits_and_a_replay",
     "tests/checking/test_parity_gate.py::test_native_and_triton_are_at_parity_on_the_cpu",
@@ -71,6 +74,9 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/running/test_torch_server.py::test_a_server_that_died_is_replaced_and_a_new_interpreter_is_asked_for_by_name",
     "tests/running/test_child_imports.py::test_a_users_module_named_like_a_source_folder_is_the_users_in_the_first_call_process",
     "tests/running/test_execution_modes.py::test_a_compiled_path_that_differs_fails_the_default_gate",
+    # detection: the zoo's mutation test beyond its first group (about 50 s of a worker a group)
+    "tests/detection/test_detection.py::test_every_defect_is_caught_and_every_control_passes[zoo-1]",
+    "tests/detection/test_detection.py::test_every_defect_is_caught_and_every_control_passes[zoo-2]",
     # reporting: the matrix's command line, a run under GitHub Actions
     "tests/reporting/test_matrix.py::test_the_command_line_runs_each_of_its_commands",
     "tests/reporting/test_ci_output.py::test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_properties",
@@ -79,4 +85,4 @@ LONG_TESTS: tuple[str, ...] = (
 
 def is_long(nodeid: str) -> bool:
     """Is the test of this node id (``path::name`` or ``path::name[params]``) in the long tier?"""
-    return nodeid.split("[", 1)[0] in LONG_TESTS
+    return nodeid in LONG_TESTS or nodeid.split("[", 1)[0] in LONG_TESTS

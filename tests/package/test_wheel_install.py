@@ -256,10 +256,17 @@ def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
     user = _user_dir(tmp_path / "user")
     check_the_wheel_holds_one_package_with_every_source_file(wheel)
     check_the_rules_text_ships_in_the_wheel(venv, user)
-    check_kernels_of_every_shape_gate_and_replays_reproduce(venv, user)
     check_the_example_gates_by_its_entry_point_name_as_its_ci_does(venv, tmp_path)
     check_the_example_gates_inside_the_clone_as_its_readme_says(venv, tmp_path)
     check_the_users_own_hypothesis_tests_run_as_without_the_plugin(venv, tmp_path / "own-tests")
+
+
+# The user's kernels of every shape, gated from the wheel: a test of its own in the long tier (a venv of its own and a
+# gate of ten backends, about 40 s of a CI worker). CI's run holds each shape's adapter to what the kernel computes
+# (tests/running/test_adapters_shapes.py); the long tier gates them from the clone and from the wheel.
+def test_kernels_of_every_shape_gate_from_the_wheel_and_their_replays_reproduce(tmp_path):
+    venv, _ = _install(tmp_path)
+    check_kernels_of_every_shape_gate_and_replays_reproduce(venv, _user_dir(tmp_path / "user"))
 
 
 def check_the_wheel_holds_one_package_with_every_source_file(wheel: Path) -> None:
