@@ -133,7 +133,8 @@ def render(args: argparse.Namespace, table: list[list[Any]], trees: list[str], n
     header = [f"- {k}: {v}" for k, v in env.items() if k in ("date", "torch", "triton", "cuda runtime", "python")
               or k.startswith("device")]
     return "\n".join([
-        "# Reduction orders revealed, beside the canonical order", "", f"Command: `{command}`", "", *header, "",
+        "# Reduction orders revealed, beside the canonical order", "",
+        f"Command: `{command}`" + (f", run on the GPU machine by `{args.via}`" if args.via else ""), "", *header, "",
         "Each backend's summation trees (checking/fingerprint.py, after FPRev) over a window of "
         f"{args.window} leaves (the first half and as many from the middle of the row; for dw, of the rows), in "
         f"{args.dtype}, with the probe rows in batches of each batch size. *canonical*: the contract's canonical "
@@ -159,6 +160,7 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=240.0, help="seconds for the probes (default 240)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None, help="also write the table, trees and notes as JSON here")
+    parser.add_argument("--via", default="", help="the script that ran this command on another machine, for the header")
     parser.add_argument("--extra", action="append", default=[], help="a line added to the notes (what was skipped)")
     args = parser.parse_args()
     table, trees, notes = run(args)

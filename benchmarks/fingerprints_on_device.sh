@@ -21,4 +21,5 @@ export MAX_JOBS=${MAX_JOBS:-16}
 ROOT=$(pwd)
 cd "$(mktemp -d)"
 python3 "$ROOT/benchmarks/fingerprints.py" --device cuda --backends "$BACKENDS" --time-limit "$LIMIT" \
-  --out "$OUT/fingerprints.md" --json "$OUT/fingerprints.json" --window "${WINDOW:-12}" 2>&1 | tail -n 60
+  --out "$OUT/fingerprints.md" --json "$OUT/fingerprints.json" --window "${WINDOW:-12}" \
+  --via "WINDOW=${WINDOW:-12} bash benchmarks/fingerprints_on_device.sh run $BACKENDS $LIMIT (the wheels of benchmarks/engine_wheels.py's pins)" 2>&1 | tail -n 60
