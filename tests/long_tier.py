@@ -1,7 +1,7 @@
 """The long tier: the harness's own end-to-end tests that each take many seconds of a two-core machine, left out
 of CI's run (``-m "not long"``) so that CI keeps to its ten minutes, and run in full before a release and before an
 issue is closed: ``pytest tests -n 2 -m long``. Each runs whole pytest sessions of the plugin in subprocesses (a
-gate of several backends, a hang waited out, a wheel installed). A third of the zoo's mutation test
+gate of several backends, a hang waited out, a wheel installed). A sixth of the zoo's mutation test
 (tests/detection/: its first group of numerics defects and the interface group) and the wheel installed with the
 example gated in a clone and out of it (tests/package/test_wheel_install.py) stay in CI's run.
 
@@ -74,9 +74,13 @@ LONG_TESTS: tuple[str, ...] = (
     "tests/running/test_torch_server.py::test_a_server_that_died_is_replaced_and_a_new_interpreter_is_asked_for_by_name",
     "tests/running/test_child_imports.py::test_a_users_module_named_like_a_source_folder_is_the_users_in_the_first_call_process",
     "tests/running/test_execution_modes.py::test_a_compiled_path_that_differs_fails_the_default_gate",
-    # detection: the zoo's mutation test beyond its first group (about 50 s of a worker a group)
+    # detection: the zoo's mutation test beyond its first group (a sixth of the numerics defects each, about 25 s of
+    # a worker)
     "tests/detection/test_detection.py::test_every_defect_is_caught_and_every_control_passes[zoo-1]",
     "tests/detection/test_detection.py::test_every_defect_is_caught_and_every_control_passes[zoo-2]",
+    "tests/detection/test_detection.py::test_every_defect_is_caught_and_every_control_passes[zoo-3]",
+    "tests/detection/test_detection.py::test_every_defect_is_caught_and_every_control_passes[zoo-4]",
+    "tests/detection/test_detection.py::test_every_defect_is_caught_and_every_control_passes[zoo-5]",
     # reporting: the matrix's command line, a run under GitHub Actions
     "tests/reporting/test_matrix.py::test_the_command_line_runs_each_of_its_commands",
     "tests/reporting/test_ci_output.py::test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_properties",

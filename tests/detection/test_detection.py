@@ -82,7 +82,7 @@ def _minimal_and_replay(out: str) -> tuple[str, str]:
 # one test (below), so that pytest-xdist spreads the runs over the workers. The interface defects run apart, under
 # --strict-interface, so that no numerics defect is held to interface rules it was not planted to break.
 
-GROUPS = 3
+GROUPS = 6  # CI runs the first group and the interface group; the long tier the rest (tests/long_tier.py)
 NUMERICS_DEFECTS = [d for d in DEFECTS if rule(d.breaks).severity != "interface"]
 INTERFACE_DEFECTS = [d for d in DEFECTS if rule(d.breaks).severity == "interface"]
 
