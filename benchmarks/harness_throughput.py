@@ -319,6 +319,8 @@ def main() -> None:
     parser.add_argument("--suite", action="append", default=[],
                         help="one suite file's module name, e.g. test_axis_b (repeatable; default: every suite)")
     parser.add_argument("--out", default=None, help="write the markdown here too")
+    parser.add_argument("--raw", default=None, help="keep every test's time (junit XML) and the timeline in this "
+                                                    "folder (raw logs: not evidence for reports/)")
     args, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]
     if args.breakdown and args.workers:
@@ -366,13 +368,14 @@ def main() -> None:
         slow = slowest(junit) if junit.exists() else []
         phases = timeline(timeline_file, began, wall) if timeline_file.exists() else []
         last = last_to_end(timeline_file, began) if timeline_file.exists() and args.workers else []
-        if junit.exists() and args.out:  # every test's time, beside the markdown
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(junit, Path(args.out).with_suffix(".junit.xml"))
-        if timeline_file.exists() and args.out:  # and when each began and ended, on which process
-            kept = Path(args.out).with_suffix(".timeline.jsonl.gz")
-            with timeline_file.open("rb") as src, gzip.open(kept, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+        if args.raw:  # every test's time, and when each began and ended, on which process
+            raw = Path(args.raw)
+            raw.mkdir(parents=True, exist_ok=True)
+            if junit.exists():
+                shutil.copy(junit, raw / "junit.xml")
+            if timeline_file.exists():
+                with timeline_file.open("rb") as src, gzip.open(raw / "timeline.jsonl.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
     text = render(args, data, int(status), wall, suites, slow, stages, phases, hottest, last, host_reference())
     print(text)
     if args.out:
