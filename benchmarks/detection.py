@@ -202,7 +202,8 @@ def measure_ci_grouped(defects: list[type], tmp: Path, sweep: str = "ci") -> tup
         members = groups[name]
         where = tmp / name
         (where / "tests").mkdir(parents=True, exist_ok=True)
-        (where / "tests" / "rmsnorm_detection_plan.py").write_text((ROOT / "tests" / "helpers" / "detection_plan.py").read_text())
+        plan_plugin = ROOT / "tests" / "helpers" / "detection_plan.py"
+        (where / "tests" / "rmsnorm_detection_plan.py").write_text(plan_plugin.read_text())
         (where / "plan.json").write_text(json.dumps({d.name: {"rules": [d.breaks], "stop_first": True}
                                                      for d in members}))
         strict = ["--strict-interface"] if name == "interface" else []
