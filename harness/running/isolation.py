@@ -592,7 +592,7 @@ def fingerprint(t: torch.Tensor) -> torch.Tensor:
 
 # Interrupts this process has received: SIGINT, where watch_interrupts installed its note, and the reporter's SIGTERM.
 # A KeyboardInterrupt out of a backend call with none received since the call began is the backend's own raise.
-_interrupts = {"received": 0, "watched": False}
+_interrupts = {"received": 0, "watched": False, "silent": False}
 
 
 def note_interrupt() -> None:
@@ -611,11 +611,12 @@ def watch_interrupts() -> Callable[[], None]:
         return lambda: None
     if not callable(handler):
         # SIGINT ignored (a process started in the background inherits SIG_IGN) or left to end the process: no
-        # SIGINT can arrive as a KeyboardInterrupt, so every one not preceded by a noted SIGTERM is a raise.
-        _interrupts["watched"] = True
+        # SIGINT can arrive as a KeyboardInterrupt while that lasts, so one not preceded by a noted SIGTERM is a
+        # raise. "silent": where a handler was installed since, nothing notes a SIGINT (no_exit then re-raises).
+        _interrupts["watched"] = _interrupts["silent"] = True
 
         def unwatch() -> None:
-            _interrupts["watched"] = False
+            _interrupts["watched"] = _interrupts["silent"] = False
 
         return unwatch
 
@@ -683,7 +684,8 @@ def no_exit(name: str) -> Iterator[None]:
     except KeyboardInterrupt:
         # The run's end where an interrupt came (or where none could be seen coming: SIGINT not watched, or its
         # handler replaced during the call); else the backend's own raise, a failure of that backend alone.
-        if _interrupts["received"] != received or not _interrupts["watched"] or _getsignal(signal.SIGINT) is not sigint:
+        if (_interrupts["received"] != received or not _interrupts["watched"] or _getsignal(signal.SIGINT) is not sigint
+                or (_interrupts["silent"] and callable(sigint))):
             raise
         raise ExitRefused(f"{name} raised KeyboardInterrupt during a call, with no Ctrl-C or SIGTERM received: a "
                           "kernel under test may not end the run") from None

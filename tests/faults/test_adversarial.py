@@ -205,6 +205,12 @@ def test_a_kernels_keyboard_interrupt_is_its_raise_where_sigint_cannot_arrive(in
                 kernel_raises(after_sigterm=False)
             with pytest.raises(KeyboardInterrupt):
                 kernel_raises(after_sigterm=True)
+            # A handler installed since (a library's), which notes nothing: a real Ctrl-C could raise through it,
+            # so a KeyboardInterrupt ends the run as before.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            with pytest.raises(KeyboardInterrupt):
+                kernel_raises(after_sigterm=False)
+            signal.signal(signal.SIGINT, inherited)
         finally:
             undo()
         assert signal.getsignal(signal.SIGINT) is inherited  # nothing was installed, so nothing to put back
