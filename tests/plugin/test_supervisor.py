@@ -207,7 +207,11 @@ def _sleeping_run_under_way(tmp_path: Path, **popen: Any) -> tuple[Any, Path]:
     report = tmp_path / "r.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RMSNORM_CONFORMANCE_UNSUPERVISED", None)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+    # SIGINT at its default first, as in a terminal: a run started in the background (this one's parent, say)
+    # inherits SIGINT ignored, and then a group's SIGINT never reaches the run at all.
+    in_a_terminal = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    proc = subprocess.Popen([sys.executable, "-c", in_a_terminal, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
                              "rmsnorm_conformance.suites", "--backend=tests.helpers.hostile:Sleeps", "--device=cpu",
                              "--dtype=float32", "--rule=axis_a.repeat", "--case-timeout=0", f"--report={report}"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
