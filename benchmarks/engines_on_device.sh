@@ -13,6 +13,8 @@
 # (--require-parity=native:triton, say).
 #
 # benchmarks/engine_site.sh stages, joins and installs the wheels (a wheel too large for one call travels in parts).
+# Only adapters whose packages import are named with --backend, so the verdict speaks for those; the others are
+# listed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
@@ -33,7 +35,7 @@ ROOT=$(pwd)
 cd "$(mktemp -d)"
 
 # Which adapters can run here, and how long each engine takes to import (FlashInfer's and quack's kernels
-#    are compiled at their first call, not here).
+# are compiled at their first call, not here).
 nvidia-smi -L
 python3 - "${2:-$ENGINES}" <<'EOF' | tee "$OUT/engines-preflight.txt"
 import importlib, sys, time
@@ -67,8 +69,8 @@ ready=$(cat /tmp/engines-ready 2>/dev/null)
 [ -n "$ready" ] || { echo "no engine adapter can run here"; exit 5; }
 
 # Bandwidth and latency of each engine that can run and of the project's backends, against a device copy in
-#    the same run (benchmarks/bench.py, bf16, the issue's shapes; ENGINES_BENCH_LIMIT seconds, 0 for none). Its
-#    JSON feeds "Pick a kernel" (--bench-json) below, so each engine's row shows its bandwidth beside its verdict.
+# the same run (benchmarks/bench.py, bf16, the issue's shapes; ENGINES_BENCH_LIMIT seconds, 0 for none). Its
+# JSON feeds "Pick a kernel" (--bench-json) below, so each engine's row shows its bandwidth beside its verdict.
 bench_args=()
 if [ "${ENGINES_BENCH_LIMIT:-240}" != 0 ]; then
   start=$(date +%s)
@@ -80,7 +82,7 @@ if [ "${ENGINES_BENCH_LIMIT:-240}" != 0 ]; then
 fi
 
 # The suites, the project's backends beside the engines that can run, on xdist workers (a crash ends its
-#    worker and is reported against the test it died in), SIGINT on timeout so that the report is still written.
+# worker and is reported against the test it died in), SIGINT on timeout so that the report is still written.
 backends=$ready${BESIDE:+,$BESIDE}
 start=$(date +%s)
 timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --backend="$backends" --device=cuda \
@@ -90,7 +92,7 @@ timeout -s INT "$LIMIT" python3 -m pytest --pyargs rmsnorm_conformance.suites --
 status=${PIPESTATUS[0]}
 echo "conformance ($backends, ${DTYPE:-every dtype}, $WORKERS workers): exit $status, $(( $(date +%s) - start )) s"
 # One archive of everything in OUT (a device call brings back at most 8 files: a run lost its engines.md and
-#    engines.json to that limit). ENGINES_PACK=0 leaves the files as they are.
+# engines.json to that limit). ENGINES_PACK=0 leaves the files as they are.
 if [ "${ENGINES_PACK:-1}" = 1 ]; then
   (cd "$OUT" && tar czf /tmp/engines-run.tgz . && rm -rf ./* && mv /tmp/engines-run.tgz .) && echo "packed: $OUT/engines-run.tgz"
 fi

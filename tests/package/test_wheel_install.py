@@ -262,7 +262,7 @@ def test_a_kernel_author_gates_kernels_from_a_directory_of_their_own(tmp_path):
 
 
 # The user's kernels of every shape, gated from the wheel: a test of its own in the long tier (a venv of its own and a
-# gate of ten backends, about 40 s of a CI worker). CI's run holds each shape's adapter to what the kernel computes
+# gate of ten backends). CI's run holds each shape's adapter to what the kernel computes
 # (tests/running/test_adapters_shapes.py); the long tier gates them from the clone and from the wheel.
 def test_kernels_of_every_shape_gate_from_the_wheel_and_their_replays_reproduce(tmp_path):
     venv, _ = _install(tmp_path)
