@@ -1,9 +1,5 @@
 """Axis-A: batch invariance. A row's output bits do not depend on what else is in the batch, in every dtype
 and through every entry point the backend offers.
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

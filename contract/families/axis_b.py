@@ -1,9 +1,5 @@
 """Axis-B: accuracy. A backend's output lies within the profile's bound of the fp32 reference of the very inputs
 it received.
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """fp8 output: RMSNorm fused with fp8 (E4M3FN) quantization, as rollout engines ship it. The format's facts
 and references are in ``contract/fp8.py``.
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Gradients: dx and dw against fp32 autograd through the reference, and their batch invariance and
 determinism.
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Interface: how a kernel refuses bad input and declares itself to torch. A breach warns unless the run asks
 for ``--strict-interface``.
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

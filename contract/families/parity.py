@@ -1,9 +1,5 @@
 """Parity: two backends (or one and itself compiled or replayed) give the same bits. Checked only when a run
 asks for it (``--require-parity``, ``--modes``): then it gates like any numerics rule.
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

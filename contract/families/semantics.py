@@ -1,9 +1,5 @@
 """Semantics: what the call means beyond its numbers (eps inside the sqrt, a plain weight, dtype routing, the
 shape guard, purity, guard zones, device faults, edge shapes, global state, fresh outputs, NaN/Inf confined).
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

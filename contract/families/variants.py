@@ -1,9 +1,5 @@
 """Variants: the entry points engines ship beside forward (the fused add, the weight offset, no weight), their
 batch invariance, accuracy and rounding, and an fp32 weight with 16-bit x.
-
-One record per rule: its id, title, statement and severity, read by the suites (``@conformance(RULE.id, ...)``),
-the zoo's planted defects (``breaks = RULE.id``), the reports and CONTRACT.md. docs/adding-a-rule.md says how to
-add one.
 """
 
 from __future__ import annotations

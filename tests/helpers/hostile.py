@@ -141,62 +141,64 @@ class ReturnsList(NativeRMSNormOp):
         return [super().forward(x, weight, eps)]  # type: ignore[return-value]
 
 
-class InterruptsAfterFirstCall(NativeRMSNormOp):
+class _MisbehavesFromItsSecondCall(NativeRMSNormOp):
+    """A kernel whose first call is native's (so that a run's warm-up and first checks go through) and whose later
+    calls first do ``misbehave(call)``, ``call`` counting from 1 over every instance in the process."""
+
+    calls = 0
+
+    def misbehave(self, call: int) -> None:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        type(self).calls += 1
+        if type(self).calls > 1:
+            self.misbehave(type(self).calls)
+        return super().forward(x, weight, eps)
+
+
+class InterruptsAfterFirstCall(_MisbehavesFromItsSecondCall):
     """From its second call on, sends its process a SIGINT: a Ctrl-C during a kernel."""
 
     name = "interrupts"
-    calls = 0
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        type(self).calls += 1
-        if type(self).calls > 1:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)  # the handler runs at the next instruction; the sleep is cut short by it
-        return super().forward(x, weight, eps)
+    def misbehave(self, call: int) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the handler runs at the next instruction; the sleep is cut short by it
 
 
-class RaisesKeyboardInterrupt(NativeRMSNormOp):
+class RaisesKeyboardInterrupt(_MisbehavesFromItsSecondCall):
     """From its second call on, raises KeyboardInterrupt itself, with no Ctrl-C: a kernel's raise, not the user's."""
 
     name = "raises_keyboard_interrupt"
-    calls = 0
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        type(self).calls += 1
-        if type(self).calls > 1:
-            raise KeyboardInterrupt
-        return super().forward(x, weight, eps)
+    def misbehave(self, call: int) -> None:
+        raise KeyboardInterrupt
 
 
-class Sleeps(NativeRMSNormOp):
+class Sleeps(_MisbehavesFromItsSecondCall):
     """Hangs in Python (a sleep) on its second call."""
 
     name = "sleeps"
-    calls = 0
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        type(self).calls += 1
-        if type(self).calls > 1:
-            time.sleep(float(os.environ.get("HOSTILE_SLEEP", "600")))
-        return super().forward(x, weight, eps)
+    def misbehave(self, call: int) -> None:
+        time.sleep(float(os.environ.get("HOSTILE_SLEEP", "600")))
 
 
-class SwallowsInterrupt(NativeRMSNormOp):
+class SwallowsInterrupt(_MisbehavesFromItsSecondCall):
     """On its second call, sends this process a SIGINT (a Ctrl-C) and swallows the KeyboardInterrupt it raises, as
     code that catches BaseException does (and as Python does with one raised in a garbage collector's callback)."""
 
     name = "swallows_interrupt"
-    calls = 0
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        type(self).calls += 1
-        if type(self).calls == 2:
-            try:
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(1)  # the handler runs at the next instruction; the sleep is cut short by it
-            except BaseException:  # swallowed: the point of this backend
-                pass
-        return super().forward(x, weight, eps)
+    def misbehave(self, call: int) -> None:
+        if call != 2:
+            return
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs at the next instruction; the sleep is cut short by it
+        except BaseException:  # swallowed: the point of this backend
+            pass
 
 
 class DeclaresNoBackwardButHasAWrongOne(Bf16OnlyWrongBackward):
