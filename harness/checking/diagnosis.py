@@ -16,7 +16,6 @@ of calls into the backend:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +26,7 @@ import torch
 
 from ...contract.families import fp8, parity
 from ..running.entry_points import ENTRY_POINTS
+from ..running.modes import deterministic_algorithms, intra_op_threads
 from . import fingerprint as fp
 from .comparison import bits
 from .stage import Stage, stage_of
@@ -422,19 +422,9 @@ def explore_repeat(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
         Setting("call 1"), Setting("call 2"))
 
 
-@contextlib.contextmanager
-def _deterministic() -> Any:
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
-
-
 _MODES: dict[str, Callable[[], Any]] = {
     "torch.no_grad()": torch.no_grad, "torch.inference_mode()": torch.inference_mode,
-    "torch.use_deterministic_algorithms(True)": _deterministic,
+    "torch.use_deterministic_algorithms(True)": deterministic_algorithms,
 }
 
 
@@ -466,12 +456,9 @@ def explore_threads(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
     rows = p.batch_of(max(keep, 1), keep)
     before = torch.get_num_threads()
     outs = {}
-    try:
-        for n in sorted({1, 2, 4, before}):
-            torch.set_num_threads(n)
+    for n in sorted({1, 2, 4, before}):
+        with intra_op_threads(n):
             outs[n] = bits(_rows_of(p.call(rows, p.weight, p.eps), p.dim).cpu())
-    finally:
-        torch.set_num_threads(before)
     groups: dict[int, list[int]] = {}
     for n, out in outs.items():
         key = next((k for k, o in outs.items() if torch.equal(o, out)), n)
@@ -482,17 +469,7 @@ def explore_threads(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
     text = "; ".join(f"threads {', '.join(map(str, ns))} give one result" for ns in groups.values())
     first_other = min(n for ns in list(groups.values())[1:] for n in ns)
     return Threshold("threads", "threshold", first_other, f"{text} (differ from {first_other} threads)"), (
-        Setting("1 thread"), Setting(f"{first_other} threads", mode=lambda: _threads(first_other)))
-
-
-@contextlib.contextmanager
-def _threads(n: int) -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+        Setting("1 thread"), Setting(f"{first_other} threads", mode=lambda: intra_op_threads(first_other)))
 
 
 def explore_first_call(p: Probe) -> tuple[Threshold, tuple[Setting, Setting]]:
