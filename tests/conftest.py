@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +10,8 @@ import torch
 from rmsnorm_conformance.harness.running.devices import worker_cpu_threads
 
 pytest_plugins = ("pytester",)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # The harness's own tests import the Triton backend directly; on a machine with no GPU its kernels must be
 # defined under the interpreter. (The plugin sets this only when a run selects the Triton backend.)
@@ -45,6 +48,14 @@ def pytest_collection_modifyitems(config, items):
         return float("inf") if marker is None else marker.kwargs.get("rank", 1)
 
     items.sort(key=rank)
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    """``run(*args)``: pytest in a subprocess from pytester's scratch folder, the project importable, no cache; a
+    module that needs more (its own options, its own plugin) defines its own."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return lambda *args: pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
 @pytest.fixture(autouse=True)

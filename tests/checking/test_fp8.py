@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -35,8 +34,6 @@ from rmsnorm_conformance.harness.running.backend import Backend, BackendError, D
 from rmsnorm_conformance.suites.rule_index import rule_tests
 from rmsnorm_conformance.suites.test_fp8 import SCALE_SHIFTS, STATIC, static_scale
 from rmsnorm_conformance.zoo.fp8 import FP8_DEFECTS, VllmOrderFp8, unsaturated_cast
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(dtype=torch.bfloat16, rows=4, dim=64, seed=0):
@@ -174,17 +171,6 @@ def test_the_fp8_defects_are_documented_and_name_real_rules():
         doc = defect.__doc__ or ""
         assert doc.startswith(f"Breaks {defect.breaks}:"), f"{defect.__name__}'s docstring must name its rule first"
         assert len(doc.split()) >= 25, f"{defect.__name__}'s docstring must say which real kernel bug it imitates"
-
-
-@pytest.fixture
-def run(pytester, monkeypatch):
-    """pytest in a subprocess from a scratch directory, the project importable."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-
-    def go(*args):
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
-
-    return go
 
 
 # Each defect's own rule is held by tests/detection/test_detection.py, as for the whole zoo; here the rules it also

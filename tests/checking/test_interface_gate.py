@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 # In float32, with few examples: the gate is about which rules fail, not about search depth. The strict run holds
 # the kernel to every suite under smoke (every rule, the simplest cases: 10 s, against 43 s under ci with two
 # examples a test and every explicit case).
 ARGS = ["--pyargs", "rmsnorm_conformance.suites", "--backend=rmsnorm_conformance.zoo:ImpoliteRMSNorm", "--device=cpu",
         "--dtype=float32"]
-
-
-@pytest.fixture
-def run(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    return lambda *args: pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
 @pytest.mark.early

@@ -6,7 +6,6 @@ a strided weight stays a numerics failure."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,19 +18,12 @@ from rmsnorm_conformance.zoo import DeclaresMaxDim4096
 
 # What these runs check needs no large batch: the threshold plans and sweeps at a CPU budget's 1/32.
 SMALL = "--max-elements=262144"
-ROOT = Path(__file__).resolve().parents[2]
 # test_bounds calls every entry point with a strided weight in every case; test_output draws contiguous weights
 # too, so the kernel also runs checks it passes.
 TESTS = ["rmsnorm_conformance.suites.test_bounds::test_bounds", "rmsnorm_conformance.suites.test_axis_b::test_output"]
 ARGS = ["--pyargs", *TESTS, "--device=cpu", "--dtype=float32", "--sweep=ci", "--max-examples=3", SMALL]
 STRIDED_CASE = ("AccuracyCase(batch=Batch(dim=64, rows=4, dtype='float32', values='normal', weight='normal', "
                 "eps=1e-06, seed=0, weight_layout='strided'))")
-
-
-@pytest.fixture
-def run(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    return lambda *args: pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
 def test_a_refused_strided_weight_reads_refused_and_gates_only_when_strict(run, pytester):

@@ -42,17 +42,6 @@ EXPLICIT_TESTS = "not _at_threshold and not _qk_norm and not _3d_views and not t
 SEEDS = int(os.environ.get("RMSNORM_SEEDS", "0") or 0)
 
 
-@pytest.fixture
-def run(pytester, monkeypatch):
-    """pytest in a subprocess from a scratch directory, the project importable."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-
-    def go(*args):
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
-
-    return go
-
-
 def test_every_rule_is_checked_by_a_suite_test():
     assert set(RULE_TESTS) == {r.id for r in ALL_RULES}
 

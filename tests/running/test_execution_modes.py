@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,14 +26,7 @@ from rmsnorm_conformance.zoo import EngineStyleRMSNorm
 
 # What these runs check needs no large batch: the threshold plans and sweeps at a CPU budget's 1/32.
 SMALL = "--max-elements=262144"
-ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--pyargs", "rmsnorm_conformance.suites", "--device=cpu", "--dtype=float32", "--sweep=ci", SMALL]
-
-
-@pytest.fixture
-def run(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    return lambda *args: pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
 def test_a_compiled_path_that_differs_fails_the_default_gate(run, pytester):
