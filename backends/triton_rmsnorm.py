@@ -887,9 +887,9 @@ class _Launcher:
                    for a in args[: self._runtime]]),
         )
 
-    def binary(self, args: tuple, num_warps: int, device: torch.device) -> tuple | None:
+    def binary(self, args: tuple, num_warps: int, device: torch.device, maxnreg: int = 0) -> tuple | None:
         """(launch, head) of the binary these arguments launch, once it was launched (see _launch_entry)."""
-        return None if _INTERPRETED else self._compiled.get(self._key(args, num_warps, device))
+        return None if _INTERPRETED else self._compiled.get(self._key(args, num_warps, device, maxnreg))
 
 
 def _launch_entry(compiled: Any) -> tuple[Any, tuple] | None:
@@ -1099,11 +1099,26 @@ def _make_plan(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: tor
 def _backward(
     x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor, eps: float, need_dx: bool, need_dw: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """dx (in x.dtype) and dw (in weight.dtype), each only if asked for."""
+    """dx (in x.dtype) and dw (in weight.dtype), each only if asked for: from the call's backward plan where it has
+    one, else through the launchers (and the plan is made)."""
     if x.numel() == 0:
         return (torch.empty_like(x) if need_dx else None), (torch.zeros_like(weight) if need_dw else None)
     dim = x.shape[-1]
     cfg = launch_config(dim, x.dtype, backward=True)
+    key = (x.shape, x.is_contiguous() or x.stride(), x.dtype, x.device, grad.shape,
+           grad.is_contiguous() or grad.stride(), grad.dtype, weight.shape, weight.stride(), weight.dtype,
+           type(eps), eps, need_dx, need_dw)
+    plan = _BACKWARD_PLANS.get(key)
+    if plan is not None and plan.cfg is cfg:  # a plan made under another tuning (a test's) is made again
+        done = _planned_backward(plan, x, weight, grad, need_dx, need_dw)
+        if done is not None:
+            return done
+    launches: list[tuple[Any, tuple, tuple, int, int]] = []
+
+    def launch(launcher: Any, grid: tuple, args: tuple, num_warps: int, maxnreg: int = 0) -> None:
+        launches.append((launcher, grid, args, num_warps, maxnreg))
+        launcher(grid, args, num_warps, x.device, maxnreg)
+
     x2, x_stride = _rows_2d(x, dim, cfg.vec)
     g2, g_stride = _rows_2d(grad, dim, cfg.vec)
     w = _aligned_weight(weight)
@@ -1114,23 +1129,96 @@ def _backward(
     stats = partials  # an unread stand-in while rows fit one tile
     if cfg.tiles > 1:
         stats = torch.empty(2 * n_rows, dtype=torch.float32, device=x.device)
-        _launch_stats(
-            (n_rows,),
-            (x2, w, g2, stats, n_rows, x_stride, g_stride, eps, dim, dim_constexpr(dim), cfg.groups, cfg.tiles,
-             cfg.vec),
-            cfg.num_warps,
-            x.device,
-        )
-    _launch_bwd(
-        (programs, cfg.tiles),
-        (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps, dim,
-         *backward_constexprs(dim, cfg, need_dx).values()),
-        cfg.num_warps,
-        x.device,
-        cfg.maxnreg,
-    )
-    dw = _sum_partials(partials, w) if need_dw else None
+        launch(_launch_stats, (n_rows,),
+               (x2, w, g2, stats, n_rows, x_stride, g_stride, eps, dim, dim_constexpr(dim), cfg.groups, cfg.tiles,
+                cfg.vec),
+               cfg.num_warps)
+    launch(_launch_bwd, (programs, cfg.tiles),
+           (x2, w, g2, dx, partials, stats, n_rows, x_stride, g_stride, programs, eps, dim,
+            *backward_constexprs(dim, cfg, need_dx).values()),
+           cfg.num_warps, cfg.maxnreg)
+    dw = _sum_partials(partials, w, launch) if need_dw else None
+    if (not _INTERPRETED and x.device.type == "cuda" and _ENTER_HOOKS is not None
+            and (key not in _BACKWARD_PLANS or (plan is not None and plan.cfg is not cfg))
+            and len(_BACKWARD_PLANS) < _MAX_PLANS
+            and x2.data_ptr() == x.data_ptr() and g2.data_ptr() == grad.data_ptr() and w is weight):
+        _BACKWARD_PLANS[key] = _make_backward_plan(launches, x.device, n_rows, dim, cfg)
     return (dx.view(x.shape) if need_dx else None), dw
+
+
+class _BackwardPlan(NamedTuple):
+    """A validated backward for one (shapes, strides, dtypes, device, eps, gradients asked for): each launch's binary
+    and every argument but the pointers. ``stats``, ``bwd``: (launch, head, grid, tail); ``passes``: dw's passes
+    over the partial rows, each (launch, head, grid, rows out, tail)."""
+
+    cfg: LaunchConfig  # the configuration it was made under (launch_config's cached object)
+    device_index: int
+    device: torch.device
+    rows: int
+    dim: int
+    programs: int
+    stats: tuple | None
+    bwd: tuple
+    passes: tuple
+
+
+# A training step's backward at a few thousand rows is bound by the host: the launchers' keys, the constexprs and
+# configuration built again, and Triton's launcher reading each tensor argument's pointer from the driver, took
+# longer than the kernels. A call whose metadata was seen before launches from its plan (_planned_backward). The
+# value None marks metadata whose launches could not be planned (a copy of an input, an unknown launcher).
+_BACKWARD_PLANS: dict[tuple, _BackwardPlan | None] = {}
+
+
+def _make_backward_plan(launches: list, device: torch.device, n_rows: int, dim: int, cfg: LaunchConfig
+                        ) -> _BackwardPlan | None:
+    """The plan of the launches _backward just made on a GPU, its inputs used in place, if every binary is known."""
+    planned = []
+    for launcher, grid, args, num_warps, maxnreg in launches:
+        entry = launcher.binary(args, num_warps, device, maxnreg)
+        if entry is None:
+            return None
+        pointers = sum(isinstance(a, torch.Tensor) for a in args)
+        planned.append((*entry, (*grid, *(1,) * (3 - len(grid))), args[pointers:]))
+    stats = planned.pop(0) if cfg.tiles > 1 else None
+    bwd = planned.pop(0)
+    passes = tuple((launch, head, grid, grid[0], tail) for launch, head, grid, tail in planned)
+    return _BackwardPlan(cfg, device.index, device, n_rows, dim, bwd[2][0], stats, bwd, passes)
+
+
+def _planned_backward(plan: _BackwardPlan, x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor,
+                      need_dx: bool, need_dw: bool) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """_backward's launches from ``plan``, with the pointers as integers; None where the plan does not hold (a
+    misaligned pointer, another current device, a launch hook installed): the full path then."""
+    xp, wp, gp = x.data_ptr(), weight.data_ptr(), grad.data_ptr()
+    index = plan.device_index
+    if ((xp | wp | gp) & (_ALIGN_BYTES - 1) or torch._C._cuda_getDevice() != index
+            or getattr(_RUNTIME_KNOBS, "launch_enter_hook", None) is not _ENTER_HOOKS or _ENTER_HOOKS.calls):
+        return None
+    device, dim = plan.device, plan.dim
+    stream = torch._C._cuda_getCurrentRawStream(index)
+    partials = torch.empty((plan.programs, dim), dtype=torch.float32, device=device)
+    pp = partials.data_ptr()
+    dx = torch.empty((plan.rows, dim), dtype=x.dtype, device=device) if need_dx else None
+    dxp = dx.data_ptr() if dx is not None else pp
+    sp = pp
+    if plan.stats is not None:
+        stats = torch.empty(2 * plan.rows, dtype=torch.float32, device=device)
+        sp = stats.data_ptr()
+        launch, head, grid, tail = plan.stats
+        launch(*grid, stream, *head, xp, wp, gp, sp, *tail)
+    launch, head, grid, tail = plan.bwd
+    launch(*grid, stream, *head, xp, wp, gp, dxp, pp, sp, *tail)
+    dw = None
+    if need_dw:
+        source, last = partials, len(plan.passes) - 1
+        for i, (launch, head, grid, n_out, tail) in enumerate(plan.passes):
+            # ``source`` is held until this pass is launched; freed after, the allocator reuses it in stream order
+            out = torch.empty_like(weight) if i == last else torch.empty((n_out, dim), dtype=torch.float32,
+                                                                          device=device)
+            launch(*grid, stream, *head, source.data_ptr(), out.data_ptr(), *tail)
+            source = out
+        dw = source
+    return (dx.view(x.shape) if dx is not None else None), dw
 
 
 def backward_constexprs(dim: int, cfg: LaunchConfig, store_dx: bool = True) -> dict[str, Any]:
@@ -1143,9 +1231,12 @@ def backward_constexprs(dim: int, cfg: LaunchConfig, store_dx: bool = True) -> d
                 ROW_SELECT=cfg.row_select, SPLIT_ROWS=cfg.split_rows)
 
 
-def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _sum_partials(partials: torch.Tensor, weight: torch.Tensor, launch: Any = None) -> torch.Tensor:
     """dw: the partial rows halved in passes of at most _DW_PASS rows, + 0.0, rounded to weight's dtype (each
-    pass's tile _DW_PASS rows where _DW_FULL_PASS)."""
+    pass's tile _DW_PASS rows where _DW_FULL_PASS); ``launch(launcher, grid, args, num_warps)`` launches a pass."""
+    if launch is None:
+        def launch(launcher: Any, grid: tuple, args: tuple, num_warps: int) -> None:
+            launcher(grid, args, num_warps, weight.device)
     n, dim = partials.shape
     block = min(padded_width(dim), 1 << 16) if _INTERPRETED else min(padded_width(dim), 128)
     while True:
@@ -1154,8 +1245,8 @@ def _sum_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         final = n_out == 1
         out = torch.empty_like(weight) if final else partials.new_empty((n_out, dim))
         tile = _DW_PASS if _DW_FULL_PASS else fan
-        _launch_dw((n_out, -(-dim // block)),
-                   (partials, out, n_out, dim, fan, dim_constexpr(dim), block, tile, final), 8, weight.device)
+        launch(_launch_dw, (n_out, -(-dim // block)),
+               (partials, out, n_out, dim, fan, dim_constexpr(dim), block, tile, final), 8)
         if final:
             return out
         partials, n = out, n_out

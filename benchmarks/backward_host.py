@@ -9,7 +9,10 @@ which frames.
 
 Not a test. On a GPU, with the package installed (not from this tree's source folder):
 
-    python benchmarks/backward_host.py [--backends triton,cuda] [--rows 256,4096,16384] [--out FILE.md]
+    python benchmarks/backward_host.py [--backends triton,triton-unplanned,cuda] [--rows 256,4096,16384] [--out FILE]
+
+``triton-unplanned`` is the Triton backend with its backward plans off: every call through the launchers, as
+before the plans.
 """
 
 from __future__ import annotations
@@ -17,17 +20,39 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
+import platform
 import pstats
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 
+class _NeverKept(dict):
+    """A plan table that keeps nothing: every backward takes the launchers' path."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
+
+
 def one(name: str, rows: int, dim: int, calls: int, profile: bool) -> list[str]:
+    from rmsnorm_conformance.backends import triton_rmsnorm
+
+    kept = triton_rmsnorm._BACKWARD_PLANS
+    if name.endswith("-unplanned"):
+        triton_rmsnorm._BACKWARD_PLANS = _NeverKept()
+    try:
+        return _timed(name, rows, dim, calls, profile)
+    finally:
+        triton_rmsnorm._BACKWARD_PLANS = kept
+
+
+def _timed(name: str, rows: int, dim: int, calls: int, profile: bool) -> list[str]:
     from rmsnorm_conformance.harness.running.registry import load_backend
 
-    backend = load_backend(name)
+    backend = load_backend(name.removesuffix("-unplanned"))
     device = torch.device("cuda")
     x = torch.randn(rows, dim, device=device, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(dim, device=device, dtype=torch.bfloat16, requires_grad=True)
@@ -69,7 +94,7 @@ def one(name: str, rows: int, dim: int, calls: int, profile: bool) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default="triton,cuda")
+    parser.add_argument("--backends", default="triton,triton-unplanned,cuda")
     parser.add_argument("--rows", default="256,4096,16384", type=lambda v: [int(r) for r in v.split(",")])
     parser.add_argument("--dim", type=int, default=4096)
     parser.add_argument("--calls", type=int, default=200)
@@ -80,11 +105,18 @@ def main() -> None:
     profiles: list[str] = []
     for name in args.backends.split(","):
         for rows in args.rows:
-            lines = one(name, rows, args.dim, args.calls, profile=name == "triton" and rows == 4096)
+            lines = one(name, rows, args.dim, args.calls, profile=name.startswith("triton") and rows == 4096)
             table.append(lines[0])
             profiles += lines[1:]
-    text = "\n".join(["# The backward's host time", "", f"- device: {torch.cuda.get_device_name(0)}",
-                      f"- torch: {torch.__version__}", "", *table, "", *profiles])
+    import triton
+
+    command = " ".join(["python benchmarks/backward_host.py", *sys.argv[1:]])
+    text = "\n".join(["# The backward's host time", "", f"- command: `{command}`",
+                      f"- device: {torch.cuda.get_device_name(0)}", f"- torch: {torch.__version__}",
+                      f"- triton: {triton.__version__}", f"- python: {platform.python_version()}",
+                      f"- host: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs", "",
+                      "Host enqueue: the calls' time on the host before the device is waited on; wall: the same calls"
+                      " and the wait; device: the span of the calls in CUDA events.", "", *table, "", *profiles])
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -1041,6 +1041,46 @@ def test_gpu_launches_skip_the_binder_after_the_first():
     assert_bitwise(OP.forward(shifted, w), first, "a misaligned input of a planned shape")
 
 
+@pytest.mark.parametrize("dim", [4096, 12288], ids=["one-tile", "tiled"])
+def test_gpu_backward_launches_from_its_plan_after_the_first(dim, monkeypatch):
+    """A backward's second call of the same metadata launches from its plan (the stats pass too, where rows take
+    several tiles): dx and dw bitwise those of the launchers' path, with x frozen and with the weight frozen; a
+    misaligned dy of the same metadata takes the launchers' path again."""
+    if OP.unavailable_reason("cuda") or OP.interpreted:
+        pytest.skip("needs a GPU and compiled kernels")
+    planned = []
+
+    def counted(*args, **kwargs):
+        done = real(*args, **kwargs)
+        planned.append(done is not None)
+        return done
+
+    real = tr._planned_backward
+    monkeypatch.setattr(tr, "_planned_backward", counted)
+    monkeypatch.setattr(tr, "_BACKWARD_PLANS", {})
+    x, w, g = _data(300, dim, torch.bfloat16, "cuda", seed=dim)
+    for need_dx, need_dw in ((True, True), (True, False), (False, True)):
+        first = tr._backward(x, w, g, 1e-6, need_dx, need_dw)
+        assert planned == [True] * len(planned), "a plan would not launch"
+        count = len(planned)
+        second = tr._backward(x, w, g, 1e-6, need_dx, need_dw)
+        assert planned[count:] == [True], "the second call did not launch from its plan"
+        for a, b, what in zip(first, second, ("dx", "dw"), strict=True):
+            assert (a is None) == (b is None), what
+            if a is not None:
+                assert_bitwise(b, a, f"planned {what} against the launchers' {what} ({need_dx=}, {need_dw=})")
+    assert planned == [True, True, True]
+    buf = torch.empty(300 * dim + 1, dtype=torch.bfloat16, device="cuda")
+    shifted = buf[1:].view(300, dim)
+    shifted.copy_(g)
+    assert shifted.data_ptr() % 16
+    dx, dw = tr._backward(x, w, shifted, 1e-6, True, True)
+    assert planned[-1] is False, "a misaligned dy launched from the plan"
+    reference = tr._backward(x, w, g, 1e-6, True, True)
+    assert_bitwise(dx, reference[0], "dx of a misaligned dy of a planned shape")
+    assert_bitwise(dw, reference[1], "dw of a misaligned dy of a planned shape")
+
+
 def test_prepare_jobs_take_each_binary_class_once_and_cover_every_prepared_dim():
     dims = [4096, 128, 1, 2, 3, 7, 1000, 8191]
     jobs = tr.prepare_jobs(dims)
