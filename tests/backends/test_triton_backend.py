@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -1039,6 +1040,71 @@ def test_gpu_launches_skip_the_binder_after_the_first():
     shifted.copy_(x)
     assert tr._plan_key(shifted, w, 1e-6, False) in tr._PLANS and shifted.data_ptr() % 16
     assert_bitwise(OP.forward(shifted, w), first, "a misaligned input of a planned shape")
+
+
+@pytest.fixture
+def pointers_as_integers(monkeypatch):
+    """Under the interpreter, plans that launch: every tensor torch.empty and torch.empty_like make is kept by its
+    address, and each launcher's binary is a stand-in launch function that maps integer arguments back to those
+    tensors and runs the kernel in the interpreter. Returns the table of tensors, to which a test adds its inputs."""
+    live: dict[int, torch.Tensor] = {}
+
+    def kept(make):
+        def allocate(*args, **kwargs):
+            t = make(*args, **kwargs)
+            live[t.data_ptr()] = t
+            return t
+        return allocate
+
+    def launch(grid_x, grid_y, grid_z, stream, kernel, *args):
+        tensors = [live[a] if type(a) is int and a in live else a for a in args]
+        with np.errstate(all="ignore"):
+            kernel[(grid_x, grid_y, grid_z)](*tensors)
+
+    monkeypatch.setattr(torch, "empty", kept(torch.empty))
+    monkeypatch.setattr(torch, "empty_like", kept(torch.empty_like))
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: None, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    for launcher in (tr._launch_stats, tr._launch_bwd, tr._launch_dw):
+        monkeypatch.setattr(launcher, "binary", lambda *args, k=launcher.kernel, **kwargs: (launch, (k,)))
+    return live
+
+
+def test_a_backward_plan_replays_the_launchers_bits(monkeypatch, wide_rows_in_a_loop, pointers_as_integers):
+    """The plan's bookkeeping, on the CPU: the plan made from a backward's launches (the row statistics first where
+    rows take several tiles, dw in two passes where there are four partial rows), replayed by _planned_backward
+    with its pointers as integers, gives dx and dw bitwise those of the launchers' path, with x frozen and with the
+    weight frozen. On a GPU the test below holds the real launches."""
+    if not OP.interpreted:
+        pytest.skip("the GPU's own plans are held by test_gpu_backward_launches_from_its_plan_after_the_first")
+    monkeypatch.setattr(tr, "_INTERP_BWD", tr._INTERP_BWD._replace(subtree_rows=32))  # 65 rows: 4 partial rows
+    monkeypatch.setattr(tr, "_DW_PASS", 2)  # 4 partial rows -> 2 -> 1: dw's passes chained through a scratch row
+    tr.launch_config.cache_clear()
+    recorded = []
+    launcher_call = tr._Launcher.__call__
+
+    def record(self, grid, args, num_warps, device, maxnreg=0):
+        recorded.append((self, grid, args, num_warps, maxnreg))
+        launcher_call(self, grid, args, num_warps, device, maxnreg)
+
+    monkeypatch.setattr(tr._Launcher, "__call__", record)
+    # (rows, dim, dx, dw): the row statistics (rows of four tiles), dw's two passes, x frozen, the weight frozen
+    for rows, dim, need_dx, need_dw in ((33, 100, True, True), (65, 40, True, True), (65, 40, True, False),
+                                        (65, 40, False, True)):
+        x, w, g = _data(rows, dim, torch.bfloat16, "cpu", seed=rows)
+        pointers_as_integers.update({t.data_ptr(): t for t in (x, w, g)})
+        recorded.clear()
+        expected = tr._backward(x, w, g, 1e-6, need_dx, need_dw)
+        cfg = tr.launch_config(dim, torch.bfloat16, backward=True)
+        plan = tr._make_backward_plan(list(recorded), x.device, rows, dim, cfg)
+        assert plan is not None and (plan.stats is not None) == (dim > 64)
+        assert len(plan.passes) == (0 if not need_dw else 2 if rows > 64 else 1)
+        planned = tr._planned_backward(plan, x, w, g, need_dx, need_dw)
+        assert planned is not None
+        for a, b, what in zip(expected, planned, ("dx", "dw"), strict=True):
+            assert (a is None) == (b is None), what
+            if a is not None:
+                assert_bitwise(b, a, f"planned {what} against the launchers' {what} ({need_dx=}, {need_dw=})")
 
 
 @pytest.mark.parametrize("dim", [4096, 12288], ids=["one-tile", "tiled"])
