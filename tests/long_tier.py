@@ -84,6 +84,20 @@ LONG_TESTS: tuple[str, ...] = (
     # reporting: the matrix's command line, a run under GitHub Actions
     "tests/reporting/test_matrix.py::test_the_command_line_runs_each_of_its_commands",
     "tests/reporting/test_ci_output.py::test_a_run_under_github_actions_writes_the_summary_annotations_and_junit_properties",
+    # a run's two modes: each test below keeps its two-worker run (the mode CI and a gate use) in CI's run and its
+    # one-process run here; then three narrower checks: the verbose listing of interface breaches (the default
+    # listing stays in CI's run), a batch-size defect run through one suite file by path, and the CUDA compile
+    # check's wait for a unit another process is compiling
+    "tests/faults/test_adversarial.py::test_a_kernel_whose_bits_follow_the_thread_count_fails_execution_mode"
+    "[one process]",
+    "tests/faults/test_adversarial.py::test_an_unencodable_error_message_still_gets_every_report_written[one process]",
+    "tests/faults/test_adversarial.py::test_an_exception_that_cannot_be_shown_fails_its_backend_and_the_run_goes_on"
+    "[one process]",
+    "tests/plugin/test_plugin.py::test_a_list_option_given_twice_keeps_both_values[one process]",
+    "tests/plugin/test_plugin.py::test_batch_dependent_reduction_is_caught_by_axis_a",
+    "tests/checking/test_interface_gate.py::test_verbose_lists_each_interface_breach",
+    "tests/backends/test_cuda_backend.py::"
+    "test_a_unit_another_process_is_compiling_is_waited_for_by_the_check_and_left_by_the_warm_up",
 )
 
 
