@@ -1115,13 +1115,13 @@ def test_gpu_backward_launches_from_its_plan_after_the_first(dim, monkeypatch):
     if OP.unavailable_reason("cuda") or OP.interpreted:
         pytest.skip("needs a GPU and compiled kernels")
     planned = []
+    real = tr._planned_backward
 
     def counted(*args, **kwargs):
         done = real(*args, **kwargs)
         planned.append(done is not None)
         return done
 
-    real = tr._planned_backward
     monkeypatch.setattr(tr, "_planned_backward", counted)
     monkeypatch.setattr(tr, "_BACKWARD_PLANS", {})
     x, w, g = _data(300, dim, torch.bfloat16, "cuda", seed=dim)
